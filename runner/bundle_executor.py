@@ -1,0 +1,339 @@
+"""Runs one executable stage inside a Spark task through Beam's bundle processor.
+
+The SDK's ``SdkWorker`` and ``BundleProcessor`` run in-process (as in Beam's
+embedded worker), talking to this module over in-memory data and state
+channels. This module owns the per-task loop: cut the partition into bundles,
+feed side inputs through the state API, collect outputs and metrics, fire
+timers (batch: after all input, in timestamp order), and finalize bundles.
+Every ProcessBundleResponse field it does not handle raises, by name.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+import traceback
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.metrics import monitoring_infos
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import worker_handlers
+from apache_beam.runners.portability.fn_api_runner.execution import WindowGroupingBuffer
+from apache_beam.runners.worker import data_plane, sdk_worker
+from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
+from apache_beam.runners.worker.statecache import StateCache
+from apache_beam.utils import timestamp
+
+from sparkbeam.runner.records import MetricsRecord, OutputRecord
+from sparkbeam.runner.worker_context import plan_context, register_plan
+from sparkbeam.translation.plan import StagePlan
+
+BUNDLE_BYTES = 8 << 20
+_TRUNCATE_URN = common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn
+
+
+class UserCodeError(RuntimeError):
+    """Raised in the task; the driver turns it into StageFailedError."""
+
+
+@dataclass(frozen=True)
+class StageTask:
+    """What the driver ships to every task of one stage."""
+
+    plan_key: str
+    stage: StagePlan
+    bundle_bytes: int = BUNDLE_BYTES
+
+
+@dataclass
+class _BundleOutput:
+    response: beam_fn_api_pb2.ProcessBundleResponse
+    data: dict[str, list[bytes]] = field(default_factory=dict)
+    timers: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)
+
+
+class _StageWorker:
+    """An in-process SDK worker for one stage, reused across tasks of a process."""
+
+    def __init__(self, task: StageTask) -> None:
+        self.stage = task.stage
+        self.descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(task.stage.descriptor)
+        self.descriptor.id = f"{task.plan_key}/{task.stage.id}"
+        self.state = worker_handlers.StateServicer()
+        self.data = data_plane.InMemoryDataChannel()
+        handler = sdk_worker.GlobalCachingStateHandler(StateCache(0), self.state)
+        self.worker = sdk_worker.SdkWorker(
+            sdk_worker.BundleProcessorCache(
+                worker_handlers.FNAPI_RUNNER_CAPABILITIES,
+                worker_handlers.SingletonStateHandlerFactory(handler),
+                data_plane.InMemoryDataChannelFactory(self.data.inverse()),
+                {self.descriptor.id: self.descriptor},
+            )
+        )
+        self._ids = itertools.count()
+
+    def reset_state(self) -> None:
+        self.state._state.clear()
+
+    def process_bundle(
+        self,
+        inputs: dict[str, list[bytes]],
+        fired_timers: dict[tuple[str, str], list[bytes]],
+    ) -> _BundleOutput:
+        bundle_id = f"{self.descriptor.id}/bundle-{next(self._ids)}"
+        for timer in self.stage.timers:
+            out = self.data.output_timer_stream(bundle_id, timer.transform, timer.family)
+            for data in fired_timers.get((timer.transform, timer.family), ()):
+                out.write(data)
+            out.close()
+        for transform, _ in self.stage.inputs:
+            out = self.data.output_stream(bundle_id, transform)
+            for data in inputs.get(transform, ()):
+                out.write(data)
+            out.close()
+        response = self.worker.do_instruction(
+            beam_fn_api_pb2.InstructionRequest(
+                instruction_id=bundle_id,
+                process_bundle=beam_fn_api_pb2.ProcessBundleRequest(
+                    process_bundle_descriptor_id=self.descriptor.id
+                ),
+            )
+        )
+        result = _BundleOutput(response.process_bundle)
+        for element in self.data.input_elements(bundle_id, []):
+            if isinstance(element, beam_fn_api_pb2.Elements.Data):
+                if element.data:
+                    result.data.setdefault(element.transform_id, []).append(element.data)
+            elif element.timers:
+                key = (element.transform_id, element.timer_family_id)
+                result.timers.setdefault(key, []).append(element.timers)
+        if response.error:
+            raise UserCodeError(response.error)
+        if response.process_bundle.requires_finalization:
+            finalized = self.worker.do_instruction(
+                beam_fn_api_pb2.InstructionRequest(
+                    instruction_id=bundle_id + "/finalize",
+                    finalize_bundle=beam_fn_api_pb2.FinalizeBundleRequest(instruction_id=bundle_id),
+                )
+            )
+            if finalized.error:
+                raise UserCodeError(finalized.error)
+        return result
+
+    def input_for(self, transform_id: str, input_id: str) -> str:
+        """The data-input transform that feeds ``transform_id`` (through Truncate)."""
+        transforms = self.descriptor.transforms
+        pcoll = transforms[transform_id].inputs[input_id]
+        for read_id, proto in transforms.items():
+            if proto.spec.urn == DATA_INPUT_URN and pcoll in proto.outputs.values():
+                return read_id
+            if proto.spec.urn == _TRUNCATE_URN and pcoll in proto.outputs.values():
+                return self.input_for(read_id, next(iter(proto.inputs)))
+        raise RuntimeError(f"No data input feeds transform {transform_id!r}")
+
+
+_WORKERS: dict[tuple[str, str], _StageWorker] = {}
+
+
+def _worker_for(task: StageTask) -> _StageWorker:
+    key = (task.plan_key, task.stage.id)
+    if key not in _WORKERS:
+        _WORKERS[key] = _StageWorker(task)
+    return _WORKERS[key]
+
+
+def run_stage_partition(
+    task: StageTask,
+    components: bytes,
+    side_inputs: dict,
+    rows: Iterable[tuple[str, bytes]],
+) -> Iterator[tuple]:
+    """The body of one Spark task: yields OutputRecords, then one MetricsRecord."""
+    try:
+        register_plan(task.plan_key, components)
+        worker = _worker_for(task)
+        worker.reset_state()
+        _load_side_inputs(worker, task, side_inputs)
+        yield from _TaskLoop(worker, task).run(rows)
+    except UserCodeError:
+        raise
+    except Exception as e:  # noqa: BLE001 - re-raised with the stage named
+        raise UserCodeError(f"{type(e).__name__}: {e}\n{traceback.format_exc()}") from e
+
+
+class _TaskLoop:
+    """Bundles over the partition, then timers, then residuals, then metrics."""
+
+    def __init__(self, worker: _StageWorker, task: StageTask) -> None:
+        self.worker = worker
+        self.task = task
+        self.metrics: list = []
+        self.timers = _PendingTimers(task)
+        self.residuals: list[tuple[float, str, bytes]] = []
+        self.outputs = dict(task.stage.outputs)
+
+    def run(self, rows: Iterable[tuple[str, bytes]]) -> Iterator[tuple]:
+        for inputs in _bundles(rows, self.task.bundle_bytes):
+            yield from self._bundle(inputs, {})
+        if not self.task.stage.inputs and not self.task.stage.timers:
+            return
+        while True:
+            if self.residuals:
+                yield from self._run_due_residuals()
+            elif self.timers:
+                yield from self._bundle({}, self.timers.pop_next())
+            else:
+                break
+        infos = monitoring_infos.consolidate(self.metrics)
+        yield MetricsRecord(self.task.stage.id, tuple(mi.SerializeToString() for mi in infos))
+
+    def _bundle(self, inputs, fired) -> Iterator[tuple]:
+        result = self.worker.process_bundle(inputs, fired)
+        self.metrics.extend(result.response.monitoring_infos)
+        for transform, chunks in result.data.items():
+            buffer = self.outputs.get(transform)
+            if buffer is None:
+                raise UserCodeError(f"Stage wrote to unknown output {transform!r}")
+            for data in chunks:
+                yield OutputRecord(buffer, data)
+        for key, chunks in result.timers.items():
+            self.timers.add(key, chunks)
+        now = time.time()
+        for residual in result.response.residual_roots:
+            app = residual.application
+            read = self.worker.input_for(app.transform_id, app.input_id)
+            delay = residual.requested_time_delay.ToTimedelta().total_seconds()
+            self.residuals.append((now + delay, read, app.element))
+
+    def _run_due_residuals(self) -> Iterator[tuple]:
+        due_at = min(r[0] for r in self.residuals)
+        wait = due_at - time.time()
+        if wait > 0:
+            time.sleep(wait)
+        now = time.time()
+        due = [r for r in self.residuals if r[0] <= now]
+        self.residuals = [r for r in self.residuals if r[0] > now]
+        inputs: dict[str, list[bytes]] = {}
+        for _, read, element in due:
+            inputs.setdefault(read, []).append(element)
+        yield from self._bundle(inputs, {})
+
+
+def _bundles(rows: Iterable[tuple[str, bytes]], limit: int) -> Iterator[dict[str, list[bytes]]]:
+    inputs: dict[str, list[bytes]] = {}
+    size = 0
+    for transform, data in rows:
+        inputs.setdefault(transform, []).append(data)
+        size += len(data)
+        if size >= limit:
+            yield inputs
+            inputs, size = {}, 0
+    if inputs:
+        yield inputs
+
+
+class _PendingTimers:
+    """Timers set by the stage, deduplicated per (key, tag, window), fired in order.
+
+    Batch semantics: once all input is processed the input watermark is at
+    +infinity, so event-time timers fire earliest first; a timer set or
+    cleared while firing replaces the pending one. Processing-time timers
+    fire when the wall clock reaches them.
+    """
+
+    def __init__(self, task: StageTask) -> None:
+        context = plan_context(task.plan_key)
+        self.coders = {
+            (t.transform, t.family): context.coders[t.coder].get_impl() for t in task.stage.timers
+        }
+        self.domains = {(t.transform, t.family): t.time_domain for t in task.stage.timers}
+        self.pending: dict[tuple, object] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.pending)
+
+    def add(self, family_key: tuple[str, str], chunks: list[bytes]) -> None:
+        coder = self.coders[family_key]
+        for chunk in chunks:
+            for timer in coder.decode_all(chunk):
+                key = (family_key, timer.user_key, timer.dynamic_timer_tag, timer.windows[0])
+                if timer.clear_bit:
+                    self.pending.pop(key, None)
+                else:
+                    self.pending[key] = timer
+
+    def pop_next(self) -> dict[tuple[str, str], list[bytes]]:
+        """Remove and encode the timers due at the earliest firing time."""
+
+
+        processing = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
+        event = {k: t for k, t in self.pending.items() if self.domains[k[0]] != processing}
+        if event:
+            candidates = event
+        else:
+            candidates = self.pending
+            earliest = min(t.fire_timestamp for t in candidates.values())
+            wait = earliest.micros / 1e6 - time.time()
+            if wait > 0 and earliest < timestamp.MAX_TIMESTAMP:
+                time.sleep(wait)
+        earliest = min(t.fire_timestamp for t in candidates.values())
+        fired: dict[tuple[str, str], object] = {}
+        for key in [k for k, t in candidates.items() if t.fire_timestamp == earliest]:
+            timer = self.pending.pop(key)
+            fired.setdefault(key[0], create_OutputStream())
+            self.coders[key[0]].encode_to_stream(timer, fired[key[0]], True)
+        return {k: [out.get()] for k, out in fired.items()}
+
+
+def _load_side_inputs(worker: _StageWorker, task: StageTask, side_inputs: dict) -> None:
+    """Put materialized side inputs into the state API (as FnApiRunner does)."""
+    context = plan_context(task.plan_key)
+    for si in task.stage.side_inputs:
+        chunks = side_inputs.get(si.buffer, [])
+        access = beam_runner_api_pb2.FunctionSpec(urn=si.access_pattern_urn)
+        grouped = WindowGroupingBuffer(access, context.coders[si.coder])
+        for data in chunks:
+            grouped.append(data)
+        if si.access_pattern_urn == common_urns.side_inputs.ITERABLE.urn:
+            for _, window, data, _ in grouped.encoded_items():
+                worker.state.append_raw(
+                    beam_fn_api_pb2.StateKey(
+                        iterable_side_input=beam_fn_api_pb2.StateKey.IterableSideInput(
+                            transform_id=si.transform, side_input_id=si.tag, window=window
+                        )
+                    ),
+                    data,
+                )
+        elif si.access_pattern_urn == common_urns.side_inputs.MULTIMAP.urn:
+            import struct
+
+            for key, window, data, count in grouped.encoded_items():
+                worker.state.append_raw(
+                    beam_fn_api_pb2.StateKey(
+                        multimap_side_input=beam_fn_api_pb2.StateKey.MultimapSideInput(
+                            transform_id=si.transform, side_input_id=si.tag, window=window, key=key
+                        )
+                    ),
+                    data,
+                )
+                worker.state.append_raw(
+                    beam_fn_api_pb2.StateKey(
+                        multimap_keys_side_input=beam_fn_api_pb2.StateKey.MultimapKeysSideInput(
+                            transform_id=si.transform, side_input_id=si.tag, window=window
+                        )
+                    ),
+                    key,
+                )
+                worker.state.append_raw(
+                    beam_fn_api_pb2.StateKey(
+                        multimap_keys_values_side_input=beam_fn_api_pb2.StateKey.MultimapKeysValuesSideInput(
+                            transform_id=si.transform, side_input_id=si.tag, window=window
+                        )
+                    ),
+                    key + struct.pack(">i", count) + data,
+                )
+        else:
+            raise NotImplementedError(f"side input access pattern {si.access_pattern_urn!r}")

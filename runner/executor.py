@@ -1,0 +1,222 @@
+"""Driver side: walk an ExecutionPlan and run each stage as Spark jobs.
+
+Stages run one Spark job each, in topological order (the job description in
+the Spark UI names the stage). A stage is ``mapPartitions`` over the union of
+its input edges; its output is persisted until every consumer has run. Edges
+become Spark operations: Impulse a one-element RDD, Flatten a union, GroupByKey
+a ``partitionBy`` on encoded keys + Beam's grouping, Reshuffle a repartition,
+stateful inputs a ``partitionBy`` on the key. Side inputs are collected once
+and broadcast. Bytes and Arrow cross process boundaries; nothing else.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import uuid
+from collections import defaultdict
+
+from apache_beam.metrics import monitoring_infos
+from apache_beam.portability.api import metrics_pb2
+from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
+from pyspark import StorageLevel
+
+from sparkbeam.runner import grouping
+from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
+from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.runner.records import MetricsRecord, OutputRecord
+from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
+
+_LOG = logging.getLogger(__name__)
+
+
+class PlanExecutor:
+    """Runs one ExecutionPlan on a SparkContext, collecting metrics by stage."""
+
+    def __init__(self, spark, plan: ExecutionPlan, parallelism: int | None = None) -> None:
+        self.sc = spark.sparkContext
+        self.plan = plan
+        self.plan_key = f"{plan.fingerprint}-{uuid.uuid4().hex[:8]}"
+        self.parallelism = parallelism or self.sc.defaultParallelism
+        self.components = self.sc.broadcast(plan.components)
+        self._outputs: dict[BufferId, list] = defaultdict(list)  # buffer -> writer RDDs
+        self._stage_rdds: dict[str, object] = {}
+        self._remaining_consumers: dict[str, int] = {}
+        self._broadcasts: list = [self.components]
+        self.monitoring_infos_by_stage: dict[str, list] = {}
+        self.cancelled = False
+
+    def run(self) -> None:
+        try:
+            for stage in self.plan.stages:
+                if self.cancelled:
+                    break
+                self._run_stage(stage)
+        finally:
+            self._cleanup()
+
+    # --- stages -----------------------------------------------------------
+
+    def _run_stage(self, stage: StagePlan) -> None:
+        side_inputs = {si.buffer: self._read(si.buffer).collect() for si in stage.side_inputs}
+        side_bc = self.sc.broadcast(side_inputs)
+        self._broadcasts.append(side_bc)
+        task = StageTask(self.plan_key, stage)
+        inputs = [
+            self._stage_input(stage, transform, buffer).map(functools.partial(_tag, transform))
+            for transform, buffer in stage.inputs
+        ]
+        rdd = inputs[0] if len(inputs) == 1 else self.sc.union(inputs)
+        components = self.components
+        rdd = rdd.mapPartitions(
+            lambda rows: run_stage_partition(task, components.value, side_bc.value, rows)
+        ).persist(StorageLevel.MEMORY_AND_DISK)
+        self.sc.setJobDescription(f"sparkbeam {stage.id}: {', '.join(stage.transforms)[:200]}")
+        try:
+            metrics = rdd.filter(_is_metrics).collect()
+        except Exception as e:  # noqa: BLE001 - rewrapped with the stage named
+            raise StageFailedError(stage.id, (), _user_traceback(e)) from None
+        infos = [
+            metrics_pb2.MonitoringInfo.FromString(b) for rec in metrics for b in rec.monitoring_infos
+        ]
+        self.monitoring_infos_by_stage[stage.name] = monitoring_infos.consolidate(infos)
+        self._stage_rdds[stage.id] = rdd
+        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
+        self._remaining_consumers[stage.id] = len(consumers)
+        for _, buffer in stage.outputs:
+            self._outputs[buffer].append(
+                rdd.filter(functools.partial(_is_output, buffer)).map(_data)
+            )
+        for producer in self._producers_of(stage):
+            self._remaining_consumers[producer] -= 1
+            if self._remaining_consumers[producer] <= 0:
+                self._stage_rdds.pop(producer).unpersist(blocking=False)
+        if not consumers:
+            self._stage_rdds.pop(stage.id).unpersist(blocking=False)
+
+    def _producers_of(self, stage: StagePlan) -> set[str]:
+        read = set(stage.input_buffers) | {si.buffer for si in stage.side_inputs}
+        return {
+            s.id
+            for s in self.plan.stages
+            if s.id in self._stage_rdds and s.id != stage.id and read & set(s.output_buffers)
+        }
+
+    # --- edges ------------------------------------------------------------
+
+    def _stage_input(self, stage: StagePlan, transform: str, buffer: BufferId):
+        rdd = self._read(buffer)
+        if stage.stateful and self.plan.edge(buffer).kind != EdgeKind.IMPULSE:
+            coder = dict(stage.input_coders)[transform]
+            key = self.plan_key
+            comps = self.components
+            rdd = (
+                rdd.mapPartitions(lambda blobs: _keyed(comps.value, key, coder, blobs))
+                .partitionBy(self.parallelism, grouping.stable_partition)
+                .values()
+                .mapPartitions(grouping.chunk)
+            )
+        return rdd
+
+    def _read(self, buffer: BufferId):
+        edge = self.plan.edge(buffer)
+        if edge.kind == EdgeKind.IMPULSE:
+            return self.sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
+        writers = self._outputs.get(buffer, [])
+        if not writers:
+            source = self.sc.emptyRDD()
+        elif len(writers) == 1:
+            source = writers[0]
+        else:
+            source = self.sc.union(writers)
+        key = self.plan_key
+        comps = self.components
+        if edge.kind == EdgeKind.MATERIALIZE:
+            return source
+        if edge.kind == EdgeKind.GROUP:
+            return (
+                source.mapPartitions(lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs))
+                .partitionBy(self.parallelism, grouping.stable_partition)
+                .mapPartitions(lambda pairs: _grouped(comps.value, key, edge, pairs))
+            )
+        if edge.kind == EdgeKind.RESHUFFLE:
+            read_coder = edge.read_coder or edge.write_coder
+            return (
+                source.mapPartitions(
+                    lambda blobs: _spread(comps.value, key, edge.write_coder, blobs)
+                )
+                .partitionBy(self.parallelism)
+                .values()
+                .mapPartitions(grouping.chunk)
+                .mapPartitions(
+                    lambda blobs: _reencode(comps.value, key, edge.write_coder, read_coder, blobs)
+                )
+            )
+        raise NotImplementedError(f"edge kind {edge.kind}")
+
+    def _cleanup(self) -> None:
+        for rdd in self._stage_rdds.values():
+            rdd.unpersist(blocking=False)
+        self._stage_rdds.clear()
+        for bc in self._broadcasts:
+            try:
+                bc.unpersist(blocking=False)
+            except Exception:  # noqa: BLE001 - best effort on shutdown
+                pass
+
+
+# Module-level helpers: small, picklable by reference, run on executors.
+
+
+def _tag(transform: str, data: bytes) -> tuple[str, bytes]:
+    return transform, data
+
+
+def _is_metrics(record) -> bool:
+    return isinstance(record, MetricsRecord)
+
+
+def _is_output(buffer: str, record) -> bool:
+    return isinstance(record, OutputRecord) and record.buffer == buffer
+
+
+def _data(record) -> bytes:
+    return record.data
+
+
+def _keyed(components: bytes, plan_key: str, coder: str, blobs):
+    from sparkbeam.runner.worker_context import register_plan
+
+    register_plan(plan_key, components)
+    return grouping.keyed_elements(blobs, plan_key, coder)
+
+
+def _grouped(components: bytes, plan_key: str, edge, pairs):
+    from sparkbeam.runner.worker_context import register_plan
+
+    register_plan(plan_key, components)
+    return grouping.group_partition(pairs, plan_key, edge)
+
+
+def _spread(components: bytes, plan_key: str, coder: str, blobs):
+    from sparkbeam.runner.worker_context import register_plan
+
+    register_plan(plan_key, components)
+    return grouping.reshuffle_elements(blobs, plan_key, coder)
+
+
+def _reencode(components: bytes, plan_key: str, src: str, dst: str, blobs):
+    from sparkbeam.runner.worker_context import register_plan
+
+    register_plan(plan_key, components)
+    return grouping.reencode(blobs, plan_key, src, dst)
+
+
+def _user_traceback(error: Exception) -> str:
+    """The Python worker's traceback from a Spark failure, without JVM frames."""
+    text = str(error)
+    marker = "UserCodeError: "
+    if marker in text:
+        text = text[text.rindex(marker) + len(marker) :]
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("at ")]
+    return "\n".join(lines).strip()

@@ -1,0 +1,67 @@
+"""SparkRunnerOptions: every sparkbeam flag, with its default in the help text."""
+
+from __future__ import annotations
+
+from apache_beam.options import pipeline_options
+
+from sparkbeam.runner.errors import PipelineOptionsError
+
+
+DEFAULT_MASTER = "local[*]"
+
+
+class SparkRunnerOptions(pipeline_options.SparkRunnerOptions):
+    """Options of SparkCheckpointRunner.
+
+    Extends Beam's own ``SparkRunnerOptions``, which already defines
+    ``--spark_master_url`` (Beam's default there is local[4]; when the flag is
+    not given, sparkbeam uses local[*]). The master is ignored when a
+    SparkSession is already active (spark-submit).
+    """
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            "--spark_conf",
+            action="append",
+            default=[],
+            metavar="KEY=VALUE",
+            help="Extra Spark configuration, repeatable (e.g. --spark_conf "
+            "spark.executor.memory=2g). Default: none.",
+        )
+        parser.add_argument(
+            "--spark_app_name",
+            default=None,
+            help="Spark application name. Default: the Beam job name, else 'sparkbeam'.",
+        )
+        parser.add_argument(
+            "--parallelism",
+            type=int,
+            default=None,
+            help="Number of partitions after a shuffle (GroupByKey, Reshuffle, stateful "
+            "DoFns). Default: Spark's defaultParallelism.",
+        )
+        parser.add_argument(
+            "--checkpoint_dir",
+            default=None,
+            help="URL of the checkpoint store (local path, file://, or any filesystem "
+            "Beam's FileSystems reaches). Default: none in batch.",
+        )
+
+    def master_url(self) -> str:
+        """--spark_master_url if given, else local[*]."""
+        given = self.get_all_options(drop_default=True).get("spark_master_url")
+        return given or DEFAULT_MASTER
+
+    def spark_conf_pairs(self) -> list[tuple[str, str]]:
+        """Parse --spark_conf values; raise a one-line error for a malformed one."""
+        pairs = []
+        for item in self.spark_conf or []:
+            key, sep, value = item.partition("=")
+            if not sep or not key.strip():
+                raise PipelineOptionsError(
+                    f"--spark_conf {item!r} is not KEY=VALUE; "
+                    "write it like --spark_conf spark.executor.memory=2g."
+                )
+            pairs.append((key.strip(), value.strip()))
+        return pairs

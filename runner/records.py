@@ -1,0 +1,24 @@
+"""Typed records that cross the Spark task boundary.
+
+A stage's Spark partition yields these, never positional streams: data for
+an output buffer, the bundle metrics of the task, and (for SDF stages) the
+residuals the task could not finish.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class OutputRecord(NamedTuple):
+    """A chunk of Beam-encoded windowed values written to one output buffer."""
+
+    buffer: str
+    data: bytes
+
+
+class MetricsRecord(NamedTuple):
+    """The consolidated MonitoringInfos of every bundle one task ran."""
+
+    stage: str
+    monitoring_infos: tuple[bytes, ...]  # serialized metrics_pb2.MonitoringInfo

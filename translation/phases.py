@@ -1,0 +1,91 @@
+"""The planning phases: Beam's own fusion phases plus the one sparkbeam adds.
+
+Each phase is a pure function ``(stages, context) -> stages`` as in Beam's
+``fn_api_runner.translations``. We reuse Beam's phases and only add
+``expand_reshuffle``, which turns a runner-known Reshuffle (including the one
+``expand_sdf`` inserts before an SDF's process stage) into a buffer write and
+a read, exactly as ``expand_gbk`` does for GroupByKey. That buffer becomes a
+Spark repartition: the fusion break of seed 003.
+"""
+
+from __future__ import annotations
+
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import translations as t
+from apache_beam.runners.worker import bundle_processor
+
+IMPULSE_URN = common_urns.primitives.IMPULSE.urn
+FLATTEN_URN = common_urns.primitives.FLATTEN.urn
+GBK_URN = common_urns.primitives.GROUP_BY_KEY.urn
+RESHUFFLE_URN = common_urns.composites.RESHUFFLE.urn
+
+KNOWN_RUNNER_URNS = frozenset([FLATTEN_URN, GBK_URN, RESHUFFLE_URN])
+"""Transforms the runner executes itself (Impulse is handled by impulse_to_input)."""
+
+RESHUFFLE_BUFFER_KIND = "reshuffle"
+
+
+def expand_reshuffle(stages, context):
+    """Transforms each runner-known Reshuffle into a buffer write followed by a read."""
+    for stage in stages:
+        if len(stage.transforms) != 1 or stage.transforms[0].spec.urn != RESHUFFLE_URN:
+            yield stage
+            continue
+        transform = stage.transforms[0]
+        for pcoll_id in list(transform.inputs.values()) + list(transform.outputs.values()):
+            context.length_prefix_pcoll_coders(pcoll_id)
+        buffer_id = t.create_buffer_id(transform.unique_name, kind=RESHUFFLE_BUFFER_KIND)
+        write = t.Stage(
+            transform.unique_name + "/Write",
+            [
+                beam_runner_api_pb2.PTransform(
+                    unique_name=transform.unique_name + "/Write",
+                    inputs=transform.inputs,
+                    spec=beam_runner_api_pb2.FunctionSpec(
+                        urn=bundle_processor.DATA_OUTPUT_URN, payload=buffer_id
+                    ),
+                )
+            ],
+            downstream_side_inputs=frozenset(),
+            must_follow=stage.must_follow,
+        )
+        yield write
+        yield t.Stage(
+            transform.unique_name + "/Read",
+            [
+                beam_runner_api_pb2.PTransform(
+                    unique_name=transform.unique_name + "/Read",
+                    outputs=transform.outputs,
+                    spec=beam_runner_api_pb2.FunctionSpec(
+                        urn=bundle_processor.DATA_INPUT_URN, payload=buffer_id
+                    ),
+                )
+            ],
+            downstream_side_inputs=stage.downstream_side_inputs,
+            must_follow=t.union(frozenset([write]), stage.must_follow),
+        )
+
+
+def standard_phases() -> list:
+    """The named phases, in order: Beam's batch phases plus expand_reshuffle."""
+    return [
+        t.annotate_downstream_side_inputs,
+        # A stateful DoFn starts its own stage, so the runner can partition its
+        # input by key before it runs.
+        t.annotate_stateful_dofns_as_roots,
+        t.fix_side_input_pcoll_coders,
+        t.pack_combiners,
+        t.lift_combiners,
+        t.expand_sdf,
+        t.expand_gbk,
+        expand_reshuffle,
+        t.sink_flattens,
+        t.greedily_fuse,
+        t.read_to_impulse,
+        t.impulse_to_input,
+        t.sort_stages,
+        t.add_impulse_to_dangling_transforms,
+        t.setup_timer_mapping,
+        t.populate_data_channel_coders,
+    ]

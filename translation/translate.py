@@ -1,0 +1,265 @@
+"""Pipeline proto -> ExecutionPlan.
+
+Runs Beam's fusion phases (``sparkbeam.translation.phases``), then reads the
+fused stages into plain data: one ``StagePlan`` per executable stage with its
+ProcessBundleDescriptor, one ``Edge`` per buffer between stages, and the split
+of stages into independent pipelines (connected components, seed 000). No
+Spark here: the runner decides how edges become shuffles.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2, endpoints_pb2
+from apache_beam.runners.pipeline_utils import (
+    merge_common_environments,
+    merge_superset_dep_environments,
+    validate_pipeline_graph,
+)
+from apache_beam.runners.portability.fn_api_runner import translations as t
+from apache_beam.runners.portability.fn_api_runner.execution import SAFE_WINDOW_FNS
+from apache_beam.runners.worker import bundle_processor
+from apache_beam.utils import proto_utils
+
+from sparkbeam.translation.phases import KNOWN_RUNNER_URNS, standard_phases
+from sparkbeam.translation.plan import (
+    IMPULSE_BUFFER,
+    BufferId,
+    Edge,
+    EdgeKind,
+    ExecutionPlan,
+    PipelineId,
+    PipelinePlan,
+    SideInput,
+    StageId,
+    StagePlan,
+    TimerFamily,
+)
+from sparkbeam.translation.requirements import check_requirements
+
+_FAKE_ENDPOINT = endpoints_pb2.ApiServiceDescriptor(url="in-process")
+_SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
+
+
+def translate(pipeline: beam_runner_api_pb2.Pipeline, *, is_drain: bool = False) -> ExecutionPlan:
+    """Plan a portable pipeline for execution; raises for unsupported features."""
+    pipeline = copy.deepcopy(pipeline)
+    validate_pipeline_graph(pipeline)
+    check_requirements(pipeline)
+    pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
+    context, stages = t.create_and_optimize_stages(
+        pipeline, phases=standard_phases(), known_runner_urns=KNOWN_RUNNER_URNS, is_drain=is_drain
+    )
+    return _PlanBuilder(context, stages, tuple(pipeline.requirements)).build()
+
+
+class _PlanBuilder:
+    """Reads Beam's fused stages into the plan's dataclasses."""
+
+    def __init__(self, context: t.TransformContext, stages: list, requirements: tuple) -> None:
+        self.context = context
+        self.components = context.components
+        self.stages = stages
+        self.requirements = requirements
+        self.edges: dict[BufferId, Edge] = {}
+
+    def safe(self, coder_id: str) -> str:
+        return self.context.safe_coders.get(coder_id, coder_id)
+
+    def build(self) -> ExecutionPlan:
+        plans = [self._stage(i, s) for i, s in enumerate(self.stages)]
+        pipelines = _connected_components(plans)
+        pipeline_of = {sid: p.id for p in pipelines for sid in p.stages}
+        plans = [_with_pipeline(s, pipeline_of[s.id]) for s in plans]
+        components = self.components.SerializeToString(deterministic=True)
+        return ExecutionPlan(
+            stages=tuple(plans),
+            edges=tuple(self.edges.values()),
+            pipelines=tuple(pipelines),
+            components=components,
+            requirements=self.requirements,
+            fingerprint=_fingerprint(plans),
+        )
+
+    def _stage(self, index: int, stage: t.Stage) -> StagePlan:
+        stage_id = StageId(f"stage-{index}")
+        inputs, outputs, input_coders = [], [], []
+        side_inputs, timers, names = [], [], []
+        is_sdf = False
+        transforms = {}
+        for transform in stage.transforms:
+            transform = copy.deepcopy(transform)
+            urn = transform.spec.urn
+            if urn == bundle_processor.DATA_INPUT_URN:
+                pcoll = t.only_element(transform.outputs.values())
+                buffer = self._edge_for_read(transform.spec.payload, pcoll)
+                coder = self.context.data_channel_coders[pcoll]
+                inputs.append((transform.unique_name, buffer))
+                input_coders.append((transform.unique_name, self.safe(coder)))
+                transform.spec.payload = _grpc_port(coder)
+            elif urn == bundle_processor.DATA_OUTPUT_URN:
+                pcoll = t.only_element(transform.inputs.values())
+                buffer = self._edge_for_write(transform.spec.payload, pcoll)
+                coder = self.context.data_channel_coders[pcoll]
+                outputs.append((transform.unique_name, buffer))
+                transform.spec.payload = _grpc_port(coder)
+            else:
+                names.append(transform.unique_name)
+                is_sdf = is_sdf or urn == _SDF_PROCESS_URN
+                if urn in t.PAR_DO_URNS:
+                    side_inputs.extend(self._side_inputs(transform))
+                    timers.extend(self._timers(transform))
+            transforms[transform.unique_name] = transform
+        descriptor = beam_fn_api_pb2.ProcessBundleDescriptor(
+            id=stage_id,
+            transforms=transforms,
+            pcollections=dict(self.components.pcollections.items()),
+            coders=dict(self.components.coders.items()),
+            windowing_strategies=dict(self.components.windowing_strategies.items()),
+            environments=dict(self.components.environments.items()),
+            timer_api_service_descriptor=_FAKE_ENDPOINT,
+        )
+        stateful = stage.is_stateful()
+        return StagePlan(
+            id=stage_id,
+            name=stage.name,
+            pipeline=PipelineId(""),
+            descriptor=descriptor.SerializeToString(deterministic=True),
+            inputs=tuple(inputs),
+            outputs=tuple(outputs),
+            input_coders=tuple(input_coders),
+            side_inputs=tuple(side_inputs),
+            timers=tuple(timers),
+            stateful=stateful,
+            is_sdf_process=is_sdf,
+            transforms=tuple(names),
+        )
+
+    def _edge_for_read(self, payload: bytes, pcoll: str) -> BufferId:
+        if payload == t.IMPULSE_BUFFER:
+            self.edges.setdefault(IMPULSE_BUFFER, Edge(IMPULSE_BUFFER, EdgeKind.IMPULSE, pcoll))
+            return IMPULSE_BUFFER
+        buffer = BufferId(payload.decode("utf-8"))
+        edge = self._edge(buffer, pcoll)
+        coder = self.context.data_channel_coders[pcoll]
+        self.edges[buffer] = _replace(edge, read_coder=self.safe(coder))
+        return buffer
+
+    def _edge_for_write(self, payload: bytes, pcoll: str) -> BufferId:
+        buffer = BufferId(payload.decode("utf-8"))
+        edge = self._edge(buffer, pcoll)
+        coder = self.context.data_channel_coders[pcoll]
+        self.edges[buffer] = _replace(edge, write_coder=self.safe(coder))
+        return buffer
+
+    def _edge(self, buffer: BufferId, pcoll: str) -> Edge:
+        if buffer in self.edges:
+            return self.edges[buffer]
+        kind_name, name = t.split_buffer_id(buffer.encode("utf-8"))
+        kind = EdgeKind(kind_name)
+        if kind != EdgeKind.GROUP:
+            return Edge(buffer, kind, pcoll)
+        gbk = self.components.transforms[name]
+        in_pcoll = t.only_element(gbk.inputs.values())
+        out_pcoll = t.only_element(gbk.outputs.values())
+        strategy_id = self.components.pcollections[in_pcoll].windowing_strategy_id
+        strategy = self.components.windowing_strategies[strategy_id]
+        standard = strategy.window_fn.urn in SAFE_WINDOW_FNS
+        pick = self.safe if standard else (lambda c: c)
+        return Edge(
+            buffer,
+            kind,
+            in_pcoll,
+            write_coder=pick(self.context.data_channel_coders[in_pcoll]),
+            read_coder=pick(self.context.data_channel_coders[out_pcoll]),
+            windowing_strategy=strategy_id,
+            standard_windowing=standard,
+        )
+
+    def _side_inputs(self, transform) -> list[SideInput]:
+        payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+        result = []
+        for tag, spec in payload.side_inputs.items():
+            pcoll = transform.inputs[tag]
+            buffer = BufferId(t.create_buffer_id(pcoll).decode("utf-8"))
+            coder = self.context.data_channel_coders.get(pcoll)
+            if coder is None:
+                self.context.add_data_channel_coder(pcoll)
+                coder = self.context.data_channel_coders[pcoll]
+            result.append(
+                SideInput(
+                    transform=transform.unique_name,
+                    tag=tag,
+                    buffer=buffer,
+                    access_pattern_urn=spec.access_pattern.urn,
+                    coder=self.safe(coder),
+                )
+            )
+        return result
+
+    def _timers(self, transform) -> list[TimerFamily]:
+        payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+        return [
+            TimerFamily(
+                transform=transform.unique_name,
+                family=family,
+                time_domain=spec.time_domain,
+                coder=self.safe(spec.timer_family_coder_id),
+            )
+            for family, spec in payload.timer_family_specs.items()
+        ]
+
+
+def _grpc_port(coder_id: str) -> bytes:
+    port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=coder_id)
+    port.api_service_descriptor.CopyFrom(_FAKE_ENDPOINT)
+    return port.SerializeToString()
+
+
+def _replace(obj, **changes):
+    import dataclasses
+
+    return dataclasses.replace(obj, **changes)
+
+
+def _with_pipeline(stage: StagePlan, pipeline: PipelineId) -> StagePlan:
+    return _replace(stage, pipeline=pipeline)
+
+
+def _connected_components(stages: list[StagePlan]) -> list[PipelinePlan]:
+    """Stages sharing any buffer (main or side input) belong to one pipeline."""
+    parent = {s.id: s.id for s in stages}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    touching: dict[BufferId, list[StageId]] = {}
+    for s in stages:
+        buffers = set(s.input_buffers) | set(s.output_buffers) | {si.buffer for si in s.side_inputs}
+        buffers.discard(IMPULSE_BUFFER)
+        for b in buffers:
+            touching.setdefault(b, []).append(s.id)
+    for ids in touching.values():
+        for other in ids[1:]:
+            parent[find(other)] = find(ids[0])
+    groups: dict[StageId, list[StageId]] = {}
+    for s in stages:
+        groups.setdefault(find(s.id), []).append(s.id)
+    return [
+        PipelinePlan(PipelineId(f"pipeline-{i}"), tuple(members))
+        for i, members in enumerate(groups.values())
+    ]
+
+
+def _fingerprint(stages: list[StagePlan]) -> str:
+    """Hash of the graph shape: stages, their transforms and their edges."""
+    h = hashlib.sha256()
+    for s in stages:
+        h.update(repr((s.id, s.transforms, s.input_buffers, s.output_buffers)).encode())
+    return h.hexdigest()[:16]
