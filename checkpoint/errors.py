@@ -1,0 +1,75 @@
+"""Exceptions of the checkpoint store.
+
+Owns: one small class per failure an operator can act on, each subclassing a builtin so callers
+may catch the broad kind. Messages name the file, pipeline or store with ``!r`` and end with what
+to do. Leaves to others: deciding when to raise (the modules that detect the problem).
+"""
+
+from __future__ import annotations
+
+
+class CheckpointCorruptError(ValueError):
+    """A checkpoint file is torn, truncated or fails its checksum."""
+
+    def __init__(self, path: str, reason: str, action: str | None = None):
+        self.path = path
+        self.reason = reason
+        action = action or (
+            "The store falls back to the previous complete checkpoint; run "
+            "`sparkbeam checkpoints verify` to list damaged files and `checkpoints clean` "
+            "once they are no longer needed."
+        )
+        super().__init__(f"Checkpoint file {path!r} is corrupt: {reason}. {action}")
+
+
+class IncompatibleCheckpointError(ValueError):
+    """The checkpoint was written by a pipeline with another fingerprint."""
+
+    def __init__(self, pipeline_id: str, checkpoint_id: int, stored: str, current: str):
+        self.pipeline_id = pipeline_id
+        self.checkpoint_id = checkpoint_id
+        self.stored = stored
+        self.current = current
+        super().__init__(
+            f"Checkpoint {checkpoint_id} of pipeline {pipeline_id!r} was written by a pipeline "
+            f"with fingerprint {stored!r}, but the running pipeline has fingerprint {current!r}: "
+            "the pipeline graph or its coders changed. To restore anyway pass "
+            "allow_fingerprint_change=True (state of changed transforms may not fit); to start "
+            "fresh use a new --checkpoint_dir or another pipeline id."
+        )
+
+
+class StoreLockedError(RuntimeError):
+    """Another job holds the store's write lock."""
+
+    def __init__(self, url: str, holder: dict):
+        self.url = url
+        self.holder = dict(holder)
+        who = (
+            f"job {holder.get('job_name')!r} (host {holder.get('host')!r}, "
+            f"pid {holder.get('pid')!r}, since {holder.get('created_iso')!r})"
+        )
+        super().__init__(
+            f"Checkpoint store {url!r} is locked by {who}. Stop that job first; if it is gone "
+            "(a crash on another host), reopen with break_lock=True (CLI: --break_lock)."
+        )
+
+
+class CheckpointNotFoundError(LookupError):
+    """No (usable) checkpoint with the requested id exists."""
+
+    def __init__(self, pipeline_id: str, checkpoint_id: int | None, url: str):
+        self.pipeline_id = pipeline_id
+        self.checkpoint_id = checkpoint_id
+        what = "any checkpoint" if checkpoint_id is None else f"checkpoint {checkpoint_id}"
+        super().__init__(
+            f"Pipeline {pipeline_id!r} has no {what} in store {url!r}. Run "
+            f"`sparkbeam checkpoints list --checkpoint_dir {url}` to see what exists."
+        )
+
+
+class StoreClosedError(RuntimeError):
+    """The store or pipeline handle was closed and can no longer write."""
+
+    def __init__(self, what: str):
+        super().__init__(f"{what} is closed. Open the store again with open_store(...).")

@@ -1,0 +1,318 @@
+"""Byte storage under one root URL: the only place the checkpoint store touches a filesystem.
+
+Owns: the small `Storage` interface (read, atomic write, exclusive create, list, delete, exists,
+size, mtime) and three backends -- `LocalStorage` for plain paths and ``file://`` URLs,
+`MemoryStorage` for fast unit tests, and `FileSystemsStorage`, an adapter over Beam's
+``FileSystems`` for every other scheme (``hdfs://``, ``s3://``, ``gs://``). `open_storage(url)`
+picks one. Leaves to others: file formats and what is written when (the other modules).
+
+Paths given to a storage are relative to its root and use ``/``. Writes are atomic for readers:
+local files are written to a temp name, fsynced and renamed. Object stores have no atomic rename
+(``rename`` is copy + delete), so `FileSystemsStorage` writes a unique temp name and renames it,
+and the store relies on ordering instead: every data file has a unique name that nothing reads
+until a manifest names it, and the manifest is written last, so a torn write is never visible.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from abc import ABC, abstractmethod
+
+TMP_PREFIX = ".tmp-"
+
+
+class Storage(ABC):
+    """Bytes under a root; see the module docstring for the atomicity contract."""
+
+    url: str
+
+    def __init__(self) -> None:
+        self.bytes_written = 0
+        """Total bytes written through this object (benchmarks and tests read it)."""
+
+    @abstractmethod
+    def read(self, path: str) -> bytes:
+        """The whole file; `FileNotFoundError` if absent."""
+
+    @abstractmethod
+    def _write(self, path: str, data: bytes) -> None: ...
+
+    def write(self, path: str, data: bytes) -> None:
+        """Replace ``path`` with ``data`` atomically (readers see old or new, never a mix)."""
+        self._write(path, bytes(data))
+        self.bytes_written += len(data)
+
+    @abstractmethod
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        """Create ``path`` only if it does not exist; False if it does."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Sorted relative paths of all files under directory ``prefix`` (recursive)."""
+
+    @abstractmethod
+    def delete(self, path: str) -> None:
+        """Remove a file; absent files are ignored."""
+
+    @abstractmethod
+    def exists(self, path: str) -> bool: ...
+
+    @abstractmethod
+    def size(self, path: str) -> int: ...
+
+    @abstractmethod
+    def mtime(self, path: str) -> float:
+        """Last modification, seconds since the epoch."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources; default: nothing."""
+
+
+class LocalStorage(Storage):
+    """A local directory; writes are temp file + fsync + rename + directory fsync."""
+
+    def __init__(self, root: str):
+        super().__init__()
+        if root.startswith("file://"):
+            root = root[len("file://") :]
+        self.root = os.path.abspath(root)
+        self.url = self.root
+        os.makedirs(self.root, exist_ok=True)
+
+    def __getstate__(self) -> dict:
+        return {"root": self.root}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["root"])
+
+    def _path(self, path: str) -> str:
+        return os.path.join(self.root, *path.split("/"))
+
+    def read(self, path: str) -> bytes:
+        with open(self._path(path), "rb") as f:
+            return f.read()
+
+    def _write(self, path: str, data: bytes) -> None:
+        final = self._path(path)
+        directory = os.path.dirname(final)
+        os.makedirs(directory, exist_ok=True)
+        tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, final)
+        _fsync_dir(directory)
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        final = self._path(path)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        try:
+            fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.bytes_written += len(data)
+        return True
+
+    def list(self, prefix: str = "") -> list[str]:
+        base = self._path(prefix) if prefix else self.root
+        out = []
+        for dirpath, _dirs, files in os.walk(base):
+            rel = os.path.relpath(dirpath, self.root).replace(os.sep, "/")
+            for name in files:
+                out.append(name if rel == "." else f"{rel}/{name}")
+        return sorted(out)
+
+    def delete(self, path: str) -> None:
+        try:
+            os.remove(self._path(path))
+        except FileNotFoundError:
+            pass
+
+    def exists(self, path: str) -> bool:
+        return os.path.isfile(self._path(path))
+
+    def size(self, path: str) -> int:
+        return os.path.getsize(self._path(path))
+
+    def mtime(self, path: str) -> float:
+        return os.path.getmtime(self._path(path))
+
+
+def _fsync_dir(directory: str) -> None:
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:  # pragma: no cover - platforms without directory fds
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # pragma: no cover
+        pass
+    finally:
+        os.close(fd)
+
+
+class MemoryStorage(Storage):
+    """Files in a dict, for fast unit tests. ``memory://name`` URLs share one dict per name."""
+
+    _shared: dict[str, dict[str, tuple[bytes, float]]] = {}
+    _shared_lock = threading.Lock()
+
+    def __init__(self, name: str | None = None):
+        super().__init__()
+        name = name or uuid.uuid4().hex
+        self.url = f"memory://{name}"
+        with self._shared_lock:
+            self._files = self._shared.setdefault(name, {})
+        self._lock = threading.Lock()
+
+    def read(self, path: str) -> bytes:
+        try:
+            return self._files[path][0]
+        except KeyError:
+            raise FileNotFoundError(f"{self.url}/{path}") from None
+
+    def _write(self, path: str, data: bytes) -> None:
+        with self._lock:
+            self._files[path] = (data, time.time())
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        with self._lock:
+            if path in self._files:
+                return False
+            self._files[path] = (bytes(data), time.time())
+        self.bytes_written += len(data)
+        return True
+
+    def list(self, prefix: str = "") -> list[str]:
+        p = prefix.rstrip("/") + "/" if prefix else ""
+        return sorted(k for k in list(self._files) if k.startswith(p))
+
+    def delete(self, path: str) -> None:
+        with self._lock:
+            self._files.pop(path, None)
+
+    def exists(self, path: str) -> bool:
+        return path in self._files
+
+    def size(self, path: str) -> int:
+        return len(self.read(path))
+
+    def mtime(self, path: str) -> float:
+        try:
+            return self._files[path][1]
+        except KeyError:
+            raise FileNotFoundError(f"{self.url}/{path}") from None
+
+    def corrupt(self, path: str, data: bytes) -> None:
+        """Overwrite a file in place, keeping its mtime (tests only)."""
+        self._files[path] = (data, self._files[path][1])
+
+
+class FileSystemsStorage(Storage):
+    """Any scheme Beam's ``FileSystems`` reaches (``hdfs://``, ``s3://``, ``gs://``, ...).
+
+    Beam is imported lazily, inside the methods, so `sparkbeam.checkpoint` never imports Beam
+    for local or in-memory stores. Writes go to a unique temp name and are then renamed; on
+    object stores that rename is a copy, which is why manifests are written last (see the module
+    docstring). `create_exclusive` is check-then-write here: a best effort for the lock file.
+    """
+
+    def __init__(self, url: str):
+        super().__init__()
+        self.url = url.rstrip("/")
+
+    def _fs(self):
+        from apache_beam.io.filesystems import FileSystems
+
+        return FileSystems
+
+    def _path(self, path: str) -> str:
+        return f"{self.url}/{path}" if path else self.url
+
+    def read(self, path: str) -> bytes:
+        fs = self._fs()
+        full = self._path(path)
+        if not fs.exists(full):
+            raise FileNotFoundError(full)
+        with fs.open(full, compression_type="uncompressed") as f:
+            return f.read()
+
+    def _write(self, path: str, data: bytes) -> None:
+        fs = self._fs()
+        final = self._path(path)
+        directory, name = final.rsplit("/", 1)
+        tmp = f"{directory}/{TMP_PREFIX}{name}-{socket.gethostname()}-{uuid.uuid4().hex}"
+        fs.mkdirs(directory) if not fs.exists(directory) else None
+        with fs.create(tmp, compression_type="uncompressed") as f:
+            f.write(data)
+        if fs.exists(final):
+            fs.delete([final])
+        fs.rename([tmp], [final])
+
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        if self.exists(path):
+            return False
+        self._write(path, data)
+        self.bytes_written += len(data)
+        return True
+
+    def list(self, prefix: str = "") -> list[str]:
+        fs = self._fs()
+        base = self._path(prefix).rstrip("/")
+        if not fs.exists(base):
+            return []
+        result = fs.match([f"{base}/**"])[0]
+        root = self.url + "/"
+        out = []
+        for meta in result.metadata_list:
+            p = meta.path
+            if p.startswith(root):
+                out.append(p[len(root) :])
+        return sorted(out)
+
+    def delete(self, path: str) -> None:
+        fs = self._fs()
+        full = self._path(path)
+        if fs.exists(full):
+            fs.delete([full])
+
+    def exists(self, path: str) -> bool:
+        return bool(self._fs().exists(self._path(path)))
+
+    def size(self, path: str) -> int:
+        return int(self._fs().match([self._path(path)])[0].metadata_list[0].size_in_bytes)
+
+    def mtime(self, path: str) -> float:
+        return float(self._fs().last_updated(self._path(path)))
+
+
+def open_storage(url: str | Storage) -> Storage:
+    """The storage for ``url``: local for plain paths/``file://``, memory for ``memory://``."""
+    if isinstance(url, Storage):
+        return url
+    if url.startswith("memory://"):
+        return MemoryStorage(url[len("memory://") :] or None)
+    if "://" not in url or url.startswith("file://"):
+        return LocalStorage(url)
+    return FileSystemsStorage(url)
+
+
+def checksum(data: bytes) -> str:
+    """The checksum recorded for every file: ``crc32:`` + 8 hex digits."""
+    import zlib
+
+    return "crc32:%08x" % (zlib.crc32(data) & 0xFFFFFFFF)

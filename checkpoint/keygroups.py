@@ -1,0 +1,82 @@
+"""Key groups: the stable hash, the key -> key-group map, and key-group ranges per subtask.
+
+Owns: `stable_hash` (identical in every process and Python version: the first 8 bytes of
+BLAKE2b, never Python's salted ``hash()``), `key_group`, and the contiguous range assignment of
+Flink's ``KeyGroupRangeAssignment``: with ``p <= max_key_groups`` subtasks, subtask ``i`` owns
+``[ceil(i*m/p), ceil((i+1)*m/p))`` so every key group belongs to exactly one subtask for every
+``p``. Rescaling reassigns whole ranges; nothing is rehashed. Leaves to others: what a key is
+(the runner encodes elements and user keys to bytes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from sparkbeam.checkpoint.ids import KeyGroup
+
+DEFAULT_MAX_KEY_GROUPS = 128
+MAX_KEY_GROUPS_LIMIT = 1 << 15
+
+
+def stable_hash(key: bytes) -> int:
+    """A 64-bit hash of ``key`` that is the same in every process, host and Python version."""
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big")
+
+
+def key_group(key: bytes, max_key_groups: int) -> KeyGroup:
+    """The key group of ``key``: ``stable_hash(key) % max_key_groups``."""
+    return KeyGroup(
+        int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % max_key_groups
+    )
+
+
+@dataclass(frozen=True)
+class KeyGroupRange:
+    """The contiguous key groups ``[start, stop)`` owned by one subtask."""
+
+    start: int
+    stop: int
+
+    def __contains__(self, kg: object) -> bool:
+        return isinstance(kg, int) and self.start <= kg < self.stop
+
+    def __iter__(self):
+        return iter(range(self.start, self.stop))
+
+    def __len__(self) -> int:
+        return max(0, self.stop - self.start)
+
+    def overlaps(self, start: int, stop: int) -> bool:
+        return self.start < stop and start < self.stop
+
+
+def _check(parallelism: int, max_key_groups: int) -> None:
+    if not 1 <= max_key_groups <= MAX_KEY_GROUPS_LIMIT:
+        raise ValueError(
+            f"max_key_groups={max_key_groups!r} must be in 1..{MAX_KEY_GROUPS_LIMIT}; "
+            f"the default is {DEFAULT_MAX_KEY_GROUPS}."
+        )
+    if not 1 <= parallelism <= max_key_groups:
+        raise ValueError(
+            f"parallelism={parallelism!r} must be in 1..max_key_groups ({max_key_groups}); "
+            "raise max_key_groups for a new store or lower the parallelism."
+        )
+
+
+def key_group_range(subtask: int, parallelism: int, max_key_groups: int) -> KeyGroupRange:
+    """The key groups of ``subtask`` (0-based) out of ``parallelism`` subtasks."""
+    _check(parallelism, max_key_groups)
+    if not 0 <= subtask < parallelism:
+        raise ValueError(f"subtask={subtask!r} must be in 0..{parallelism - 1}.")
+    start = (subtask * max_key_groups + parallelism - 1) // parallelism
+    stop = ((subtask + 1) * max_key_groups + parallelism - 1) // parallelism
+    return KeyGroupRange(start, stop)
+
+
+def subtask_for_key_group(kg: int, parallelism: int, max_key_groups: int) -> int:
+    """The subtask that owns key group ``kg``; inverse of `key_group_range`."""
+    _check(parallelism, max_key_groups)
+    if not 0 <= kg < max_key_groups:
+        raise ValueError(f"key group {kg!r} must be in 0..{max_key_groups - 1}.")
+    return kg * parallelism // max_key_groups

@@ -1,0 +1,142 @@
+"""Materialization: a full snapshot of a state table, one Arrow IPC file per key-group range.
+
+Owns: writing a snapshot (`write_materialization`) and reading back only the key groups a caller
+owns (`read_materialization`). Each file holds the columns ``kg`` (uint16), ``namespace``
+(string), ``key`` and ``value`` (binary) for the key groups ``[kg_start, kg_stop)`` and is named
+by the manifest with its size, crc32 and row count, so a damaged file is detected before use.
+Leaves to others: when to materialize and which changelog it supersedes (`store`).
+"""
+
+from __future__ import annotations
+
+import io
+import uuid
+from collections.abc import Iterator
+
+import pyarrow as pa
+from sparkbeam.checkpoint.errors import CheckpointCorruptError
+from sparkbeam.checkpoint.filesystem import Storage, checksum
+from sparkbeam.checkpoint.ids import FileEntry
+from sparkbeam.checkpoint.keygroups import KeyGroupRange, key_group_range
+from sparkbeam.checkpoint.state_table import Entry, RocksDBStateTable, StateTable
+
+SCHEMA = pa.schema(
+    [
+        ("kg", pa.uint16()),
+        ("namespace", pa.string()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+    ]
+)
+DEFAULT_FILES = 8
+
+
+def _ranges(max_key_groups: int, files: int) -> list[KeyGroupRange]:
+    n = max(1, min(files, max_key_groups))
+    return [key_group_range(i, n, max_key_groups) for i in range(n)]
+
+
+def _encode(rows: tuple[list, list, list, list]) -> bytes:
+    kgs, nss, keys, values = rows
+    batch = pa.record_batch(
+        [
+            pa.array(kgs, pa.uint16()),
+            pa.array(nss, pa.string()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+        ],
+        schema=SCHEMA,
+    )
+    sink = io.BytesIO()
+    with pa.ipc.new_file(sink, SCHEMA) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue()
+
+
+def write_materialization(
+    storage: Storage,
+    directory: str,
+    table: StateTable,
+    files: int = DEFAULT_FILES,
+) -> tuple[str, list[FileEntry]]:
+    """Write ``table`` under ``directory/mat-<random>/``; returns (subdir, file entries).
+
+    File names in the entries are relative to ``directory``.
+    """
+    ranges = _ranges(table.max_key_groups, files)
+    subdir = f"mat-{uuid.uuid4().hex[:12]}"
+    buckets: list[tuple[list, list, list, list]] = [([], [], [], []) for _ in ranges]
+    if isinstance(table, RocksDBStateTable):
+        for i, r in enumerate(ranges):
+            _fill(buckets[i], table.snapshot(r))
+    else:
+        n = len(ranges)
+        m = table.max_key_groups
+        for kg, ns, key, value in table.snapshot():
+            b = buckets[kg * n // m]
+            b[0].append(kg)
+            b[1].append(ns)
+            b[2].append(key)
+            b[3].append(value)
+    entries = []
+    for r, rows in zip(ranges, buckets):
+        data = _encode(rows)
+        name = f"{subdir}/kg-{r.start:05d}-{r.stop:05d}.arrow"
+        storage.write(f"{directory}/{name}", data)
+        entries.append(
+            FileEntry(
+                name=name,
+                size=len(data),
+                checksum=checksum(data),
+                records=len(rows[0]),
+                kg_start=r.start,
+                kg_stop=r.stop,
+            )
+        )
+    return subdir, entries
+
+
+def _fill(rows: tuple[list, list, list, list], entries: Iterator[Entry]) -> None:
+    for kg, ns, key, value in entries:
+        rows[0].append(kg)
+        rows[1].append(ns)
+        rows[2].append(key)
+        rows[3].append(value)
+
+
+def read_materialization(
+    storage: Storage, path: str, entry: FileEntry, key_groups: KeyGroupRange | None = None
+) -> Iterator[Entry]:
+    """Check one file against its manifest entry and yield its rows in ``key_groups``."""
+    try:
+        data = storage.read(path)
+    except FileNotFoundError:
+        raise CheckpointCorruptError(path, "file is missing") from None
+    if len(data) != entry.size:
+        raise CheckpointCorruptError(
+            path, f"size is {len(data)} bytes, the manifest says {entry.size}"
+        )
+    actual = checksum(data)
+    if actual != entry.checksum:
+        raise CheckpointCorruptError(
+            path, f"checksum {actual} does not match the manifest's {entry.checksum}"
+        )
+    try:
+        arrow = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+    except (pa.ArrowInvalid, OSError) as e:
+        raise CheckpointCorruptError(path, f"unreadable Arrow IPC file ({e})") from None
+    if arrow.num_rows != entry.records or arrow.schema != SCHEMA:
+        raise CheckpointCorruptError(
+            path, f"has {arrow.num_rows} rows, the manifest says {entry.records}"
+        )
+    kgs = arrow.column("kg").to_pylist()
+    nss = arrow.column("namespace").to_pylist()
+    keys = arrow.column("key").to_pylist()
+    values = arrow.column("value").to_pylist()
+    if key_groups is None:
+        yield from zip(kgs, nss, keys, values)
+        return
+    lo, hi = key_groups.start, key_groups.stop
+    for row in zip(kgs, nss, keys, values):
+        if lo <= row[0] < hi:
+            yield row

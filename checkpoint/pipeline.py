@@ -1,0 +1,346 @@
+"""One pipeline's live state and its checkpoint chain: `PipelineStore`.
+
+Owns: the working state table of one independent pipeline, its changelog writer, its
+completed-work markers and source positions, the commit protocol of `PipelineStore.checkpoint`
+(numbered steps, `CommitStatus`), materialization, retention, and restore with fallback past
+damaged checkpoints. Leaves to others: the store-wide concerns -- lock, listing, cleaning,
+per-subtask reads (`store`) -- and file formats (`changelog`, `materialization`, `manifest`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from sparkbeam.checkpoint.changelog import ChangelogWriter, Op, iter_records, read_segment
+from sparkbeam.checkpoint.errors import (
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    IncompatibleCheckpointError,
+    StoreClosedError,
+)
+from sparkbeam.checkpoint.ids import CheckpointId, FileEntry, PipelineId
+from sparkbeam.checkpoint.keygroups import key_group
+from sparkbeam.checkpoint.layout import pipeline_dir
+from sparkbeam.checkpoint.manifest import Manifest, encode_manifest, manifest_name
+from sparkbeam.checkpoint.materialization import write_materialization
+from sparkbeam.checkpoint.reader import replay
+from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus, check_key
+from sparkbeam.checkpoint.state_table import make_state_table
+
+if TYPE_CHECKING:
+    from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore
+
+log = logging.getLogger(__name__)
+
+
+class PipelineStore:
+    """Keyed state + checkpoints of one pipeline; get it from ``CheckpointStore.pipeline``."""
+
+    def __init__(self, store: CheckpointStore, pipeline_id: str):
+        self._store = store
+        self.pipeline_id = PipelineId(pipeline_id)
+        self.directory = pipeline_dir(pipeline_id)
+        self.max_key_groups = store.max_key_groups
+        self._table = make_state_table(store.state_backend, self.max_key_groups)
+        self._log = ChangelogWriter(
+            store.storage, self.directory, "driver", store.flush_bytes, name_prefix="changelog/"
+        )
+        self._materialization: tuple[FileEntry, ...] = ()
+        self._chain: list[FileEntry] = []
+        self._completed: set[str] = set()
+        self._positions: dict[str, bytes] = {}
+        self._committed_tasks: dict[tuple[str, int, int], int] = {}
+        self._last_materialized = time.monotonic()
+        self.last_checkpoint_id: CheckpointId | None = None
+        self.status: CommitStatus | None = None
+        """Status of the latest `checkpoint` call (None before the first)."""
+        self._closed = False
+
+    # -- state ---------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"Pipeline {self.pipeline_id!r} of {self._store.url!r}")
+
+    def get(self, namespace: str, key: bytes) -> bytes | None:
+        return self._table.get(namespace, key)
+
+    def put(self, namespace: str, key: bytes, value: bytes) -> None:
+        self._check_open()
+        check_key(namespace, key, value)
+        kg = key_group(key, self.max_key_groups)
+        self._table.put(namespace, key, value, kg)
+        self._append(Op.PUT, kg, namespace, key, value)
+
+    def delete(self, namespace: str, key: bytes) -> None:
+        self._check_open()
+        check_key(namespace, key)
+        kg = key_group(key, self.max_key_groups)
+        self._table.delete(namespace, key, kg)
+        self._append(Op.DELETE, kg, namespace, key, b"")
+
+    def _append(self, op: Op, kg: int, namespace: str, key: bytes, value: bytes) -> None:
+        entry = self._log.append(op, kg, namespace, key, value)
+        if entry is not None:
+            self._chain.append(entry)
+
+    def items(self, namespace: str | None = None) -> Iterator[tuple[str, bytes, bytes]]:
+        """(namespace, key, value) of the working state, optionally of one namespace."""
+        return self._table.items(namespace)
+
+    def __len__(self) -> int:
+        return len(self._table)
+
+    def mark_completed(self, marker: str) -> None:
+        """Record finished work (a root input, a bounded restriction) in the next checkpoint."""
+        self._check_open()
+        self._completed.add(str(marker))
+
+    def completed(self) -> frozenset[str]:
+        return frozenset(self._completed)
+
+    def set_source_position(self, name: str, value: bytes) -> None:
+        self._check_open()
+        self._positions[str(name)] = bytes(value)
+
+    def source_positions(self) -> dict[str, bytes]:
+        return dict(self._positions)
+
+    # -- checkpoint ----------------------------------------------------------------------------
+    def checkpoint(
+        self,
+        *,
+        fingerprint: str = "",
+        parallelism: int = 1,
+        metadata: dict[str, Any] | None = None,
+        commit_messages: Iterable[CommitMessage] = (),
+    ) -> CheckpointId:
+        """Commit the current state as the next checkpoint of this pipeline.
+
+        Step 1. STARTED: check the commit messages (one attempt per (stage, round, partition))
+                and read + verify all their staged files before anything is applied.
+        Step 2. Flush the driver's changelog buffer: its changes precede the staged ones.
+        Step 3. Apply the staged changes to the working table and append their files to the
+                chain, in (stage, round, partition) order.
+        Step 4. Materialize if ``materialization_interval_s`` has passed.
+        Step 5. PREPARED: build the manifest naming the materialization and the chain.
+        Step 6. Write the manifest atomically -- the commit point. COMMITTED.
+        Step 7. Retention: drop checkpoints beyond ``retain`` and files only they named.
+        A failure before step 6 leaves the status ABORTED and no new checkpoint visible; the
+        changes stay in the working state and go into the next checkpoint.
+        """
+        self._check_open()
+        self.status = CommitStatus.STARTED
+        try:
+            # Step 1.
+            staged = self._read_commit_messages(list(commit_messages))
+            # Step 2.
+            entry = self._log.flush()
+            if entry is not None:
+                self._chain.append(entry)
+            # Step 3.
+            for msg, records in staged:
+                for op, kg, ns, key, value in records:
+                    if op is Op.PUT:
+                        self._table.put(ns, key, value, kg)
+                    else:
+                        self._table.delete(ns, key, kg)
+                self._chain.extend(msg.files)
+                self._completed.update(msg.completed)
+                self._positions.update(msg.source_positions)
+                self._committed_tasks[msg.task] = msg.attempt
+            # Step 4.
+            interval = self._store.materialization_interval_s
+            if interval is not None and time.monotonic() - self._last_materialized >= interval:
+                self.materialize()
+            # Step 5.
+            cid = CheckpointId(self._store._next_checkpoint_id(self.pipeline_id))
+            manifest = Manifest(
+                pipeline_id=self.pipeline_id,
+                checkpoint_id=cid,
+                created=time.time(),
+                fingerprint=fingerprint,
+                parallelism=parallelism,
+                max_key_groups=self.max_key_groups,
+                materialization=self._materialization,
+                changelog=tuple(self._chain),
+                completed=frozenset(self._completed),
+                source_positions=dict(self._positions),
+                entries=len(self._table),
+                metadata=dict(metadata or {}),
+                commits=tuple((*m.task, m.attempt) for m, _ in staged),
+            )
+            self.status = CommitStatus.PREPARED
+            # Step 6.
+            self._store.storage.write(
+                f"{self.directory}/{manifest_name(cid)}", encode_manifest(manifest)
+            )
+            self._store._manifest_cache[(self.pipeline_id, cid)] = manifest
+            self.status = CommitStatus.COMMITTED
+        except BaseException:
+            self.status = CommitStatus.ABORTED
+            raise
+        self.last_checkpoint_id = cid
+        # Step 7.
+        self._store._apply_retention(self.pipeline_id, live=self.live_files())
+        return cid
+
+    def _read_commit_messages(self, messages: list[CommitMessage]) -> list[tuple]:
+        seen: dict[tuple[str, int, int], CommitMessage] = {}
+        for msg in messages:
+            if msg.pipeline_id != self.pipeline_id:
+                raise ValueError(
+                    f"Commit message of pipeline {msg.pipeline_id!r} passed to pipeline "
+                    f"{self.pipeline_id!r}; commit each pipeline's messages on its own store."
+                )
+            if msg.max_key_groups != self.max_key_groups:
+                raise ValueError(
+                    f"Commit message of stage {msg.stage!r} partition {msg.partition} used "
+                    f"max_key_groups={msg.max_key_groups}, the pipeline uses "
+                    f"{self.max_key_groups}; open staged writers with the store's value."
+                )
+            other = seen.get(msg.task) or None
+            done = self._committed_tasks.get(msg.task)
+            if other is not None or (done is not None and done != msg.attempt):
+                attempts = sorted({msg.attempt, other.attempt if other else done})
+                raise ValueError(
+                    f"Two attempts {attempts} of stage {msg.stage!r} round {msg.round} partition "
+                    f"{msg.partition} of pipeline {self.pipeline_id!r} were passed to commit; "
+                    "pass exactly one commit message per (stage, round, partition)."
+                )
+            if done is None:
+                seen[msg.task] = msg
+        staged = []
+        for task in sorted(seen):
+            msg = seen[task]
+            records = []
+            for f in msg.files:
+                path = f"{self.directory}/{f.name}"
+                data = read_segment(self._store.storage, path, f)
+                records.extend(iter_records(data, path))
+            staged.append((msg, records))
+        return staged
+
+    def materialize(self) -> None:
+        """Write a full snapshot now; later checkpoints name it instead of the older changelog."""
+        self._check_open()
+        subdir, entries = write_materialization(
+            self._store.storage,
+            f"{self.directory}/materializations",
+            self._table,
+            self._store.materialization_files,
+        )
+        self._materialization = tuple(
+            FileEntry(
+                name=f"materializations/{e.name}",
+                size=e.size,
+                checksum=e.checksum,
+                records=e.records,
+                kg_start=e.kg_start,
+                kg_stop=e.kg_stop,
+            )
+            for e in entries
+        )
+        self._chain = []
+        self._log.discard()  # buffered changes are in the snapshot
+        self._last_materialized = time.monotonic()
+
+    def live_files(self) -> set[str]:
+        """Names (relative to the pipeline dir) the next checkpoint will need."""
+        return {f.name for f in self._materialization} | {f.name for f in self._chain}
+
+    # -- restore -------------------------------------------------------------------------------
+    def restore(
+        self,
+        checkpoint_id: int | None = None,
+        *,
+        fingerprint: str | None = None,
+        allow_fingerprint_change: bool = False,
+    ) -> CheckpointInfo | None:
+        """Replace the working state with a committed checkpoint's.
+
+        Without ``checkpoint_id``: the latest complete one, falling back past damaged ones with
+        a logged warning naming the file and the reason; None if the pipeline has none. With
+        it: exactly that one, or `CheckpointNotFoundError` / `CheckpointCorruptError`. A
+        fingerprint differing from ``fingerprint`` raises `IncompatibleCheckpointError` unless
+        ``allow_fingerprint_change``. The pipeline adopts the checkpoint's ``max_key_groups``.
+        """
+        self._check_open()
+        store = self._store
+        ids = store._manifest_ids(self.pipeline_id)
+        if checkpoint_id is not None:
+            if checkpoint_id not in ids:
+                raise CheckpointNotFoundError(self.pipeline_id, checkpoint_id, store.url)
+            ids = [CheckpointId(checkpoint_id)]
+        if not ids:
+            return None
+        failures = []
+        for cid in sorted(ids, reverse=True):
+            try:
+                manifest = store.load_manifest(self.pipeline_id, cid)
+                if (
+                    fingerprint is not None
+                    and manifest.fingerprint != fingerprint
+                    and not allow_fingerprint_change
+                ):
+                    raise IncompatibleCheckpointError(
+                        self.pipeline_id, cid, manifest.fingerprint, fingerprint
+                    )
+                self._load(manifest)
+            except CheckpointCorruptError as e:
+                if checkpoint_id is not None:
+                    raise
+                failures.append(e)
+                log.warning(
+                    "Checkpoint %d of pipeline %r is unusable, falling back to an earlier one: %s",
+                    cid,
+                    self.pipeline_id,
+                    e,
+                )
+                continue
+            from sparkbeam.checkpoint.store import CheckpointInfo
+
+            return CheckpointInfo.from_manifest(manifest)
+        raise CheckpointCorruptError(
+            f"{store.url}/{self.directory}",
+            f"all {len(failures)} checkpoints of pipeline {self.pipeline_id!r} are damaged ("
+            + "; ".join(f"{e.path}: {e.reason}" for e in failures)
+            + ")",
+            "No complete checkpoint is left; restore from a backup, or start fresh with a new "
+            "--checkpoint_dir.",
+        )
+
+    def _load(self, manifest: Manifest) -> None:
+        if manifest.max_key_groups != self.max_key_groups:
+            self._table.close()
+            self.max_key_groups = manifest.max_key_groups
+            self._table = make_state_table(self._store.state_backend, self.max_key_groups)
+        self._table.clear()
+        try:
+            replay(
+                self._store.storage,
+                self.directory,
+                manifest,
+                self._table.put,
+                self._table.delete,
+            )
+        except BaseException:
+            self._table.clear()
+            raise
+        self._log.discard()
+        self._materialization = manifest.materialization
+        self._chain = list(manifest.changelog)
+        self._completed = set(manifest.completed)
+        self._positions = dict(manifest.source_positions)
+        self._committed_tasks = {(s, r, p): a for s, r, p, a in manifest.commits}
+        self._last_materialized = time.monotonic()
+        self.last_checkpoint_id = manifest.checkpoint_id
+
+    def close(self) -> None:
+        """Drop the working state without checkpointing (uncommitted changes are lost)."""
+        if not self._closed:
+            self._closed = True
+            self._table.close()
+            self._store._pipelines.pop(self.pipeline_id, None)

@@ -1,0 +1,165 @@
+"""Task-side half of the two-phase commit: staged writers and their commit messages.
+
+Owns: `StagedWriter` -- used by one Spark task attempt, named by (pipeline, stage, round,
+partition, attempt) -- which buffers the attempt's state changes, completed-work markers and
+source positions and writes them as staged changelog segments under unique names; `finish()`
+returns a small picklable `CommitMessage` (file names, sizes, checksums). Every task may run
+twice: two attempts never share a file, and files of attempts that the driver does not name in a
+manifest are garbage that ``CheckpointStore.clean()`` removes. Leaves to others: choosing one
+message per (stage, partition) and committing them (`store.PipelineStore.checkpoint`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from sparkbeam.checkpoint.changelog import DEFAULT_FLUSH_BYTES, ChangelogWriter, Op
+from sparkbeam.checkpoint.filesystem import Storage, open_storage
+from sparkbeam.checkpoint.ids import FileEntry, PipelineId
+from sparkbeam.checkpoint.keygroups import DEFAULT_MAX_KEY_GROUPS, key_group
+from sparkbeam.checkpoint.layout import pipeline_dir, staged_prefix
+
+
+class CommitStatus(Enum):
+    """State of one checkpoint commit: STARTED -> PREPARED -> COMMITTED, or ABORTED."""
+
+    STARTED = "started"
+    PREPARED = "prepared"
+    COMMITTED = "committed"
+    ABORTED = "aborted"
+
+
+@dataclass(frozen=True)
+class CommitMessage:
+    """What one finished task attempt staged; the driver names its files in a manifest."""
+
+    pipeline_id: PipelineId
+    stage: str
+    round: int
+    partition: int
+    attempt: int
+    files: tuple[FileEntry, ...]
+    """Staged changelog segments, names relative to the pipeline directory."""
+    completed: frozenset[str] = frozenset()
+    source_positions: tuple[tuple[str, bytes], ...] = ()
+    max_key_groups: int = DEFAULT_MAX_KEY_GROUPS
+
+    @property
+    def task(self) -> tuple[str, int, int]:
+        """(stage, round, partition): the unit of which exactly one attempt may commit."""
+        return (self.stage, self.round, self.partition)
+
+
+def check_key(namespace: str, key: bytes, value: bytes | None = None) -> None:
+    """TypeError with a clear message for non-str namespaces or non-bytes keys/values."""
+    if type(namespace) is not str:
+        raise TypeError(f"state namespace must be str, got {type(namespace).__name__}.")
+    if type(key) is not bytes:
+        raise TypeError(
+            f"state key must be bytes, got {type(key).__name__} ({key!r:.40}); encode keys "
+            "with the key coder first."
+        )
+    if value is not None and type(value) is not bytes:
+        raise TypeError(
+            f"state value for key {key!r:.40} must be bytes, got {type(value).__name__}; "
+            "encode values with the state coder first."
+        )
+
+
+class StagedWriter:
+    """Stages one task attempt's changes; see the module docstring."""
+
+    def __init__(
+        self,
+        storage: Storage | str,
+        pipeline_id: str,
+        stage: str,
+        round: int,
+        partition: int,
+        attempt: int,
+        *,
+        max_key_groups: int = DEFAULT_MAX_KEY_GROUPS,
+        flush_bytes: int = DEFAULT_FLUSH_BYTES,
+    ):
+        self.storage = open_storage(storage)
+        self.pipeline_id = PipelineId(pipeline_id)
+        self.stage, self.round, self.partition, self.attempt = stage, round, partition, attempt
+        self.max_key_groups = max_key_groups
+        self._log = ChangelogWriter(
+            self.storage,
+            pipeline_dir(pipeline_id),
+            writer="seg",
+            flush_bytes=flush_bytes,
+            name_prefix=staged_prefix(stage, round, partition, attempt),
+        )
+        self._files: list[FileEntry] = []
+        self._completed: set[str] = set()
+        self._positions: dict[str, bytes] = {}
+        self._finished = False
+
+    def put(self, namespace: str, key: bytes, value: bytes) -> None:
+        check_key(namespace, key, value)
+        self._append(Op.PUT, namespace, key, value)
+
+    def delete(self, namespace: str, key: bytes) -> None:
+        check_key(namespace, key)
+        self._append(Op.DELETE, namespace, key, b"")
+
+    def _append(self, op: Op, namespace: str, key: bytes, value: bytes) -> None:
+        if self._finished:
+            raise RuntimeError(
+                f"StagedWriter for {self.pipeline_id!r} stage {self.stage!r} partition "
+                f"{self.partition} attempt {self.attempt} is finished; open a new one."
+            )
+        entry = self._log.append(op, key_group(key, self.max_key_groups), namespace, key, value)
+        if entry is not None:
+            self._files.append(entry)
+
+    def mark_completed(self, marker: str) -> None:
+        self._completed.add(marker)
+
+    def set_source_position(self, name: str, value: bytes) -> None:
+        self._positions[name] = bytes(value)
+
+    def finish(self) -> CommitMessage:
+        """Write what is buffered and describe it; the driver commits or ignores it."""
+        entry = self._log.flush()
+        if entry is not None:
+            self._files.append(entry)
+        self._finished = True
+        return CommitMessage(
+            pipeline_id=self.pipeline_id,
+            stage=self.stage,
+            round=self.round,
+            partition=self.partition,
+            attempt=self.attempt,
+            files=tuple(self._files),
+            completed=frozenset(self._completed),
+            source_positions=tuple(sorted(self._positions.items())),
+            max_key_groups=self.max_key_groups,
+        )
+
+    def abort(self) -> None:
+        """Delete this attempt's files (best effort; `clean` catches what is left)."""
+        self._finished = True
+        self._log.discard()
+        for f in self._files:
+            self.storage.delete(f"{pipeline_dir(self.pipeline_id)}/{f.name}")
+        self._files.clear()
+
+
+def open_staged_writer(
+    url: Storage | str,
+    pipeline_id: str,
+    stage: str,
+    round: int,
+    partition: int,
+    attempt: int,
+    *,
+    max_key_groups: int = DEFAULT_MAX_KEY_GROUPS,
+) -> StagedWriter:
+    """A `StagedWriter` for a task on an executor: needs only the store URL, not the lock."""
+    return StagedWriter(
+        url, pipeline_id, stage, round, partition, attempt, max_key_groups=max_key_groups
+    )

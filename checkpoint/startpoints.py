@@ -1,0 +1,161 @@
+"""Startpoints (seed 002): operator-set start positions for sources, stored out of band.
+
+Owns: the `Startpoint` record -- keyed by (pipeline, source transform, optional element key),
+of kind offset / timestamp / oldest / upcoming -- and set/get/list/delete in the store's
+``startpoints/`` directory, one JSON file per pipeline, written atomically. Startpoints never touch
+checkpoints: checkpoints are for fault tolerance and are not edited by people. Leaves to others:
+fanning startpoints out to restrictions at job start and deleting them once the next checkpoint
+commits (the runner).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from dataclasses import dataclass
+from enum import Enum
+
+from sparkbeam.checkpoint.errors import CheckpointCorruptError
+from sparkbeam.checkpoint.filesystem import Storage
+from sparkbeam.checkpoint.ids import PipelineId
+from sparkbeam.checkpoint.layout import STARTPOINTS, decode_component, encode_component
+
+
+class StartpointKind(Enum):
+    """Where a source starts reading."""
+
+    OFFSET = "offset"
+    """At ``position`` (a source-specific offset string)."""
+    TIMESTAMP = "timestamp"
+    """At the first record at or after ``position`` (epoch milliseconds as a string)."""
+    OLDEST = "oldest"
+    """At the oldest available record."""
+    UPCOMING = "upcoming"
+    """At the next record to arrive."""
+
+
+@dataclass(frozen=True)
+class Startpoint:
+    """A start position for one source (optionally one element/split of it) of a pipeline."""
+
+    pipeline_id: PipelineId
+    source: str
+    """The source transform's unique name."""
+    kind: StartpointKind
+    position: str | None = None
+    element_key: bytes | None = None
+    """The encoded element (e.g. a partition) it applies to; None: the whole source."""
+    created: float = 0.0
+
+    def __post_init__(self) -> None:
+        needs = self.kind in (StartpointKind.OFFSET, StartpointKind.TIMESTAMP)
+        if needs != (self.position is not None):
+            raise ValueError(
+                f"Startpoint of kind {self.kind.value!r} for source {self.source!r} "
+                + ("needs a position." if needs else "takes no position.")
+            )
+
+    @property
+    def key(self) -> tuple[str, bytes | None]:
+        return (self.source, self.element_key)
+
+    def to_json(self) -> dict:
+        return {
+            "source": self.source,
+            "kind": self.kind.value,
+            "position": self.position,
+            "element_key": None
+            if self.element_key is None
+            else base64.b64encode(self.element_key).decode(),
+            "created": self.created,
+        }
+
+    @classmethod
+    def from_json(cls, pipeline_id: str, d: dict) -> Startpoint:
+        ek = d.get("element_key")
+        return cls(
+            pipeline_id=PipelineId(pipeline_id),
+            source=d["source"],
+            kind=StartpointKind(d["kind"]),
+            position=d.get("position"),
+            element_key=None if ek is None else base64.b64decode(ek),
+            created=float(d.get("created", 0.0)),
+        )
+
+
+class Startpoints:
+    """The startpoints of all pipelines in one store."""
+
+    def __init__(self, storage: Storage):
+        self.storage = storage
+
+    def _path(self, pipeline_id: str) -> str:
+        return f"{STARTPOINTS}/{encode_component(pipeline_id)}.json"
+
+    def _load(self, pipeline_id: str) -> list[Startpoint]:
+        path = self._path(pipeline_id)
+        try:
+            doc = json.loads(self.storage.read(path))
+            return [Startpoint.from_json(pipeline_id, d) for d in doc["startpoints"]]
+        except FileNotFoundError:
+            return []
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointCorruptError(
+                f"{self.storage.url}/{path}",
+                f"startpoints file is unreadable ({e})",
+                "Delete the file and set the startpoints again.",
+            ) from None
+
+    def _save(self, pipeline_id: str, items: list[Startpoint]) -> None:
+        path = self._path(pipeline_id)
+        if not items:
+            self.storage.delete(path)
+            return
+        doc = {"startpoints": [s.to_json() for s in sorted(items, key=_sort_key)]}
+        self.storage.write(path, json.dumps(doc, indent=1).encode())
+
+    def set(
+        self,
+        pipeline_id: str,
+        source: str,
+        kind: StartpointKind | str,
+        position: str | None = None,
+        element_key: bytes | None = None,
+    ) -> Startpoint:
+        """Add or replace the startpoint for (pipeline, source, element_key)."""
+        sp = Startpoint(
+            PipelineId(pipeline_id), source, StartpointKind(kind), position, element_key,
+            time.time(),
+        )  # fmt: skip
+        items = [s for s in self._load(pipeline_id) if s.key != sp.key]
+        self._save(pipeline_id, [*items, sp])
+        return sp
+
+    def get(
+        self, pipeline_id: str, source: str, element_key: bytes | None = None
+    ) -> Startpoint | None:
+        return next((s for s in self._load(pipeline_id) if s.key == (source, element_key)), None)
+
+    def list(self, pipeline_id: str | None = None) -> list[Startpoint]:
+        """Startpoints of one pipeline, or of all pipelines."""
+        if pipeline_id is not None:
+            return sorted(self._load(pipeline_id), key=_sort_key)
+        out = []
+        for path in self.storage.list(STARTPOINTS):
+            name = path.rsplit("/", 1)[-1]
+            if name.endswith(".json"):
+                out.extend(self.list(decode_component(name[: -len(".json")])))
+        return out
+
+    def delete(self, pipeline_id: str, source: str, element_key: bytes | None = None) -> bool:
+        """Remove one startpoint; False if there was none."""
+        items = self._load(pipeline_id)
+        rest = [s for s in items if s.key != (source, element_key)]
+        if len(rest) != len(items):
+            self._save(pipeline_id, rest)
+        return len(rest) != len(items)
+
+
+def _sort_key(s: Startpoint) -> tuple:
+    return (s.pipeline_id, s.source, s.element_key is not None, s.element_key or b"")

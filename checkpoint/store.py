@@ -1,0 +1,364 @@
+"""The checkpoint store facade: `open_store` and `CheckpointStore`.
+
+Owns: one store at a URL -- its lock, its options, the `PipelineStore` of each independent
+pipeline, listing pipelines and checkpoints, loading manifests, reading exactly one subtask's
+key groups of a checkpoint (rescaling), verification, retention and cleaning of unreferenced
+files. Leaves to others: one pipeline's state and commit protocol (`pipeline`), task-side staging
+(`staging`), file formats and storage backends.
+
+Typical use (driver)::
+
+    store = open_store(url, job_name="wordcount")          # takes the lock
+    st = store.pipeline("p0")
+    st.restore(fingerprint=fp)                             # None on the first run
+    st.put("stage/state", key, value)
+    cid = st.checkpoint(fingerprint=fp, parallelism=4, commit_messages=msgs)
+    store.close()
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from sparkbeam.checkpoint.changelog import DEFAULT_FLUSH_BYTES
+from sparkbeam.checkpoint.errors import CheckpointCorruptError, StoreClosedError
+from sparkbeam.checkpoint.filesystem import TMP_PREFIX, Storage, open_storage
+from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
+from sparkbeam.checkpoint.keygroups import DEFAULT_MAX_KEY_GROUPS, key_group_range
+from sparkbeam.checkpoint.layout import (
+    PIPELINES,
+    decode_component,
+    pipeline_dir,
+    staged_round,
+)
+from sparkbeam.checkpoint.lock import StoreLock
+from sparkbeam.checkpoint.manifest import (
+    MANIFEST_DIR,
+    Manifest,
+    decode_manifest,
+    manifest_name,
+    parse_manifest_name,
+)
+from sparkbeam.checkpoint.materialization import DEFAULT_FILES
+from sparkbeam.checkpoint.pipeline import PipelineStore
+from sparkbeam.checkpoint.reader import VerificationResult, read_state, verify_files
+from sparkbeam.checkpoint.staging import StagedWriter
+from sparkbeam.checkpoint.startpoints import Startpoints
+from sparkbeam.checkpoint.state_table import STATE_BACKENDS
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    """A summary of one checkpoint (or of an unreadable manifest, with ``error`` set)."""
+
+    pipeline_id: PipelineId
+    checkpoint_id: CheckpointId
+    created: float = 0.0
+    fingerprint: str = ""
+    parallelism: int = 0
+    max_key_groups: int = 0
+    entries: int = 0
+    materialization_files: int = 0
+    materialization_bytes: int = 0
+    changelog_files: int = 0
+    changelog_bytes: int = 0
+    completed: int = 0
+    error: str | None = None
+
+    @classmethod
+    def from_manifest(cls, m: Manifest) -> CheckpointInfo:
+        return cls(
+            pipeline_id=m.pipeline_id,
+            checkpoint_id=m.checkpoint_id,
+            created=m.created,
+            fingerprint=m.fingerprint,
+            parallelism=m.parallelism,
+            max_key_groups=m.max_key_groups,
+            entries=m.entries,
+            materialization_files=len(m.materialization),
+            materialization_bytes=m.materialization_bytes,
+            changelog_files=len(m.changelog),
+            changelog_bytes=m.changelog_bytes,
+            completed=len(m.completed),
+        )
+
+
+def open_store(
+    url: str | Storage,
+    *,
+    max_key_groups: int = DEFAULT_MAX_KEY_GROUPS,
+    state_backend: str = "memory",
+    retain: int = 3,
+    job_name: str = "sparkbeam",
+    materialization_interval_s: float | None = 600.0,
+    materialization_files: int = DEFAULT_FILES,
+    flush_bytes: int = DEFAULT_FLUSH_BYTES,
+    read_only: bool = False,
+    break_lock: bool = False,
+) -> CheckpointStore:
+    """Open (creating if needed) the store at ``url``; takes the write lock unless read-only."""
+    return CheckpointStore(
+        open_storage(url),
+        max_key_groups=max_key_groups,
+        state_backend=state_backend,
+        retain=retain,
+        job_name=job_name,
+        materialization_interval_s=materialization_interval_s,
+        materialization_files=materialization_files,
+        flush_bytes=flush_bytes,
+        read_only=read_only,
+        break_lock=break_lock,
+    )
+
+
+class CheckpointStore:
+    """All pipelines' checkpoints under one root; see the module docstring."""
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        max_key_groups: int = DEFAULT_MAX_KEY_GROUPS,
+        state_backend: str = "memory",
+        retain: int = 3,
+        job_name: str = "sparkbeam",
+        materialization_interval_s: float | None = 600.0,
+        materialization_files: int = DEFAULT_FILES,
+        flush_bytes: int = DEFAULT_FLUSH_BYTES,
+        read_only: bool = False,
+        break_lock: bool = False,
+    ):
+        key_group_range(0, 1, max_key_groups)  # validates max_key_groups
+        if state_backend not in STATE_BACKENDS:
+            raise ValueError(
+                f"state_backend={state_backend!r} is not supported; use one of "
+                f"{', '.join(STATE_BACKENDS)}."
+            )
+        if retain < 1:
+            raise ValueError(f"retain={retain!r} must be at least 1 (checkpoints to keep).")
+        self.storage = storage
+        self.url = storage.url
+        self.max_key_groups = max_key_groups
+        self.state_backend = state_backend
+        self.retain = retain
+        self.materialization_interval_s = materialization_interval_s
+        self.materialization_files = materialization_files
+        self.flush_bytes = flush_bytes
+        self.read_only = read_only
+        self._pipelines: dict[PipelineId, PipelineStore] = {}
+        self._manifest_cache: dict[tuple[PipelineId, CheckpointId], Manifest] = {}
+        self._lock = None if read_only else StoreLock(storage, job_name)
+        if self._lock is not None:
+            self._lock.acquire(break_lock=break_lock)
+        self.startpoints = Startpoints(storage)
+        self._closed = False
+
+    def __enter__(self) -> CheckpointStore:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_writable(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"Checkpoint store {self.url!r}")
+        if self.read_only:
+            raise PermissionError(
+                f"Checkpoint store {self.url!r} was opened read-only; open it with "
+                "read_only=False (this takes the store's lock) to write."
+            )
+
+    # -- pipelines -----------------------------------------------------------------------------
+    def pipeline(self, pipeline_id: str) -> PipelineStore:
+        """The live `PipelineStore` of ``pipeline_id`` (one per pipeline per open store)."""
+        self._check_writable()
+        pid = PipelineId(pipeline_id)
+        if pid not in self._pipelines:
+            self._pipelines[pid] = PipelineStore(self, pid)
+        return self._pipelines[pid]
+
+    def staged_writer(
+        self, pipeline_id: str, stage: str, round: int, partition: int, attempt: int
+    ) -> StagedWriter:
+        """A writer for one task attempt; see `sparkbeam.checkpoint.staging`."""
+        return StagedWriter(
+            self.storage,
+            pipeline_id,
+            stage,
+            round,
+            partition,
+            attempt,
+            max_key_groups=self._pipeline_max_key_groups(pipeline_id),
+            flush_bytes=self.flush_bytes,
+        )
+
+    def _pipeline_max_key_groups(self, pipeline_id: str) -> int:
+        live = self._pipelines.get(PipelineId(pipeline_id))
+        return live.max_key_groups if live is not None else self.max_key_groups
+
+    def list_pipelines(self) -> list[PipelineId]:
+        names = {p.split("/", 2)[1] for p in self.storage.list(PIPELINES) if p.count("/") >= 2}
+        return sorted(PipelineId(decode_component(n)) for n in names)
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def _manifest_ids(self, pipeline_id: str) -> list[CheckpointId]:
+        prefix = f"{pipeline_dir(pipeline_id)}/{MANIFEST_DIR}"
+        ids = (parse_manifest_name(p) for p in self.storage.list(prefix))
+        return sorted(i for i in ids if i is not None)
+
+    def _next_checkpoint_id(self, pipeline_id: str) -> int:
+        ids = self._manifest_ids(pipeline_id)
+        live = self._pipelines.get(PipelineId(pipeline_id))
+        last = live.last_checkpoint_id if live is not None else None
+        return max([0, *ids, *([last] if last else [])]) + 1
+
+    def load_manifest(self, pipeline_id: str, checkpoint_id: int) -> Manifest:
+        """The manifest of one checkpoint; `CheckpointCorruptError` if damaged."""
+        key = (PipelineId(pipeline_id), CheckpointId(checkpoint_id))
+        if key in self._manifest_cache:
+            return self._manifest_cache[key]
+        path = f"{pipeline_dir(pipeline_id)}/{manifest_name(checkpoint_id)}"
+        try:
+            data = self.storage.read(path)
+        except FileNotFoundError:
+            raise CheckpointCorruptError(f"{self.url}/{path}", "manifest is missing") from None
+        manifest = decode_manifest(data, f"{self.url}/{path}")
+        if manifest.checkpoint_id != checkpoint_id or manifest.pipeline_id != pipeline_id:
+            raise CheckpointCorruptError(
+                f"{self.url}/{path}",
+                f"manifest names pipeline {manifest.pipeline_id!r} checkpoint "
+                f"{manifest.checkpoint_id}, not the file's",
+            )
+        self._manifest_cache[key] = manifest
+        return manifest
+
+    def list_checkpoints(self, pipeline_id: str) -> list[CheckpointInfo]:
+        """All checkpoints of a pipeline, oldest first; damaged manifests have ``error`` set."""
+        out = []
+        for cid in self._manifest_ids(pipeline_id):
+            try:
+                out.append(CheckpointInfo.from_manifest(self.load_manifest(pipeline_id, cid)))
+            except CheckpointCorruptError as e:
+                out.append(CheckpointInfo(PipelineId(pipeline_id), cid, error=e.reason))
+        return out
+
+    def verify(self, pipeline_id: str, checkpoint_id: int) -> VerificationResult:
+        """Read every file of one checkpoint and check it; never raises for damage."""
+        try:
+            manifest = self.load_manifest(pipeline_id, checkpoint_id)
+        except CheckpointCorruptError as e:
+            return VerificationResult(
+                PipelineId(pipeline_id), CheckpointId(checkpoint_id), False,
+                (f"{e.path}: {e.reason}",), 1, 0,
+            )  # fmt: skip
+        return verify_files(self.storage, pipeline_dir(pipeline_id), manifest)
+
+    def read_subtask_state(
+        self, pipeline_id: str, checkpoint_id: int | None, subtask: int, parallelism: int
+    ) -> Iterator[tuple[str, bytes, bytes]]:
+        """(namespace, key, value) of exactly the key groups ``subtask`` owns at
+        ``parallelism`` in a checkpoint (None: the latest complete one, with fallback)."""
+        ids = self._manifest_ids(pipeline_id)
+        candidates = sorted(ids, reverse=True) if checkpoint_id is None else [checkpoint_id]
+        for cid in candidates:
+            try:
+                manifest = self.load_manifest(pipeline_id, cid)
+                kgs = key_group_range(subtask, parallelism, manifest.max_key_groups)
+                state = read_state(self.storage, pipeline_dir(pipeline_id), manifest, kgs)
+            except CheckpointCorruptError as e:
+                if checkpoint_id is not None:
+                    raise
+                log.warning("Skipping damaged checkpoint %d of %r: %s", cid, pipeline_id, e)
+                continue
+            return iter([(ns, key, value) for (ns, key), value in sorted(state.items())])
+        from sparkbeam.checkpoint.errors import CheckpointNotFoundError
+
+        raise CheckpointNotFoundError(pipeline_id, checkpoint_id, self.url)
+
+    # -- retention and cleaning ----------------------------------------------------------------
+    def _apply_retention(self, pipeline_id: str, live: set[str]) -> None:
+        """Delete checkpoints beyond ``retain`` (manifest first), then files only they named."""
+        ids = self._manifest_ids(pipeline_id)
+        drop, keep = ids[: -self.retain], ids[-self.retain :]
+        if not drop:
+            return
+        directory = pipeline_dir(pipeline_id)
+        referenced = set(live)
+        for cid in keep:
+            try:
+                referenced.update(f.name for f in self.load_manifest(pipeline_id, cid).files)
+            except CheckpointCorruptError:
+                pass
+        candidates: set[str] = set()
+        for cid in drop:
+            try:
+                candidates.update(f.name for f in self.load_manifest(pipeline_id, cid).files)
+            except CheckpointCorruptError:
+                pass
+            self.storage.delete(f"{directory}/{manifest_name(cid)}")
+            self._manifest_cache.pop((PipelineId(pipeline_id), cid), None)
+        for name in sorted(candidates - referenced):
+            self.storage.delete(f"{directory}/{name}")
+
+    def clean(self, grace_s: float = 3600.0) -> list[str]:
+        """Delete files no manifest names: failed or duplicate task attempts, segments and
+        snapshots of crashed runs, temp files. A file is kept while it may still be committed:
+        if it is newer than the pipeline's newest manifest and younger than ``grace_s``, or
+        staged for a round after the last committed one. Returns the deleted paths."""
+        self._check_writable()
+        deleted = []
+        now = time.time()
+        for pid in self.list_pipelines():
+            directory = pipeline_dir(pid)
+            ids = self._manifest_ids(pid)
+            referenced: set[str] = set()
+            rounds: dict[str, int] = {}
+            for cid in ids:
+                try:
+                    m = self.load_manifest(pid, cid)
+                except CheckpointCorruptError:
+                    continue
+                referenced.update(f.name for f in m.files)
+                for stage, rnd, _p, _a in m.commits:
+                    rounds[stage] = max(rounds.get(stage, -1), rnd)
+            if pid in self._pipelines:
+                referenced |= self._pipelines[pid].live_files()
+            newest = max(
+                (self.storage.mtime(f"{directory}/{manifest_name(c)}") for c in ids[-1:]),
+                default=float("-inf"),
+            )
+            for path in self.storage.list(directory):
+                name = path[len(directory) + 1 :]
+                base = name.rsplit("/", 1)[-1]
+                if name.startswith(f"{MANIFEST_DIR}/") and not base.startswith(TMP_PREFIX):
+                    continue
+                if name in referenced:
+                    continue
+                mtime = self.storage.mtime(path)
+                old = now - mtime >= grace_s
+                staged = staged_round(name)
+                if staged is not None:
+                    garbage = old or staged[1] <= rounds.get(staged[0], -1)
+                elif base.startswith(TMP_PREFIX):
+                    garbage = old
+                else:
+                    garbage = old or mtime < newest
+                if garbage:
+                    self.storage.delete(path)
+                    deleted.append(path)
+        return deleted
+
+    def close(self) -> None:
+        """Drop live pipelines' uncommitted changes and release the lock."""
+        if self._closed:
+            return
+        for st in list(self._pipelines.values()):
+            st.close()
+        if self._lock is not None:
+            self._lock.release()
+        self._closed = True
