@@ -1,0 +1,200 @@
+"""``sparkbeam checkpoints list|show|verify|clean``: the operator's view of a store.
+
+Owns: the argparse subcommands (`add_subcommands`, wired into the ``sparkbeam`` console script by
+the runner) and a standalone `main` (``python -m sparkbeam.checkpoint.cli checkpoints list
+--checkpoint_dir URL``). Output is a readable table, or JSON with ``--json``. ``list``, ``show``
+and ``verify`` open the store read-only (no lock); ``clean`` takes the lock. Leaves to others:
+everything it prints comes from `CheckpointStore`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from collections.abc import Sequence
+
+from sparkbeam.checkpoint.errors import (
+    CheckpointCorruptError,
+    CheckpointNotFoundError,
+    StoreLockedError,
+)
+from sparkbeam.checkpoint.store import CheckpointStore, open_store
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``checkpoints`` with its four subcommands to an existing subparsers object."""
+    p = subparsers.add_parser("checkpoints", help="inspect, verify and clean a checkpoint store")
+    sub = p.add_subparsers(dest="checkpoints_command", required=True)
+
+    def common(sp: argparse.ArgumentParser) -> None:
+        sp.add_argument("--checkpoint_dir", required=True, help="store URL (path, file://, ...)")
+        sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    sp = sub.add_parser("list", help="pipelines and their checkpoints")
+    common(sp)
+    sp.add_argument("--pipeline", help="only this pipeline (default: all)")
+    sp.set_defaults(checkpoints_func=_list)
+
+    sp = sub.add_parser("show", help="one checkpoint's manifest in detail")
+    common(sp)
+    sp.add_argument("--pipeline", required=True)
+    sp.add_argument("--checkpoint", type=int, help="checkpoint id (default: the latest)")
+    sp.set_defaults(checkpoints_func=_show)
+
+    sp = sub.add_parser("verify", help="read every file and check sizes and checksums")
+    common(sp)
+    sp.add_argument("--pipeline", help="only this pipeline (default: all)")
+    sp.add_argument("--checkpoint", type=int, help="only this checkpoint id (default: all)")
+    sp.set_defaults(checkpoints_func=_verify)
+
+    sp = sub.add_parser("clean", help="delete files that no checkpoint names (takes the lock)")
+    common(sp)
+    sp.add_argument(
+        "--grace_s",
+        type=float,
+        default=3600.0,
+        help="keep unnamed files younger than this many seconds (default: 3600)",
+    )
+    sp.add_argument(
+        "--break_lock", action="store_true", help="take the lock even if held (default: off)"
+    )
+    sp.set_defaults(checkpoints_func=_clean)
+    p.set_defaults(func=run)
+    return p
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run a parsed ``checkpoints`` command; returns the exit code."""
+    try:
+        return args.checkpoints_func(args)
+    except (CheckpointCorruptError, CheckpointNotFoundError, StoreLockedError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+def _ro(args: argparse.Namespace) -> CheckpointStore:
+    return open_store(args.checkpoint_dir, read_only=True)
+
+
+def _when(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(t)) if t else "-"
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    cells = [[str(c) for c in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _list(args: argparse.Namespace) -> int:
+    store = _ro(args)
+    pids = [args.pipeline] if args.pipeline else store.list_pipelines()
+    infos = [i for pid in pids for i in store.list_checkpoints(pid)]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(i) for i in infos], indent=1))
+        return 0
+    if not infos:
+        print(f"No checkpoints in {store.url!r}.")
+        return 0
+    rows = [
+        (
+            i.pipeline_id, i.checkpoint_id, _when(i.created), i.parallelism or "-", i.entries,
+            _size(i.materialization_bytes), _size(i.changelog_bytes),
+            i.materialization_files + i.changelog_files, "ok" if i.error is None else i.error,
+        )
+        for i in infos
+    ]  # fmt: skip
+    print(
+        _table(
+            ("PIPELINE", "ID", "CREATED (UTC)", "PAR", "KEYS", "MATERIALIZED", "CHANGELOG",
+             "FILES", "MANIFEST"),
+            rows,
+        )
+    )  # fmt: skip
+    return 0
+
+
+def _show(args: argparse.Namespace) -> int:
+    store = _ro(args)
+    cid = args.checkpoint
+    if cid is None:
+        ids = [i.checkpoint_id for i in store.list_checkpoints(args.pipeline)]
+        if not ids:
+            raise CheckpointNotFoundError(args.pipeline, None, store.url)
+        cid = ids[-1]
+    m = store.load_manifest(args.pipeline, cid)
+    if args.json:
+        print(json.dumps(m.to_json(), indent=1))
+        return 0
+    print(f"pipeline         {m.pipeline_id}")
+    print(f"checkpoint       {m.checkpoint_id}   created {_when(m.created)} UTC")
+    print(f"fingerprint      {m.fingerprint or '-'}")
+    print(f"parallelism      {m.parallelism}   max key groups {m.max_key_groups}")
+    print(f"keys             {m.entries}")
+    print(f"completed work   {', '.join(sorted(m.completed)) or '-'}")
+    print(f"source positions {', '.join(sorted(m.source_positions)) or '-'}")
+    print(f"metadata         {json.dumps(m.metadata, sort_keys=True)}")
+    rows = [("materialization", f.name, f"{f.kg_start}-{f.kg_stop}", f.records, _size(f.size),
+             f.checksum) for f in m.materialization]  # fmt: skip
+    rows += [("changelog", f.name, "-", f.records, _size(f.size), f.checksum) for f in m.changelog]
+    print(_table(("KIND", "FILE", "KEY GROUPS", "RECORDS", "SIZE", "CHECKSUM"), rows))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    store = _ro(args)
+    pids = [args.pipeline] if args.pipeline else store.list_pipelines()
+    results = []
+    for pid in pids:
+        ids = [args.checkpoint] if args.checkpoint is not None else [
+            i.checkpoint_id for i in store.list_checkpoints(pid)
+        ]  # fmt: skip
+        results.extend(store.verify(pid, cid) for cid in ids)
+    bad = [r for r in results if not r.ok]
+    if args.json:
+        print(json.dumps([dataclasses.asdict(r) for r in results], indent=1))
+    else:
+        rows = [(r.pipeline_id, r.checkpoint_id, r.files_checked, _size(r.bytes_checked),
+                 "ok" if r.ok else "DAMAGED") for r in results]  # fmt: skip
+        print(_table(("PIPELINE", "ID", "FILES", "BYTES", "RESULT"), rows))
+        for r in bad:
+            for p in r.problems:
+                print(f"  {r.pipeline_id} checkpoint {r.checkpoint_id}: {p}")
+    return 1 if bad else 0
+
+
+def _clean(args: argparse.Namespace) -> int:
+    with open_store(args.checkpoint_dir, job_name="checkpoints-clean",
+                    break_lock=args.break_lock) as store:  # fmt: skip
+        deleted = store.clean(grace_s=args.grace_s)
+    if args.json:
+        print(json.dumps({"deleted": deleted}, indent=1))
+    else:
+        print(f"Deleted {len(deleted)} unreferenced file(s) from {args.checkpoint_dir!r}.")
+        for p in deleted:
+            print(f"  {p}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sparkbeam", description="sparkbeam checkpoint store")
+    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
