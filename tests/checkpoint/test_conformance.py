@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from checkpoint_conformance import check_state_table, check_storage, check_store
-
 from sparkbeam.checkpoint import (
     FileSystemsStorage,
     LocalStorage,
