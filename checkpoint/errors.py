@@ -61,7 +61,7 @@ class CheckpointNotFoundError(LookupError):
     def __init__(self, pipeline_id: str, checkpoint_id: int | None, url: str):
         self.pipeline_id = pipeline_id
         self.checkpoint_id = checkpoint_id
-        what = "any checkpoint" if checkpoint_id is None else f"checkpoint {checkpoint_id}"
+        what = "checkpoint" if checkpoint_id is None else f"checkpoint {checkpoint_id}"
         super().__init__(
             f"Pipeline {pipeline_id!r} has no {what} in store {url!r}. Run "
             f"`sparkbeam checkpoints list --checkpoint_dir {url}` to see what exists."

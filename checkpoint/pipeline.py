@@ -53,6 +53,8 @@ class PipelineStore:
         self._completed: set[str] = set()
         self._positions: dict[str, bytes] = {}
         self._committed_tasks: dict[tuple[str, int, int], int] = {}
+        self._committed_files: set[str] = set()
+        """Files named by the last committed manifest."""
         self._last_materialized = time.monotonic()
         self.last_checkpoint_id: CheckpointId | None = None
         self.status: CommitStatus | None = None
@@ -178,6 +180,7 @@ class PipelineStore:
                 f"{self.directory}/{manifest_name(cid)}", encode_manifest(manifest)
             )
             self._store._manifest_cache[(self.pipeline_id, cid)] = manifest
+            self._committed_files = {f.name for f in manifest.files}
             self.status = CommitStatus.COMMITTED
         except BaseException:
             self.status = CommitStatus.ABORTED
@@ -243,6 +246,11 @@ class PipelineStore:
             )
             for e in entries
         )
+        # Segments flushed since the last commit are covered by the snapshot and named by no
+        # manifest: delete them now rather than leave them to `clean`.
+        for f in self._chain:
+            if f.name not in self._committed_files:
+                self._store.storage.delete(f"{self.directory}/{f.name}")
         self._chain = []
         self._log.discard()  # buffered changes are in the snapshot
         self._last_materialized = time.monotonic()
@@ -335,6 +343,7 @@ class PipelineStore:
         self._completed = set(manifest.completed)
         self._positions = dict(manifest.source_positions)
         self._committed_tasks = {(s, r, p): a for s, r, p, a in manifest.commits}
+        self._committed_files = {f.name for f in manifest.files}
         self._last_materialized = time.monotonic()
         self.last_checkpoint_id = manifest.checkpoint_id
 
