@@ -231,7 +231,5 @@ def test_missing_checkpoint_error(tmp_path):
         assert store.pipeline("p").restore() is None
         with pytest.raises(CheckpointNotFoundError, match="Pipeline 'p' has no checkpoint 4"):
             store.pipeline("p").restore(4)
-        with pytest.raises(
-            CheckpointNotFoundError, match="has no checkpoint in store"
-        ):
+        with pytest.raises(CheckpointNotFoundError, match="has no checkpoint in store"):
             list(store.read_subtask_state("p", None, 0, 1))
