@@ -42,7 +42,8 @@ def _run_and_kill(root: str, delay: float) -> int:
     t.join(5)
     err = proc.stderr.read()
     assert proc.returncode == -signal.SIGKILL, f"writer failed before the kill:\n{err}"
-    committed = [int(x.split()[1]) for x in lines if x.startswith(("COMMITTED", "READY"))]
+    complete = [x.split() for x in lines if x.endswith("\n")]  # the kill may cut the last
+    committed = [int(f[1]) for f in complete if f[0] in ("COMMITTED", "READY")]
     return max(committed)
 
 
