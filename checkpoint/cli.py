@@ -21,6 +21,7 @@ from sparkbeam.checkpoint.errors import (
     CheckpointNotFoundError,
     StoreLockedError,
 )
+from sparkbeam.checkpoint.reader import VerificationResult
 from sparkbeam.checkpoint.store import CheckpointStore, open_store
 
 
@@ -84,11 +85,12 @@ def _when(t: float) -> str:
 
 
 def _size(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    x = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if x < 1024:
+            return f"{x:.0f} {unit}" if unit == "B" else f"{x:.1f} {unit}"
+        x /= 1024
+    return f"{x:.1f} GiB"
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
@@ -157,7 +159,7 @@ def _show(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     store = _ro(args)
     pids = [args.pipeline] if args.pipeline else store.list_pipelines()
-    results = []
+    results: list[VerificationResult] = []
     for pid in pids:
         ids = [args.checkpoint] if args.checkpoint is not None else [
             i.checkpoint_id for i in store.list_checkpoints(pid)

@@ -83,12 +83,6 @@ class LocalStorage(Storage):
         self.url = self.root
         os.makedirs(self.root, exist_ok=True)
 
-    def __getstate__(self) -> dict:
-        return {"root": self.root}
-
-    def __setstate__(self, state: dict) -> None:
-        self.__init__(state["root"])
-
     def _path(self, path: str) -> str:
         return os.path.join(self.root, *path.split("/"))
 
@@ -256,7 +250,8 @@ class FileSystemsStorage(Storage):
         final = self._path(path)
         directory, name = final.rsplit("/", 1)
         tmp = f"{directory}/{TMP_PREFIX}{name}-{socket.gethostname()}-{uuid.uuid4().hex}"
-        fs.mkdirs(directory) if not fs.exists(directory) else None
+        if not fs.exists(directory):
+            fs.mkdirs(directory)
         with fs.create(tmp, compression_type="uncompressed") as f:
             f.write(data)
         if fs.exists(final):

@@ -15,6 +15,7 @@ import struct
 import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
+from typing import Any
 
 from sparkbeam.checkpoint.keygroups import KeyGroupRange, key_group
 
@@ -113,7 +114,7 @@ class RocksDBStateTable(StateTable):
         self._options = Options(raw_mode=True)
         self._dir = tempfile.mkdtemp(prefix="sparkbeam-state-", dir=directory)
         self._path = f"{self._dir}/db"
-        self._db = Rdict(self._path, self._options)
+        self._db: Any = Rdict(self._path, self._options)
         self._count = 0
 
     def _key(self, kg: int, namespace: str, key: bytes) -> bytes:

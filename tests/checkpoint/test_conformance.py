@@ -42,10 +42,19 @@ def test_state_table_conformance(backend, max_key_groups):
 
 @pytest.mark.parametrize(
     "where,backend",
-    [("memory", "memory"), ("local", "memory"), ("local", "rocksdb"), ("memory", "rocksdb")],
+    [
+        ("memory", "memory"),
+        ("local", "memory"),
+        ("local", "rocksdb"),
+        ("memory", "rocksdb"),
+        ("beam-filesystems", "memory"),
+    ],
 )
 def test_store_conformance(where, backend, tmp_path):
     url = MemoryStorage() if where == "memory" else str(tmp_path / "store")
+    if where == "beam-filesystems":
+        pytest.importorskip("apache_beam")
+        url = FileSystemsStorage(str(tmp_path / "store"))
     with open_store(url, state_backend=backend, max_key_groups=32, retain=5) as store:
         check_store(store)
 

@@ -233,3 +233,20 @@ def test_missing_checkpoint_error(tmp_path):
             store.pipeline("p").restore(4)
         with pytest.raises(CheckpointNotFoundError, match="has no checkpoint in store"):
             list(store.read_subtask_state("p", None, 0, 1))
+
+
+def test_materialization_interval_triggers_snapshots(tmp_path):
+    with open_store(str(tmp_path), materialization_interval_s=0.0) as store:
+        st = store.pipeline("p")
+        for r in range(3):
+            st.put("n", b"k%d" % r, b"v")
+            cid = st.checkpoint()
+            m = store.load_manifest("p", cid)
+            assert m.materialization and not m.changelog
+            assert sum(f.records for f in m.materialization) == r + 1
+    with open_store(str(tmp_path), materialization_interval_s=None) as store:
+        st = store.pipeline("p")
+        st.restore()
+        st.put("n", b"more", b"v")
+        m = store.load_manifest("p", st.checkpoint())
+        assert len(m.changelog) == 1 and m.entries == 4
