@@ -2,25 +2,53 @@
 
 Owns: replaying a manifest (materialization first, then the changelog after it, each file read
 once and checked against the manifest before any of its records are used) into a sink, and
-full verification of a checkpoint's files. Leaves to others: choosing which checkpoint to read and
-falling back past damaged ones (`store`).
+full verification of a checkpoint's files. `SegmentCache` keeps checked segments so a process
+that restores several subtasks reads each segment once (seed 001's per-worker cache).
+Leaves to others: choosing which checkpoint to read and falling back past damaged ones
+(`store`).
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint.changelog import Op, check_segment, iter_records, read_segment
 from sparkbeam.checkpoint.errors import CheckpointCorruptError
 from sparkbeam.checkpoint.filesystem import Storage
-from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
+from sparkbeam.checkpoint.ids import CheckpointId, FileEntry, PipelineId
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 from sparkbeam.checkpoint.manifest import Manifest
 from sparkbeam.checkpoint.materialization import read_materialization
 
 PutFn = Callable[[str, bytes, bytes, int], None]
 DeleteFn = Callable[[str, bytes, int], None]
+DEFAULT_CACHE_BYTES = 64 << 20
+
+
+class SegmentCache:
+    """Checked changelog segments keyed by (path, checksum), least recently used evicted."""
+
+    def __init__(self, max_bytes: int = DEFAULT_CACHE_BYTES):
+        self.max_bytes = max_bytes
+        self._items: OrderedDict[tuple[str, str], bytes] = OrderedDict()
+        self._bytes = 0
+
+    def read(self, storage: Storage, path: str, entry: FileEntry) -> bytes:
+        key = (path, entry.checksum)
+        data = self._items.get(key)
+        if data is not None:
+            self._items.move_to_end(key)
+            return data
+        data = read_segment(storage, path, entry)
+        if len(data) <= self.max_bytes:
+            self._items[key] = data
+            self._bytes += len(data)
+            while self._bytes > self.max_bytes:
+                _, old = self._items.popitem(last=False)
+                self._bytes -= len(old)
+        return data
 
 
 def replay(
@@ -30,6 +58,7 @@ def replay(
     put: PutFn,
     delete: DeleteFn,
     key_groups: KeyGroupRange | None = None,
+    cache: SegmentCache | None = None,
 ) -> None:
     """Apply the state of ``manifest`` (restricted to ``key_groups``) through put/delete.
 
@@ -44,7 +73,7 @@ def replay(
             put(ns, key, value, kg)
     for entry in manifest.changelog:
         path = f"{directory}/{entry.name}"
-        data = read_segment(storage, path, entry)
+        data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)
         for op, kg, ns, key, value in iter_records(data, path, key_groups):
             if op is Op.PUT:
                 put(ns, key, value, kg)
@@ -53,7 +82,11 @@ def replay(
 
 
 def read_state(
-    storage: Storage, directory: str, manifest: Manifest, key_groups: KeyGroupRange | None
+    storage: Storage,
+    directory: str,
+    manifest: Manifest,
+    key_groups: KeyGroupRange | None,
+    cache: SegmentCache | None = None,
 ) -> dict[tuple[str, bytes], bytes]:
     """The state of ``manifest`` in ``key_groups`` as a dict."""
     state: dict[tuple[str, bytes], bytes] = {}
@@ -64,7 +97,7 @@ def read_state(
     def delete(ns: str, key: bytes, kg: int) -> None:
         state.pop((ns, key), None)
 
-    replay(storage, directory, manifest, put, delete, key_groups)
+    replay(storage, directory, manifest, put, delete, key_groups, cache)
     return state
 
 

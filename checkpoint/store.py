@@ -44,7 +44,12 @@ from sparkbeam.checkpoint.manifest import (
 )
 from sparkbeam.checkpoint.materialization import DEFAULT_FILES
 from sparkbeam.checkpoint.pipeline import PipelineStore
-from sparkbeam.checkpoint.reader import VerificationResult, read_state, verify_files
+from sparkbeam.checkpoint.reader import (
+    SegmentCache,
+    VerificationResult,
+    read_state,
+    verify_files,
+)
 from sparkbeam.checkpoint.staging import StagedWriter
 from sparkbeam.checkpoint.startpoints import Startpoints
 from sparkbeam.checkpoint.state_table import STATE_BACKENDS
@@ -152,6 +157,7 @@ class CheckpointStore:
         self.read_only = read_only
         self._pipelines: dict[PipelineId, PipelineStore] = {}
         self._manifest_cache: dict[tuple[PipelineId, CheckpointId], Manifest] = {}
+        self._segment_cache = SegmentCache()
         self._lock = None if read_only else StoreLock(storage, job_name)
         if self._lock is not None:
             self._lock.acquire(break_lock=break_lock)
@@ -269,7 +275,9 @@ class CheckpointStore:
             try:
                 manifest = self.load_manifest(pipeline_id, cid)
                 kgs = key_group_range(subtask, parallelism, manifest.max_key_groups)
-                state = read_state(self.storage, pipeline_dir(pipeline_id), manifest, kgs)
+                state = read_state(
+                    self.storage, pipeline_dir(pipeline_id), manifest, kgs, self._segment_cache
+                )
             except CheckpointCorruptError as e:
                 if checkpoint_id is not None:
                     raise
@@ -307,9 +315,10 @@ class CheckpointStore:
 
     def clean(self, grace_s: float = 3600.0) -> list[str]:
         """Delete files no manifest names: failed or duplicate task attempts, segments and
-        snapshots of crashed runs, temp files. A file is kept while it may still be committed:
-        if it is newer than the pipeline's newest manifest and younger than ``grace_s``, or
-        staged for a round after the last committed one. Returns the deleted paths."""
+        snapshots of crashed runs, temp files. A file younger than ``grace_s`` is kept while it
+        may still be committed: if it is newer than the pipeline's newest manifest, or staged
+        for a round after the last round of its stage that a manifest committed. Returns the
+        deleted paths."""
         self._check_writable()
         deleted = []
         now = time.time()
@@ -343,7 +352,7 @@ class CheckpointStore:
                 old = now - mtime >= grace_s
                 staged = staged_round(name)
                 if staged is not None:
-                    garbage = old or staged[1] <= rounds.get(staged[0], -1)
+                    garbage = old or (mtime < newest and staged[1] <= rounds.get(staged[0], -1))
                 elif base.startswith(TMP_PREFIX):
                     garbage = old
                 else:

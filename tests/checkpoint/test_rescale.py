@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from sparkbeam.checkpoint import key_group, key_group_range, open_store
+from sparkbeam.checkpoint import MemoryStorage, key_group, key_group_range, open_store
 
 MAX_KG = 64
 
@@ -78,3 +78,27 @@ def test_restore_on_driver_after_rescale_keeps_every_key(tmp_path):
         assert st.max_key_groups == 8, "a pipeline keeps the max_key_groups of its checkpoints"
         assert {(ns, k): v for ns, k, v in st.items()} == model
         _assert_partition(_split(store, "p", cid, 8, max_kg=8), model)
+
+
+class CountingStorage(MemoryStorage):
+    def __init__(self):
+        super().__init__()
+        self.reads: dict[str, int] = {}
+
+    def read(self, path):
+        self.reads[path] = self.reads.get(path, 0) + 1
+        return super().read(path)
+
+
+def test_restoring_many_subtasks_reads_each_changelog_segment_once():
+    storage = CountingStorage()
+    with open_store(storage, max_key_groups=MAX_KG, flush_bytes=2000) as store:
+        st = store.pipeline("p")
+        model = _fill(st, 300)
+        cid = st.checkpoint(parallelism=1)
+        segments = [f.name for f in store.load_manifest("p", cid).changelog]
+        assert len(segments) > 3
+        _assert_partition(_split(store, "p", cid, 8), model)
+        counts = {p: n for p, n in storage.reads.items() if p.endswith(".seg")}
+        assert sorted(counts) == sorted(f"pipelines/p/{name}" for name in segments)
+        assert set(counts.values()) == {1}
