@@ -37,7 +37,11 @@ log = logging.getLogger(__name__)
 
 
 class PipelineStore:
-    """Keyed state + checkpoints of one pipeline; get it from ``CheckpointStore.pipeline``."""
+    """Keyed state + checkpoints of one pipeline; get it from ``CheckpointStore.pipeline``.
+
+    Lives on the driver and is not thread-safe. Restore before opening staged writers for the
+    pipeline: a restored pipeline keeps the ``max_key_groups`` of its checkpoints.
+    """
 
     def __init__(self, store: CheckpointStore, pipeline_id: str):
         self._store = store
