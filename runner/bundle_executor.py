@@ -13,6 +13,7 @@ from __future__ import annotations
 import itertools
 import time
 import traceback
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
@@ -27,7 +28,7 @@ from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
 from apache_beam.runners.worker.statecache import StateCache
 from apache_beam.utils import timestamp
 
-from sparkbeam.runner.records import MetricsRecord, OutputRecord
+from sparkbeam.runner.records import MetricsRecord, OutputRecord, WarningRecord
 from sparkbeam.runner.worker_context import plan_context, register_plan
 from sparkbeam.translation.plan import StagePlan
 
@@ -191,7 +192,12 @@ class _TaskLoop:
         yield MetricsRecord(self.task.stage.id, tuple(mi.SerializeToString() for mi in infos))
 
     def _bundle(self, inputs, fired) -> Iterator[tuple]:
-        result = self.worker.process_bundle(inputs, fired)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            result = self.worker.process_bundle(inputs, fired)
+        for w in caught:
+            category = f"{w.category.__module__}:{w.category.__qualname__}"
+            yield WarningRecord(self.task.stage.id, category, str(w.message))
         self.metrics.extend(result.response.monitoring_infos)
         for transform, chunks in result.data.items():
             buffer = self.outputs.get(transform)

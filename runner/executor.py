@@ -12,8 +12,10 @@ and broadcast. Bytes and Arrow cross process boundaries; nothing else.
 from __future__ import annotations
 
 import functools
+import importlib
 import logging
 import uuid
+import warnings
 from collections import defaultdict
 
 from apache_beam.metrics import monitoring_infos
@@ -24,7 +26,7 @@ from pyspark import StorageLevel
 from sparkbeam.runner import grouping
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.errors import StageFailedError
-from sparkbeam.runner.records import MetricsRecord, OutputRecord
+from sparkbeam.runner.records import MetricsRecord, OutputRecord, WarningRecord
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
 
 _LOG = logging.getLogger(__name__)
@@ -73,17 +75,21 @@ class PlanExecutor:
         ).persist(StorageLevel.MEMORY_AND_DISK)
         self.sc.setJobDescription(f"sparkbeam {stage.id}: {', '.join(stage.transforms)[:200]}")
         try:
-            metrics = rdd.filter(_is_metrics).collect()
+            reports = rdd.filter(_is_report).collect()
         except Exception as e:  # noqa: BLE001 - rewrapped with the stage named
             raise StageFailedError(stage.id, (), _user_traceback(e)) from None
+        _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
         infos = [
-            metrics_pb2.MonitoringInfo.FromString(b) for rec in metrics for b in rec.monitoring_infos
+            metrics_pb2.MonitoringInfo.FromString(b)
+            for rec in reports
+            if isinstance(rec, MetricsRecord)
+            for b in rec.monitoring_infos
         ]
         self.monitoring_infos_by_stage[stage.name] = monitoring_infos.consolidate(infos)
         self._stage_rdds[stage.id] = rdd
         consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
         self._remaining_consumers[stage.id] = len(consumers)
-        for _, buffer in stage.outputs:
+        for buffer in dict.fromkeys(stage.output_buffers):
             self._outputs[buffer].append(
                 rdd.filter(functools.partial(_is_output, buffer)).map(_data)
             )
@@ -172,8 +178,19 @@ def _tag(transform: str, data: bytes) -> tuple[str, bytes]:
     return transform, data
 
 
-def _is_metrics(record) -> bool:
-    return isinstance(record, MetricsRecord)
+def _is_report(record) -> bool:
+    return isinstance(record, (MetricsRecord, WarningRecord))
+
+
+def _reissue_warnings(records) -> None:
+    """Re-issue each distinct worker warning on the driver, where users see it."""
+    for record in dict.fromkeys(records):
+        module, _, name = record.category.partition(":")
+        try:
+            category = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError):
+            category = RuntimeWarning
+        warnings.warn(f"[{record.stage}] {record.message}", category, stacklevel=2)
 
 
 def _is_output(buffer: str, record) -> bool:

@@ -22,3 +22,11 @@ class MetricsRecord(NamedTuple):
 
     stage: str
     monitoring_infos: tuple[bytes, ...]  # serialized metrics_pb2.MonitoringInfo
+
+
+class WarningRecord(NamedTuple):
+    """A Python warning raised by user or SDK code in a task, re-issued on the driver."""
+
+    stage: str
+    category: str  # "module:QualName" of the warning class
+    message: str

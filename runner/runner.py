@@ -25,7 +25,16 @@ _LOG = logging.getLogger(__name__)
 
 
 class SparkCheckpointRunner(PipelineRunner):
-    """Runs Beam Python pipelines on Apache Spark through PySpark."""
+    """Runs Beam Python pipelines on Apache Spark through PySpark.
+
+    ``is_drain=True`` plans splittable DoFns in drain mode: every restriction
+    is truncated through the SDF's ``truncate`` before processing (as Beam's
+    FnApiRunner does), so unbounded work finishes.
+    """
+
+    def __init__(self, is_drain: bool = False) -> None:
+        super().__init__()
+        self._is_drain = is_drain
 
     def run_pipeline(self, pipeline, options: PipelineOptions) -> SparkPipelineResult:
         RuntimeValueProvider.set_runtime_options({})
@@ -43,7 +52,7 @@ class SparkCheckpointRunner(PipelineRunner):
             default_environment=environments.EmbeddedPythonEnvironment.default()
         )
         # Step 2: plan it (checks requirements; raises naming what is unsupported).
-        plan = translate(proto)
+        plan = translate(proto, is_drain=self._is_drain)
         # Step 3: run it on Spark.
         spark = get_or_create_session(
             spark_options, options.view_as(GoogleCloudOptions).job_name

@@ -1,0 +1,38 @@
+"""Shared fixtures: one real local Spark session per test process."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+TEST_MASTER = os.environ.get("SPARKBEAM_TEST_MASTER", "local[2]")
+
+
+def spark_test_options(*extra: str) -> list[str]:
+    """Pipeline flags that run on the shared test session."""
+    return ["--runner=SparkCheckpointRunner", f"--spark_master_url={TEST_MASTER}", *extra]
+
+
+def get_test_session():
+    """Create (once) or return the shared local SparkSession."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return (
+        SparkSession.builder.master(TEST_MASTER)
+        .appName("sparkbeam-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.python.worker.reuse", "true")
+        .getOrCreate()
+    )
+
+
+@pytest.fixture(scope="session")
+def spark():
+    session = get_test_session()
+    yield session
