@@ -8,6 +8,7 @@ from sparkbeam.runner.errors import PipelineOptionsError
 
 
 DEFAULT_MASTER = "local[*]"
+_BEAM_DEFAULT_MASTER = "local[4]"
 
 
 class SparkRunnerOptions(pipeline_options.SparkRunnerOptions):
@@ -50,8 +51,11 @@ class SparkRunnerOptions(pipeline_options.SparkRunnerOptions):
 
     def master_url(self) -> str:
         """--spark_master_url if given, else local[*]."""
-        given = self.get_all_options(drop_default=True).get("spark_master_url")
-        return given or DEFAULT_MASTER
+        given = self.spark_master_url
+        explicit = any(str(f).startswith("--spark_master_url") for f in self._flags)
+        if not given or (given == _BEAM_DEFAULT_MASTER and not explicit):
+            return DEFAULT_MASTER
+        return given
 
     def spark_conf_pairs(self) -> list[tuple[str, str]]:
         """Parse --spark_conf values; raise a one-line error for a malformed one."""

@@ -1,0 +1,73 @@
+"""The ``sparkbeam`` command: ``plan`` a pipeline script, inspect ``checkpoints``.
+
+``sparkbeam plan my_pipeline.py [pipeline args]`` runs the script with a
+runner that only translates and prints the ExecutionPlan (nothing executes).
+The ``checkpoints`` subcommands come from ``sparkbeam.checkpoint.cli``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import runpy
+import sys
+from collections.abc import Sequence
+
+from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
+from apache_beam.transforms import environments
+
+from sparkbeam.checkpoint import cli as checkpoint_cli
+from sparkbeam.translation import translate
+
+
+class PlanPrinter(PipelineRunner):
+    """A runner that prints the plan sparkbeam would run, and runs nothing."""
+
+    def run_pipeline(self, pipeline, options) -> PipelineResult:
+        from apache_beam.options.pipeline_options import TypeOptions
+        from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
+
+        pipeline.visit(
+            group_by_key_input_visitor(
+                not options.view_as(TypeOptions).allow_non_deterministic_key_coders
+            )
+        )
+        proto = pipeline.to_runner_api(
+            default_environment=environments.EmbeddedPythonEnvironment.default()
+        )
+        print(translate(proto).describe())
+        return PipelineResult(PipelineState.DONE)
+
+
+def _plan(args: argparse.Namespace) -> int:
+    runner = f"--runner={PlanPrinter.__module__}.{PlanPrinter.__qualname__}"
+    argv = [a for a in args.script_args if not a.startswith("--runner")]
+    sys.argv = [args.script, *argv, runner]
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except SystemExit as e:
+        return int(e.code or 0)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="sparkbeam", description="Beam Python pipelines on Apache Spark."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    plan = sub.add_parser("plan", help="print the execution plan of a pipeline script")
+    plan.add_argument("script", help="path of a Beam pipeline script")
+    plan.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    plan.set_defaults(func=_plan)
+    checkpoint_cli.add_subcommands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "checkpoints":
+        return checkpoint_cli.run(args)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
