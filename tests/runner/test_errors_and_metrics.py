@@ -1,0 +1,67 @@
+"""User errors name the step and carry the user's traceback; metrics come back."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.metrics import Metrics
+from apache_beam.metrics.metric import MetricsFilter
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+from apache_beam.testing.util import assert_that, equal_to
+
+from sparkbeam.runner import SparkCheckpointRunner
+from sparkbeam.runner.errors import StageFailedError
+from tests.conftest import spark_test_options
+
+pytestmark = pytest.mark.spark
+
+
+def _pipeline():
+    return beam.Pipeline(runner=SparkCheckpointRunner(), options=PipelineOptions(spark_test_options()))
+
+
+def _explode(x):
+    raise ZeroDivisionError(f"user code failed on {x}")
+
+
+def test_user_exception_names_the_step_and_traceback(spark):
+    with pytest.raises(StageFailedError) as info:
+        with _pipeline() as p:
+            _ = p | beam.Create([1, 2]) | "Explode" >> beam.Map(_explode)
+    message = str(info.value)
+    assert "Explode" in message
+    assert "_explode" in message and "ZeroDivisionError: user code failed on" in message
+    assert "py4j" not in message and "at org.apache" not in message
+
+
+def test_counters_distributions_gauges_are_committed(spark):
+    class Measure(beam.DoFn):
+        def __init__(self):
+            self.count = Metrics.counter("test", "elements")
+            self.sizes = Metrics.distribution("test", "sizes")
+            self.last = Metrics.gauge("test", "last")
+
+        def process(self, x):
+            self.count.inc()
+            self.sizes.update(x)
+            self.last.set(x)
+            yield x
+
+    p = _pipeline()
+    out = p | beam.Create([1, 2, 3, 4]) | beam.ParDo(Measure())
+    assert_that(out, equal_to([1, 2, 3, 4]))
+    result = p.run()
+    assert result.wait_until_finish() == PipelineState.DONE
+    metrics = result.metrics().query(MetricsFilter().with_namespace("test"))
+    (counter,) = metrics["counters"]
+    assert counter.committed == 4
+    (dist,) = metrics["distributions"]
+    assert (dist.committed.sum, dist.committed.count, dist.committed.min, dist.committed.max) == (
+        10,
+        4,
+        1,
+        4,
+    )
+    (gauge,) = metrics["gauges"]
+    assert gauge.committed.value in {1, 2, 3, 4}

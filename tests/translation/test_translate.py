@@ -1,0 +1,92 @@
+"""Translation: Beam's phases, the SDF fusion break, independent pipelines, errors."""
+
+from __future__ import annotations
+
+import pickle
+
+import apache_beam as beam
+import pytest
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.transforms import environments
+from apache_beam.transforms.core import RestrictionProvider
+
+from sparkbeam.translation import EdgeKind, UnsupportedFeatureError, translate
+
+
+def _proto(p: beam.Pipeline):
+    return p.to_runner_api(default_environment=environments.EmbeddedPythonEnvironment.default())
+
+
+class _Offsets(RestrictionProvider):
+    def initial_restriction(self, element):
+        return OffsetRange(0, element)
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return restriction.size()
+
+
+class _CountTo(beam.DoFn):
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(_Offsets())):
+        pos = tracker.current_restriction().start
+        while tracker.try_claim(pos):
+            yield pos
+            pos += 1
+
+
+def test_sdf_process_stage_is_the_root_after_a_reshuffle():
+    p = beam.Pipeline()
+    _ = p | beam.Create([3, 4]) | beam.ParDo(_CountTo()) | beam.Map(str)
+    plan = translate(_proto(p))
+    sdf_stages = [s for s in plan.stages if s.is_sdf_process]
+    assert len(sdf_stages) == 1
+    (stage,) = sdf_stages
+    assert [plan.edge(b).kind for b in stage.input_buffers] == [EdgeKind.RESHUFFLE]
+    # The split stage before the break writes that reshuffle buffer.
+    writers = [s for s in plan.stages if set(s.output_buffers) & set(stage.input_buffers)]
+    assert writers and all(
+        any("SplitAndSizeRestriction" in t for t in w.transforms) for w in writers
+    )
+
+
+def test_independent_pipelines_are_connected_components():
+    p = beam.Pipeline()
+    a = p | "A" >> beam.Create([1]) | "GA" >> beam.Map(lambda x: (x, x)) | "G" >> beam.GroupByKey()
+    side = p | "Side" >> beam.Create([2])
+    _ = a | "UseSide" >> beam.Map(lambda kv, s: kv, beam.pvalue.AsList(side))
+    _ = p | "B" >> beam.Create(["b"]) | "MB" >> beam.Map(str.upper)
+    plan = translate(_proto(p))
+    assert len(plan.pipelines) == 2
+    sizes = sorted(len(pp.stages) for pp in plan.pipelines)
+    assert sizes[0] == 1 and sizes[1] >= 3  # B alone; A + side + GBK together
+    assert {s.pipeline for s in plan.stages} == {pp.id for pp in plan.pipelines}
+
+
+def test_plan_is_plain_picklable_data_and_prints():
+    p = beam.Pipeline()
+    _ = p | beam.Create([1, 2]) | beam.Map(lambda x: (x, 1)) | beam.CombinePerKey(sum)
+    plan = translate(_proto(p))
+    assert pickle.loads(pickle.dumps(plan)).stages == plan.stages
+    text = plan.describe()
+    assert "group:" in text and "CombinePerKey" in text
+
+
+def test_teststream_is_refused_by_name():
+    p = beam.Pipeline()
+    _ = p | "MyEvents" >> TestStream().add_elements([1]) | beam.Map(str)
+    with pytest.raises(UnsupportedFeatureError, match=r"'MyEvents' needs TestStream"):
+        translate(_proto(p))
+
+
+def test_translation_never_imports_pyspark():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, sparkbeam.translation as t; "
+        "assert not any(m.startswith('pyspark') for m in sys.modules), 'pyspark imported'"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
