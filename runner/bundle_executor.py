@@ -17,7 +17,7 @@ import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from apache_beam.coders.coder_impl import create_OutputStream
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.metrics import monitoring_infos
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
@@ -30,6 +30,7 @@ from apache_beam.utils import timestamp
 
 from sparkbeam.runner.records import MetricsRecord, OutputRecord, WarningRecord
 from sparkbeam.runner.worker_context import plan_context, register_plan
+from sparkbeam.sdf.residuals import ResidualRecord
 from sparkbeam.translation.plan import StagePlan
 
 BUNDLE_BYTES = 8 << 20
@@ -47,6 +48,9 @@ class StageTask:
     plan_key: str
     stage: StagePlan
     bundle_bytes: int = BUNDLE_BYTES
+    # How long a task may keep re-feeding zero-delay residuals before handing
+    # them to the driver's checkpoint handler.
+    refeed_budget_s: float = 5.0
 
 
 @dataclass
@@ -166,28 +170,34 @@ def run_stage_partition(
 
 
 class _TaskLoop:
-    """Bundles over the partition, then timers, then residuals, then metrics."""
+    """Bundles over the partition, then timers; residuals and metrics go to the driver."""
 
     def __init__(self, worker: _StageWorker, task: StageTask) -> None:
         self.worker = worker
         self.task = task
         self.metrics: list = []
         self.timers = _PendingTimers(task)
-        self.residuals: list[tuple[float, str, bytes]] = []
         self.outputs = dict(task.stage.outputs)
+        self.immediate: list[ResidualRecord] = []
+        context = plan_context(task.plan_key)
+        self.input_coders = {t: context.coders[c].get_impl() for t, c in task.stage.input_coders}
 
     def run(self, rows: Iterable[tuple[str, bytes]]) -> Iterator[tuple]:
         for inputs in _bundles(rows, self.task.bundle_bytes):
             yield from self._bundle(inputs, {})
-        if not self.task.stage.inputs and not self.task.stage.timers:
-            return
-        while True:
-            if self.residuals:
-                yield from self._run_due_residuals()
-            elif self.timers:
-                yield from self._bundle({}, self.timers.pop_next())
-            else:
-                break
+        # Batch: all input is in, the input watermark is +inf; fire timers in order.
+        while self.timers:
+            yield from self._bundle({}, self.timers.pop_next())
+        # Residuals asking for no delay are re-fed here at once, within a time budget.
+        deadline = time.monotonic() + self.task.refeed_budget_s
+        while self.immediate and time.monotonic() < deadline:
+            batch, self.immediate = self.immediate, []
+            inputs: dict[str, list[bytes]] = {}
+            for record in batch:
+                inputs.setdefault(record.transform, []).append(record.element)
+            yield from self._bundle(inputs, {})
+        yield from self.immediate
+        self.immediate = []
         infos = monitoring_infos.consolidate(self.metrics)
         yield MetricsRecord(self.task.stage.id, tuple(mi.SerializeToString() for mi in infos))
 
@@ -207,25 +217,27 @@ class _TaskLoop:
                 yield OutputRecord(buffer, data)
         for key, chunks in result.timers.items():
             self.timers.add(key, chunks)
-        now = time.time()
+        # Residuals go back to the driver's StateAndTimerBundleCheckpointHandler.
+        now_ms = time.time() * 1000.0
         for residual in result.response.residual_roots:
-            app = residual.application
-            read = self.worker.input_for(app.transform_id, app.input_id)
-            delay = residual.requested_time_delay.ToTimedelta().total_seconds()
-            self.residuals.append((now + delay, read, app.element))
+            record = self._residual_record(residual, now_ms)
+            if record.delay_ms <= 0 and self.task.refeed_budget_s > 0:
+                self.immediate.append(record)
+            else:
+                yield record
 
-    def _run_due_residuals(self) -> Iterator[tuple]:
-        due_at = min(r[0] for r in self.residuals)
-        wait = due_at - time.time()
-        if wait > 0:
-            time.sleep(wait)
-        now = time.time()
-        due = [r for r in self.residuals if r[0] <= now]
-        self.residuals = [r for r in self.residuals if r[0] > now]
-        inputs: dict[str, list[bytes]] = {}
-        for _, read, element in due:
-            inputs.setdefault(read, []).append(element)
-        yield from self._bundle(inputs, {})
+    def _residual_record(self, residual, now_ms: float) -> ResidualRecord:
+        app = residual.application
+        read = self.worker.input_for(app.transform_id, app.input_id)
+        delay = residual.requested_time_delay
+        delay_ms = delay.seconds * 1000.0 + delay.nanos / 1e6
+        holds = [timestamp.Timestamp.from_proto(ts).micros for ts in app.output_watermarks.values()]
+        if holds:
+            hold = min(holds)
+        else:
+            coder = self.input_coders[read]
+            hold = coder.decode_from_stream(create_InputStream(app.element), True).timestamp.micros
+        return ResidualRecord(self.task.stage.id, read, app.element, now_ms, delay_ms, hold)
 
 
 def _bundles(rows: Iterable[tuple[str, bytes]], limit: int) -> Iterator[dict[str, list[bytes]]]:

@@ -26,7 +26,10 @@ from pyspark import StorageLevel
 from sparkbeam.runner import grouping
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.checkpoint import MemoryStorage, open_store
 from sparkbeam.runner.records import MetricsRecord, OutputRecord, WarningRecord
+from sparkbeam.runner.stage_rounds import StageRounds
+from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
 
 _LOG = logging.getLogger(__name__)
@@ -35,7 +38,9 @@ _LOG = logging.getLogger(__name__)
 class PlanExecutor:
     """Runs one ExecutionPlan on a SparkContext, collecting metrics by stage."""
 
-    def __init__(self, spark, plan: ExecutionPlan, parallelism: int | None = None) -> None:
+    def __init__(
+        self, spark, plan: ExecutionPlan, parallelism: int | None = None, store=None
+    ) -> None:
         self.sc = spark.sparkContext
         self.plan = plan
         self.plan_key = f"{plan.fingerprint}-{uuid.uuid4().hex[:8]}"
@@ -47,6 +52,10 @@ class PlanExecutor:
         self._broadcasts: list = [self.components]
         self.monitoring_infos_by_stage: dict[str, list] = {}
         self.cancelled = False
+        # Residual state lives in a checkpoint store; in memory unless one is given.
+        self.store = store or open_store(MemoryStorage(), materialization_interval_s=None)
+        self._pipeline_states: dict = {}
+        self._rounds: dict[str, StageRounds] = {}
 
     def run(self) -> None:
         try:
@@ -63,42 +72,67 @@ class PlanExecutor:
         side_inputs = {si.buffer: self._read(si.buffer).collect() for si in stage.side_inputs}
         side_bc = self.sc.broadcast(side_inputs)
         self._broadcasts.append(side_bc)
-        task = StageTask(self.plan_key, stage)
         inputs = [
             self._stage_input(stage, transform, buffer).map(functools.partial(_tag, transform))
             for transform, buffer in stage.inputs
         ]
         rdd = inputs[0] if len(inputs) == 1 else self.sc.union(inputs)
+        handler = StateAndTimerBundleCheckpointHandler(self._state(stage), stage.id)
+        infos: list = []
+        rounds = StageRounds(
+            self.sc,
+            stage,
+            handler,
+            self.parallelism,
+            lambda rdd, n: self._launch(stage, rdd, side_bc, handler, infos),
+        )
+        self._rounds[stage.id] = rounds
+        rdds = rounds.run(rdd)
+        self.monitoring_infos_by_stage[stage.name] = monitoring_infos.consolidate(infos)
+        self._stage_rdds[stage.id] = rdds
+        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
+        self._remaining_consumers[stage.id] = len(consumers)
+        for buffer in dict.fromkeys(stage.output_buffers):
+            for round_rdd in rdds:
+                self._outputs[buffer].append(
+                    round_rdd.filter(functools.partial(_is_output, buffer)).map(_data)
+                )
+        for producer in self._producers_of(stage):
+            self._remaining_consumers[producer] -= 1
+            if self._remaining_consumers[producer] <= 0:
+                _unpersist(self._stage_rdds.pop(producer))
+        if not consumers:
+            _unpersist(self._stage_rdds.pop(stage.id))
+
+    def _launch(self, stage: StagePlan, rdd, side_bc, handler, infos: list):
+        """One Spark job over ``rdd``: run the stage, gather reports and residuals."""
+        task = StageTask(self.plan_key, stage)
         components = self.components
         rdd = rdd.mapPartitions(
             lambda rows: run_stage_partition(task, components.value, side_bc.value, rows)
         ).persist(StorageLevel.MEMORY_AND_DISK)
         self.sc.setJobDescription(f"sparkbeam {stage.id}: {', '.join(stage.transforms)[:200]}")
         try:
-            reports = rdd.filter(_is_report).collect()
+            reports = rdd.filter(_is_summary if stage.is_sdf_process else _is_report).collect()
+            if stage.is_sdf_process:
+                # Streamed, so many residuals never sit in driver memory as one list.
+                handler.add(rdd.filter(_is_residual).toLocalIterator())
         except Exception as e:  # noqa: BLE001 - rewrapped with the stage named
             raise StageFailedError(stage.id, (), _user_traceback(e)) from None
         _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
-        infos = [
+        handler.add(r for r in reports if isinstance(r, ResidualRecord))
+        infos.extend(
             metrics_pb2.MonitoringInfo.FromString(b)
             for rec in reports
             if isinstance(rec, MetricsRecord)
             for b in rec.monitoring_infos
-        ]
-        self.monitoring_infos_by_stage[stage.name] = monitoring_infos.consolidate(infos)
-        self._stage_rdds[stage.id] = rdd
-        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
-        self._remaining_consumers[stage.id] = len(consumers)
-        for buffer in dict.fromkeys(stage.output_buffers):
-            self._outputs[buffer].append(
-                rdd.filter(functools.partial(_is_output, buffer)).map(_data)
-            )
-        for producer in self._producers_of(stage):
-            self._remaining_consumers[producer] -= 1
-            if self._remaining_consumers[producer] <= 0:
-                self._stage_rdds.pop(producer).unpersist(blocking=False)
-        if not consumers:
-            self._stage_rdds.pop(stage.id).unpersist(blocking=False)
+        )
+        return rdd
+
+    def _state(self, stage: StagePlan):
+        if stage.pipeline not in self._pipeline_states:
+            self._pipeline_states[stage.pipeline] = self.store.pipeline(stage.pipeline)
+        return self._pipeline_states[stage.pipeline]
 
     def _producers_of(self, stage: StagePlan) -> set[str]:
         read = set(stage.input_buffers) | {si.buffer for si in stage.side_inputs}
@@ -161,8 +195,8 @@ class PlanExecutor:
         raise NotImplementedError(f"edge kind {edge.kind}")
 
     def _cleanup(self) -> None:
-        for rdd in self._stage_rdds.values():
-            rdd.unpersist(blocking=False)
+        for rdds in self._stage_rdds.values():
+            _unpersist(rdds)
         self._stage_rdds.clear()
         for bc in self._broadcasts:
             try:
@@ -179,7 +213,20 @@ def _tag(transform: str, data: bytes) -> tuple[str, bytes]:
 
 
 def _is_report(record) -> bool:
+    return isinstance(record, (MetricsRecord, WarningRecord, ResidualRecord))
+
+
+def _is_summary(record) -> bool:
     return isinstance(record, (MetricsRecord, WarningRecord))
+
+
+def _is_residual(record) -> bool:
+    return isinstance(record, ResidualRecord)
+
+
+def _unpersist(rdds) -> None:
+    for rdd in rdds:
+        rdd.unpersist(blocking=False)
 
 
 def _reissue_warnings(records) -> None:
