@@ -48,9 +48,10 @@ class StageTask:
     plan_key: str
     stage: StagePlan
     bundle_bytes: int = BUNDLE_BYTES
-    # How long a task may keep re-feeding zero-delay residuals before handing
-    # them to the driver's checkpoint handler.
-    refeed_budget_s: float = 5.0
+    # A residual due within this many seconds of the task's start is re-fed by
+    # the task itself (sleeping, no CPU); later ones go to the driver's
+    # checkpoint handler as durable state under a timer. 0: always the driver.
+    residual_budget_s: float = 5.0
 
 
 @dataclass
@@ -178,7 +179,8 @@ class _TaskLoop:
         self.metrics: list = []
         self.timers = _PendingTimers(task)
         self.outputs = dict(task.stage.outputs)
-        self.immediate: list[ResidualRecord] = []
+        self.local: list[ResidualRecord] = []
+        self.deadline_ms = time.time() * 1000.0 + task.residual_budget_s * 1000.0
         context = plan_context(task.plan_key)
         self.input_coders = {t: context.coders[c].get_impl() for t, c in task.stage.input_coders}
 
@@ -188,16 +190,19 @@ class _TaskLoop:
         # Batch: all input is in, the input watermark is +inf; fire timers in order.
         while self.timers:
             yield from self._bundle({}, self.timers.pop_next())
-        # Residuals asking for no delay are re-fed here at once, within a time budget.
-        deadline = time.monotonic() + self.task.refeed_budget_s
-        while self.immediate and time.monotonic() < deadline:
-            batch, self.immediate = self.immediate, []
+        # Residuals due within the task's budget are re-fed here, after their delay.
+        while self.local:
+            fire_at = min(r.produced_ms + r.delay_ms for r in self.local)
+            wait = fire_at / 1000.0 - time.time()
+            if wait > 0:
+                time.sleep(wait)
+            now_ms = time.time() * 1000.0
+            due = [r for r in self.local if r.produced_ms + r.delay_ms <= now_ms]
+            self.local = [r for r in self.local if r.produced_ms + r.delay_ms > now_ms]
             inputs: dict[str, list[bytes]] = {}
-            for record in batch:
+            for record in due:
                 inputs.setdefault(record.transform, []).append(record.element)
             yield from self._bundle(inputs, {})
-        yield from self.immediate
-        self.immediate = []
         infos = monitoring_infos.consolidate(self.metrics)
         yield MetricsRecord(self.task.stage.id, tuple(mi.SerializeToString() for mi in infos))
 
@@ -221,10 +226,10 @@ class _TaskLoop:
         now_ms = time.time() * 1000.0
         for residual in result.response.residual_roots:
             record = self._residual_record(residual, now_ms)
-            if record.delay_ms <= 0 and self.task.refeed_budget_s > 0:
-                self.immediate.append(record)
+            if now_ms + record.delay_ms <= self.deadline_ms:
+                self.local.append(record)
             else:
-                yield record
+                yield record  # to the driver's StateAndTimerBundleCheckpointHandler
 
     def _residual_record(self, residual, now_ms: float) -> ResidualRecord:
         app = residual.application

@@ -27,7 +27,13 @@ from sparkbeam.runner import grouping
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.errors import StageFailedError
 from sparkbeam.checkpoint import MemoryStorage, open_store
-from sparkbeam.runner.records import MetricsRecord, OutputRecord, WarningRecord
+from sparkbeam.runner.durability import (
+    FINISHED,
+    input_marker,
+    restored_outputs,
+    stage_outputs_durably,
+)
+from sparkbeam.runner.records import CommitRecord, MetricsRecord, OutputRecord, WarningRecord
 from sparkbeam.runner.stage_rounds import StageRounds
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
@@ -39,7 +45,13 @@ class PlanExecutor:
     """Runs one ExecutionPlan on a SparkContext, collecting metrics by stage."""
 
     def __init__(
-        self, spark, plan: ExecutionPlan, parallelism: int | None = None, store=None
+        self,
+        spark,
+        plan: ExecutionPlan,
+        parallelism: int | None = None,
+        store=None,
+        checkpoint_url: str | None = None,
+        residual_budget_s: float = 5.0,
     ) -> None:
         self.sc = spark.sparkContext
         self.plan = plan
@@ -56,19 +68,59 @@ class PlanExecutor:
         self.store = store or open_store(MemoryStorage(), materialization_interval_s=None)
         self._pipeline_states: dict = {}
         self._rounds: dict[str, StageRounds] = {}
+        self.checkpoint_url = checkpoint_url
+        self.residual_budget_s = residual_budget_s
+        self._round_commits: list = []
+        self.resumed: dict[str, int] = {}  # stage -> pending residuals restored
 
     def run(self) -> None:
         try:
+            if self.checkpoint_url:
+                self._restore()
             for stage in self.plan.stages:
                 if self.cancelled:
                     break
                 self._run_stage(stage)
+            if self.checkpoint_url and not self.cancelled:
+                for pipeline in self.plan.pipelines:
+                    self._checkpoint(pipeline.id, {FINISHED: True})
         finally:
             self._cleanup()
+
+    def _restore(self) -> None:
+        """Load each pipeline's latest checkpoint, unless its job had finished."""
+        for pipeline in self.plan.pipelines:
+            probe = self.store.pipeline(pipeline.id)
+            info = probe.restore(fingerprint=self.plan.fingerprint)
+            if info is None:
+                continue
+            manifest = self.store.load_manifest(pipeline.id, info.checkpoint_id)
+            if manifest.metadata.get(FINISHED):
+                probe.close()
+                continue  # a finished batch job: run again from scratch
+            self._pipeline_states[pipeline.id] = probe
+            _LOG.info("Restored %s from checkpoint %s", pipeline.id, info.checkpoint_id)
+
+    def _checkpoint(self, pipeline: str, metadata: dict, commits=()) -> None:
+        state = self._pipeline_states.get(pipeline) or self._state_for(pipeline)
+        state.checkpoint(
+            fingerprint=self.plan.fingerprint,
+            parallelism=self.parallelism,
+            metadata=metadata,
+            commit_messages=list(commits),
+        )
 
     # --- stages -----------------------------------------------------------
 
     def _run_stage(self, stage: StagePlan) -> None:
+        state = self._state(stage)
+        completed = state.completed() if self.checkpoint_url else frozenset()
+        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
+        if consumers and all(input_marker(c) in completed for c in consumers):
+            # Completed work is not redeployed: every consumer already took this output.
+            self._stage_rdds[stage.id] = []
+            self._remaining_consumers[stage.id] = len(consumers)
+            return
         side_inputs = {si.buffer: self._read(si.buffer).collect() for si in stage.side_inputs}
         side_bc = self.sc.broadcast(side_inputs)
         self._broadcasts.append(side_bc)
@@ -77,17 +129,29 @@ class PlanExecutor:
             for transform, buffer in stage.inputs
         ]
         rdd = inputs[0] if len(inputs) == 1 else self.sc.union(inputs)
-        handler = StateAndTimerBundleCheckpointHandler(self._state(stage), stage.id)
+        handler = StateAndTimerBundleCheckpointHandler(state, stage.id)
         infos: list = []
         rounds = StageRounds(
             self.sc,
             stage,
             handler,
             self.parallelism,
-            lambda rdd, n: self._launch(stage, rdd, side_bc, handler, infos),
+            lambda rdd, n: self._launch(stage, rdd, side_bc, handler, infos, n),
+            on_round_end=lambda n: self._end_round(stage, handler, n),
         )
         self._rounds[stage.id] = rounds
-        rdds = rounds.run(rdd)
+        prior = []
+        if input_marker(stage.id) in completed:
+            self.resumed[stage.id] = handler.restore()
+            chunks = restored_outputs(state, stage.id)
+            if chunks:
+                prior.append(
+                    self.sc.parallelize([OutputRecord(b, d) for b, d in chunks], self.parallelism)
+                )
+            first = int(state.source_positions().get(f"{stage.id}:round", b"0")) + 1
+            rdds = prior + rounds.run(None, first_round=first)
+        else:
+            rdds = rounds.run(rdd)
         self.monitoring_infos_by_stage[stage.name] = monitoring_infos.consolidate(infos)
         self._stage_rdds[stage.id] = rdds
         consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
@@ -104,22 +168,33 @@ class PlanExecutor:
         if not consumers:
             _unpersist(self._stage_rdds.pop(stage.id))
 
-    def _launch(self, stage: StagePlan, rdd, side_bc, handler, infos: list):
+    def _durable(self, stage: StagePlan) -> bool:
+        return bool(self.checkpoint_url) and stage.is_sdf_process
+
+    def _launch(self, stage: StagePlan, rdd, side_bc, handler, infos: list, round_no: int = 0):
         """One Spark job over ``rdd``: run the stage, gather reports and residuals."""
-        task = StageTask(self.plan_key, stage)
+        budget = 0.0 if self.checkpoint_url else self.residual_budget_s
+        task = StageTask(self.plan_key, stage, residual_budget_s=budget)
         components = self.components
-        rdd = rdd.mapPartitions(
-            lambda rows: run_stage_partition(task, components.value, side_bc.value, rows)
-        ).persist(StorageLevel.MEMORY_AND_DISK)
+        durable = self._durable(stage)
+        url, kgroups = self.checkpoint_url, self.store.max_key_groups
+
+        def run(rows):
+            records = run_stage_partition(task, components.value, side_bc.value, rows)
+            if durable:
+                records = stage_outputs_durably(
+                    records, url, stage.pipeline, stage.id, round_no, kgroups
+                )
+            return records
+
+        rdd = rdd.mapPartitions(run).persist(StorageLevel.MEMORY_AND_DISK)
         self.sc.setJobDescription(f"sparkbeam {stage.id}: {', '.join(stage.transforms)[:200]}")
         try:
-            reports = rdd.filter(_is_summary if stage.is_sdf_process else _is_report).collect()
-            if stage.is_sdf_process:
-                # Streamed, so many residuals never sit in driver memory as one list.
-                handler.add(rdd.filter(_is_residual).toLocalIterator())
+            reports = rdd.filter(_is_report).collect()
         except Exception as e:  # noqa: BLE001 - rewrapped with the stage named
             raise StageFailedError(stage.id, (), _user_traceback(e)) from None
         _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
+        self._round_commits = [r.message for r in reports if isinstance(r, CommitRecord)]
         handler.add(r for r in reports if isinstance(r, ResidualRecord))
         infos.extend(
             metrics_pb2.MonitoringInfo.FromString(b)
@@ -129,10 +204,33 @@ class PlanExecutor:
         )
         return rdd
 
+    def _end_round(self, stage: StagePlan, handler, round_no: int) -> None:
+        """The round barrier: with a checkpoint store, commit the pipeline's state."""
+        if not self._durable(stage):
+            return
+        state = self._state(stage)
+        state.mark_completed(input_marker(stage.id))
+        state.set_source_position(f"{stage.id}:round", str(round_no).encode())
+        self._checkpoint(
+            stage.pipeline,
+            {
+                "stage": stage.id,
+                "round": round_no,
+                "pending_residuals": handler.pending(),
+                "next_timer_ms": handler.next_fire_ms(),
+                "watermark_hold_micros": handler.watermark_hold_micros(),
+            },
+            self._round_commits,
+        )
+        self._round_commits = []
+
     def _state(self, stage: StagePlan):
-        if stage.pipeline not in self._pipeline_states:
-            self._pipeline_states[stage.pipeline] = self.store.pipeline(stage.pipeline)
-        return self._pipeline_states[stage.pipeline]
+        return self._state_for(stage.pipeline)
+
+    def _state_for(self, pipeline: str):
+        if pipeline not in self._pipeline_states:
+            self._pipeline_states[pipeline] = self.store.pipeline(pipeline)
+        return self._pipeline_states[pipeline]
 
     def _producers_of(self, stage: StagePlan) -> set[str]:
         read = set(stage.input_buffers) | {si.buffer for si in stage.side_inputs}
@@ -213,15 +311,7 @@ def _tag(transform: str, data: bytes) -> tuple[str, bytes]:
 
 
 def _is_report(record) -> bool:
-    return isinstance(record, (MetricsRecord, WarningRecord, ResidualRecord))
-
-
-def _is_summary(record) -> bool:
-    return isinstance(record, (MetricsRecord, WarningRecord))
-
-
-def _is_residual(record) -> bool:
-    return isinstance(record, ResidualRecord)
+    return isinstance(record, (MetricsRecord, WarningRecord, ResidualRecord, CommitRecord))
 
 
 def _unpersist(rdds) -> None:

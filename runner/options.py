@@ -46,7 +46,22 @@ class SparkRunnerOptions(pipeline_options.SparkRunnerOptions):
             "--checkpoint_dir",
             default=None,
             help="URL of the checkpoint store (local path, file://, or any filesystem "
-            "Beam's FileSystems reaches). Default: none in batch.",
+            "Beam's FileSystems reaches). With it, every SDF round is committed there and a "
+            "killed batch job resumes its pending residuals when rerun. Default: none.",
+        )
+        cls._add_sdf_args(parser)
+
+    @classmethod
+    def _add_sdf_args(cls, parser) -> None:
+        parser.add_argument(
+            "--residual_budget_s",
+            type=float,
+            default=5.0,
+            help="A splittable DoFn residual due within this many seconds of its task's "
+            "start is re-fed by that task after its delay (sleeping, no CPU); later ones "
+            "become durable state under a timer in the checkpoint store and are re-fed by "
+            "the driver. 0 sends every residual to the store. Ignored (0) when "
+            "--checkpoint_dir is set. Default: 5.0.",
         )
 
     def master_url(self) -> str:

@@ -30,3 +30,10 @@ class WarningRecord(NamedTuple):
     stage: str
     category: str  # "module:QualName" of the warning class
     message: str
+
+
+class CommitRecord(NamedTuple):
+    """The commit message of a task's staged checkpoint writes (two-phase commit)."""
+
+    stage: str
+    message: object  # sparkbeam.checkpoint.CommitMessage

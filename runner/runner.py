@@ -15,6 +15,7 @@ from apache_beam.options.value_provider import RuntimeValueProvider
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 from apache_beam.transforms import environments
 
+from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.result import SparkPipelineResult
@@ -57,8 +58,23 @@ class SparkCheckpointRunner(PipelineRunner):
         spark = get_or_create_session(
             spark_options, options.view_as(GoogleCloudOptions).job_name
         )
-        executor = PlanExecutor(spark, plan, spark_options.parallelism)
-        executor.run()
+        store = None
+        url = spark_options.checkpoint_dir
+        if url:
+            store = open_store(url, job_name=spark.sparkContext.appName)
+        try:
+            executor = PlanExecutor(
+                spark,
+                plan,
+                spark_options.parallelism,
+                store=store,
+                checkpoint_url=url,
+                residual_budget_s=spark_options.residual_budget_s,
+            )
+            executor.run()
+        finally:
+            if store is not None:
+                store.close()
         state = PipelineState.CANCELLED if executor.cancelled else PipelineState.DONE
         # Step 4: the result, with metrics merged from every stage.
         return SparkPipelineResult(state, executor.monitoring_infos_by_stage, executor)

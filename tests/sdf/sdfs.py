@@ -1,0 +1,46 @@
+"""Small, deterministic splittable DoFns used by the SDF tests and examples' tests."""
+
+from __future__ import annotations
+
+import time
+
+import apache_beam as beam
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.transforms.core import RestrictionProvider
+from apache_beam.utils.timestamp import Duration
+
+
+class RangeProvider(RestrictionProvider):
+    """Restriction [0, element[1]) for an element (name, size)."""
+
+    def initial_restriction(self, element):
+        return OffsetRange(0, element[1])
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return restriction.size()
+
+
+class ChunkedWithDelay(beam.DoFn):
+    """Claims ``per_call`` positions, then defers the rest by ``delay_s``.
+
+    Emits (name, position, wall-clock time of the call that emitted it).
+    """
+
+    def __init__(self, per_call: int, delay_s: float) -> None:
+        self.per_call = per_call
+        self.delay_s = delay_s
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(RangeProvider())):
+        name = element[0]
+        now = time.time()
+        pos = tracker.current_restriction().start
+        for _ in range(self.per_call):
+            if not tracker.try_claim(pos):
+                return
+            yield name, pos, now
+            pos += 1
+        if pos < tracker.current_restriction().stop:
+            tracker.defer_remainder(Duration(seconds=self.delay_s))
