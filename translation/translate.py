@@ -53,7 +53,54 @@ def translate(pipeline: beam_runner_api_pb2.Pipeline, *, is_drain: bool = False)
     context, stages = t.create_and_optimize_stages(
         pipeline, phases=standard_phases(), known_runner_urns=KNOWN_RUNNER_URNS, is_drain=is_drain
     )
-    return _PlanBuilder(context, stages, tuple(pipeline.requirements)).build()
+    return _PlanBuilder(context, _stable_order(stages), tuple(pipeline.requirements)).build()
+
+
+def _stable_order(stages: list) -> list:
+    """A topological order that is the same in every process.
+
+    Beam's ``sort_stages`` walks a frozenset, so its order (and our stage ids)
+    could differ between two runs of one program; restore needs stable ids.
+    Kahn's algorithm, ties broken by stage name.
+    """
+    import heapq
+
+    def buffers(stage, urn):
+        return {
+            tr.spec.payload
+            for tr in stage.transforms
+            if tr.spec.urn == urn and tr.spec.payload != t.IMPULSE_BUFFER
+        }
+
+    writers: dict[bytes, list] = {}
+    for st in stages:
+        for b in buffers(st, bundle_processor.DATA_OUTPUT_URN):
+            writers.setdefault(b, []).append(st)
+    deps: dict[int, set[int]] = {id(st): set() for st in stages}
+    by_id = {id(st): st for st in stages}
+    for st in stages:
+        reads = buffers(st, bundle_processor.DATA_INPUT_URN)
+        reads |= {t.create_buffer_id(pc) for pc in st.side_inputs()}
+        for b in reads:
+            deps[id(st)] |= {id(w) for w in writers.get(b, []) if w is not st}
+        deps[id(st)] |= {id(m) for m in st.must_follow if id(m) in by_id and m is not st}
+    users: dict[int, set[int]] = {k: set() for k in deps}
+    for k, ds in deps.items():
+        for d in ds:
+            users[d].add(k)
+    ready = [(by_id[k].name, k) for k, ds in deps.items() if not ds]
+    heapq.heapify(ready)
+    ordered = []
+    while ready:
+        _, k = heapq.heappop(ready)
+        ordered.append(by_id[k])
+        for u in users[k]:
+            deps[u].discard(k)
+            if not deps[u]:
+                heapq.heappush(ready, (by_id[u].name, u))
+    if len(ordered) != len(stages):
+        raise ValueError("The fused stages form a cycle; this is a bug in sparkbeam's planner.")
+    return ordered
 
 
 class _PlanBuilder:
