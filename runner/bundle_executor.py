@@ -16,6 +16,7 @@ import traceback
 import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.metrics import monitoring_infos
@@ -27,7 +28,6 @@ from apache_beam.runners.worker import data_plane, sdk_worker
 from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
 from apache_beam.runners.worker.statecache import StateCache
 from apache_beam.utils import timestamp
-
 from sparkbeam.runner.records import MetricsRecord, OutputRecord, WarningRecord
 from sparkbeam.runner.worker_context import plan_context, register_plan
 from sparkbeam.sdf.residuals import ResidualRecord
@@ -82,7 +82,9 @@ class _StageWorker:
         self._ids = itertools.count()
 
     def reset_state(self) -> None:
-        self.state._state.clear()
+        """Forget the previous task's user state and side inputs (same worker process)."""
+        # Re-initialise in place: the SDK's state handler holds this object.
+        worker_handlers.StateServicer.__init__(self.state)
 
     def process_bundle(
         self,
@@ -199,10 +201,10 @@ class _TaskLoop:
             now_ms = time.time() * 1000.0
             due = [r for r in self.local if r.produced_ms + r.delay_ms <= now_ms]
             self.local = [r for r in self.local if r.produced_ms + r.delay_ms > now_ms]
-            inputs: dict[str, list[bytes]] = {}
+            refeed: dict[str, list[bytes]] = {}
             for record in due:
-                inputs.setdefault(record.transform, []).append(record.element)
-            yield from self._bundle(inputs, {})
+                refeed.setdefault(record.transform, []).append(record.element)
+            yield from self._bundle(refeed, {})
         infos = monitoring_infos.consolidate(self.metrics)
         yield MetricsRecord(self.task.stage.id, tuple(mi.SerializeToString() for mi in infos))
 
@@ -273,7 +275,7 @@ class _PendingTimers:
             (t.transform, t.family): context.coders[t.coder].get_impl() for t in task.stage.timers
         }
         self.domains = {(t.transform, t.family): t.time_domain for t in task.stage.timers}
-        self.pending: dict[tuple, object] = {}
+        self.pending: dict[tuple, Any] = {}
 
     def __bool__(self) -> bool:
         return bool(self.pending)
@@ -291,7 +293,6 @@ class _PendingTimers:
     def pop_next(self) -> dict[tuple[str, str], list[bytes]]:
         """Remove and encode the timers due at the earliest firing time."""
 
-
         processing = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
         event = {k: t for k, t in self.pending.items() if self.domains[k[0]] != processing}
         if event:
@@ -303,7 +304,7 @@ class _PendingTimers:
             if wait > 0 and earliest < timestamp.MAX_TIMESTAMP:
                 time.sleep(wait)
         earliest = min(t.fire_timestamp for t in candidates.values())
-        fired: dict[tuple[str, str], object] = {}
+        fired: dict[tuple[str, str], Any] = {}
         for key in [k for k, t in candidates.items() if t.fire_timestamp == earliest]:
             timer = self.pending.pop(key)
             fired.setdefault(key[0], create_OutputStream())

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 from apache_beam.transforms import environments
-
 from sparkbeam.checkpoint import cli as checkpoint_cli
 from sparkbeam.translation import translate
 

@@ -33,11 +33,12 @@ def stage_outputs_durably(
 ) -> Iterator:
     """Task side: pass records through, staging every output chunk; end with the commit message."""
     from pyspark import TaskContext
-
     from sparkbeam.checkpoint import open_staged_writer
     from sparkbeam.runner.records import CommitRecord, OutputRecord
 
     ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("stage_outputs_durably runs inside a Spark task only")
     partition, attempt = ctx.partitionId(), ctx.attemptNumber()
     writer = open_staged_writer(
         url, pipeline, stage_id, round_no, partition, attempt, max_key_groups=max_key_groups

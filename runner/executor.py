@@ -22,17 +22,16 @@ from apache_beam.metrics import monitoring_infos
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from pyspark import StorageLevel
-
+from sparkbeam.checkpoint import MemoryStorage, open_store
 from sparkbeam.runner import grouping
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
-from sparkbeam.runner.errors import StageFailedError
-from sparkbeam.checkpoint import MemoryStorage, open_store
 from sparkbeam.runner.durability import (
     FINISHED,
     input_marker,
     restored_outputs,
     stage_outputs_durably,
 )
+from sparkbeam.runner.errors import StageFailedError
 from sparkbeam.runner.records import CommitRecord, MetricsRecord, OutputRecord, WarningRecord
 from sparkbeam.runner.stage_rounds import StageRounds
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
@@ -273,7 +272,9 @@ class PlanExecutor:
             return source
         if edge.kind == EdgeKind.GROUP:
             return (
-                source.mapPartitions(lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs))
+                source.mapPartitions(
+                    lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs)
+                )
                 .partitionBy(self.parallelism, grouping.stable_partition)
                 .mapPartitions(lambda pairs: _grouped(comps.value, key, edge, pairs))
             )

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.runners.portability.fn_api_runner.execution import GroupingBuffer
-
 from sparkbeam.runner.worker_context import plan_context
 
 CHUNK_BYTES = 1 << 20
@@ -25,7 +25,7 @@ def stable_partition(key: bytes) -> int:
     return zlib.crc32(key)
 
 
-def split_elements(blob: bytes, coder_impl) -> Iterator[tuple[object, bytes]]:
+def split_elements(blob: bytes, coder_impl) -> Iterator[tuple[Any, bytes]]:
     """Yield (decoded value, encoded bytes) for each element of a chunk."""
     stream = create_InputStream(blob)
     total = len(blob)
@@ -35,7 +35,9 @@ def split_elements(blob: bytes, coder_impl) -> Iterator[tuple[object, bytes]]:
         yield value, blob[start : total - stream.size()]
 
 
-def keyed_elements(blobs: Iterable[bytes], plan_key: str, coder_id: str) -> Iterator[tuple[bytes, bytes]]:
+def keyed_elements(
+    blobs: Iterable[bytes], plan_key: str, coder_id: str
+) -> Iterator[tuple[bytes, bytes]]:
     """(encoded key, encoded element) for each windowed KV element."""
     context = plan_context(plan_key)
     coder = context.coders[coder_id]
@@ -60,9 +62,7 @@ def chunk(elements: Iterable[bytes], limit: int = CHUNK_BYTES) -> Iterator[bytes
         yield b"".join(parts)
 
 
-def group_partition(
-    pairs: Iterable[tuple[bytes, bytes]], plan_key: str, edge
-) -> Iterator[bytes]:
+def group_partition(pairs: Iterable[tuple[bytes, bytes]], plan_key: str, edge) -> Iterator[bytes]:
     """Group one shuffled partition by key and window; yield output chunks."""
     context = plan_context(plan_key)
     windowing = context.windowing_strategies[edge.windowing_strategy]
@@ -85,7 +85,9 @@ def group_partition(
                 yield data
 
 
-def reshuffle_elements(blobs: Iterable[bytes], plan_key: str, coder_id: str) -> Iterator[tuple[int, bytes]]:
+def reshuffle_elements(
+    blobs: Iterable[bytes], plan_key: str, coder_id: str
+) -> Iterator[tuple[int, bytes]]:
     """Spread elements round-robin, keyed so Spark can repartition them."""
     coder_impl = plan_context(plan_key).coders[coder_id].get_impl()
     for i, blob in enumerate(blobs):
@@ -93,7 +95,9 @@ def reshuffle_elements(blobs: Iterable[bytes], plan_key: str, coder_id: str) -> 
             yield zlib.crc32(encoded) + i + j, encoded
 
 
-def reencode(blobs: Iterable[bytes], plan_key: str, from_coder: str, to_coder: str) -> Iterator[bytes]:
+def reencode(
+    blobs: Iterable[bytes], plan_key: str, from_coder: str, to_coder: str
+) -> Iterator[bytes]:
     """Transcode chunks between two coders of the same PCollection."""
     if from_coder == to_coder:
         yield from blobs

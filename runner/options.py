@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from apache_beam.options import pipeline_options
-
 from sparkbeam.runner.errors import PipelineOptionsError
-
 
 DEFAULT_MASTER = "local[*]"
 _BEAM_DEFAULT_MASTER = "local[4]"
@@ -67,7 +65,7 @@ class SparkRunnerOptions(pipeline_options.SparkRunnerOptions):
     def master_url(self) -> str:
         """--spark_master_url if given, else local[*]."""
         given = self.spark_master_url
-        explicit = any(str(f).startswith("--spark_master_url") for f in self._flags)
+        explicit = any(str(f).startswith("--spark_master_url") for f in self._flags or ())
         if not given or (given == _BEAM_DEFAULT_MASTER and not explicit):
             return DEFAULT_MASTER
         return given

@@ -10,11 +10,10 @@ from apache_beam.options.pipeline_options import (
     PipelineOptions,
     TypeOptions,
 )
-from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
 from apache_beam.options.value_provider import RuntimeValueProvider
+from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 from apache_beam.transforms import environments
-
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions
@@ -55,9 +54,7 @@ class SparkCheckpointRunner(PipelineRunner):
         # Step 2: plan it (checks requirements; raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
         # Step 3: run it on Spark.
-        spark = get_or_create_session(
-            spark_options, options.view_as(GoogleCloudOptions).job_name
-        )
+        spark = get_or_create_session(spark_options, options.view_as(GoogleCloudOptions).job_name)
         store = None
         url = spark_options.checkpoint_dir
         if url:

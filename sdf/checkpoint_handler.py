@@ -59,7 +59,9 @@ class StateAndTimerBundleCheckpointHandler:
             key = r.element + b"\x00" + uuid.uuid4().bytes
             fire_at = int(r.produced_ms + r.delay_ms + 0.999)  # never earlier than asked
             self.state.put(
-                self.namespace, key, encode_pending(r.transform, r.element, fire_at, r.hold_micros, r.delay_ms)
+                self.namespace,
+                key,
+                encode_pending(r.transform, r.element, fire_at, r.hold_micros, r.delay_ms),
             )
             self.timers.set(key, fire_at, r.hold_micros)
             n += 1

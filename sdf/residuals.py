@@ -25,7 +25,9 @@ class ResidualRecord(NamedTuple):
 _HEADER = struct.Struct(">qqdH")
 
 
-def encode_pending(transform: str, element: bytes, fire_at_ms: int, hold_micros: int, delay_ms: float) -> bytes:
+def encode_pending(
+    transform: str, element: bytes, fire_at_ms: int, hold_micros: int, delay_ms: float
+) -> bytes:
     """The stored value of one pending residual (fixed header, then names and bytes)."""
     name = transform.encode("utf-8")
     return _HEADER.pack(fire_at_ms, hold_micros, delay_ms, len(name)) + name + element

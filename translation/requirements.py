@@ -6,7 +6,6 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.utils import proto_utils
-
 from sparkbeam.translation.errors import UnsupportedFeatureError
 
 SUPPORTED_REQUIREMENTS = frozenset(
@@ -65,7 +64,9 @@ def check_requirements(pipeline: beam_runner_api_pb2.Pipeline) -> None:
                 name, "TestStream", "Test streaming behaviour with sparkbeam's own streaming mode."
             )
         if urn in t.PAR_DO_URNS:
-            payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+            payload = proto_utils.parse_Bytes(
+                transform.spec.payload, beam_runner_api_pb2.ParDoPayload
+            )
             for timer_id, timer in payload.timer_family_specs.items():
                 if timer.time_domain not in _SUPPORTED_TIME_DOMAINS:
                     raise UnsupportedFeatureError(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-
 from sparkbeam.runner import SparkRunnerOptions
 from sparkbeam.runner.errors import PipelineOptionsError, SparkSessionError
 from sparkbeam.runner.session import check_master_url
@@ -48,7 +47,9 @@ def test_malformed_spark_conf_names_the_value():
         opts.spark_conf_pairs()
 
 
-@pytest.mark.parametrize("master", ["local[*]", "local[2]", "spark://h:7077", "yarn", "local-cluster[2,1,1024]"])
+@pytest.mark.parametrize(
+    "master", ["local[*]", "local[2]", "spark://h:7077", "yarn", "local-cluster[2,1,1024]"]
+)
 def test_valid_master_urls(master):
     check_master_url(master)
 

@@ -12,7 +12,9 @@ from tests.sdf.sdfs import ChunkedWithDelay
 
 
 def main(out: str, flags: list[str]) -> None:
-    options = PipelineOptions(["--runner=SparkCheckpointRunner", "--spark_master_url=local[2]", *flags])
+    options = PipelineOptions(
+        ["--runner=SparkCheckpointRunner", "--spark_master_url=local[2]", *flags]
+    )
     with beam.Pipeline(options=options) as p:
         _ = (
             p

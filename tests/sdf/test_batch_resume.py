@@ -17,7 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from sparkbeam.checkpoint import open_store
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

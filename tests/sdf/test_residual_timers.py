@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import time
-from collections import defaultdict
-
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
-
 from sparkbeam.checkpoint import MemoryStorage, open_store
-from sparkbeam.runner import SparkCheckpointRunner
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+
 from tests.conftest import spark_test_options
 from tests.sdf.sdfs import ChunkedWithDelay
 
@@ -74,7 +70,9 @@ def test_defer_remainder_is_honoured_to_the_millisecond(spark, budget, slack):
         )
         calls = out | beam.Map(lambda t: (t[0], t[2])) | beam.Distinct()
         positions = out | beam.Map(lambda t: (t[0], t[1]))
-        assert_that(positions, equal_to([("a", i) for i in range(6)] + [("b", i) for i in range(4)]))
+        assert_that(
+            positions, equal_to([("a", i) for i in range(6)] + [("b", i) for i in range(4)])
+        )
         gaps = (
             calls
             | beam.GroupByKey()
