@@ -166,10 +166,13 @@ def run_stage_partition(
         worker.reset_state()
         _load_side_inputs(worker, task, side_inputs)
         yield from _TaskLoop(worker, task).run(rows)
-    except UserCodeError:
-        raise
     except Exception as e:  # noqa: BLE001 - re-raised with the stage named
-        raise UserCodeError(f"{type(e).__name__}: {e}\n{traceback.format_exc()}") from e
+        detail = (
+            str(e)
+            if isinstance(e, UserCodeError)
+            else f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+        )
+        raise UserCodeError(f"[{task.stage.id}] {detail}") from e
 
 
 class _TaskLoop:

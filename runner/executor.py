@@ -1,12 +1,12 @@
-"""Driver side: walk an ExecutionPlan and run each stage as Spark jobs.
+"""Driver side: walk an ExecutionPlan and run its stages as Spark jobs.
 
-Stages run one Spark job each, in topological order (the job description in
-the Spark UI names the stage). A stage is ``mapPartitions`` over the union of
-its input edges; its output is persisted until every consumer has run. Edges
-become Spark operations: Impulse a one-element RDD, Flatten a union, GroupByKey
-a ``partitionBy`` on encoded keys + Beam's grouping, Reshuffle a repartition,
-stateful inputs a ``partitionBy`` on the key. Side inputs are collected once
-and broadcast. Bytes and Arrow cross process boundaries; nothing else.
+Stages are built lazily, in topological order: each is a persisted
+``mapPartitions`` over its input edges (``sparkbeam.runner.edges``). Spark
+runs them when something needs their data — a side input (collected once and
+broadcast), a splittable-DoFn stage (which runs in rounds, see
+``stage_rounds``), or the final job that drives every remaining stage and
+gathers the typed reports (metrics, warnings) their tasks returned. So a
+chain of ordinary stages is one Spark job, not one job per stage.
 """
 
 from __future__ import annotations
@@ -14,16 +14,15 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
+import re
 import uuid
 import warnings
 from collections import defaultdict
+from typing import Any
 
-from apache_beam.metrics import monitoring_infos
 from apache_beam.portability.api import metrics_pb2
-from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from pyspark import StorageLevel
 from sparkbeam.checkpoint import MemoryStorage, open_store
-from sparkbeam.runner import grouping
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.durability import (
     FINISHED,
@@ -31,13 +30,16 @@ from sparkbeam.runner.durability import (
     restored_outputs,
     stage_outputs_durably,
 )
+from sparkbeam.runner.edges import EdgeBuilder
 from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.runner.metrics import merge_monitoring_infos
 from sparkbeam.runner.records import CommitRecord, MetricsRecord, OutputRecord, WarningRecord
 from sparkbeam.runner.stage_rounds import StageRounds
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
-from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
+from sparkbeam.translation.plan import ExecutionPlan, StagePlan
 
 _LOG = logging.getLogger(__name__)
+_STAGE_TAG = re.compile(r"\[(stage-\d+)\]")
 
 
 class PlanExecutor:
@@ -57,18 +59,18 @@ class PlanExecutor:
         self.plan_key = f"{plan.fingerprint}-{uuid.uuid4().hex[:8]}"
         self.parallelism = parallelism or self.sc.defaultParallelism
         self.components = self.sc.broadcast(plan.components)
-        self._outputs: dict[BufferId, list] = defaultdict(list)  # buffer -> writer RDDs
-        self._stage_rdds: dict[str, object] = {}
-        self._remaining_consumers: dict[str, int] = {}
+        self.edges = EdgeBuilder(self.sc, plan, self.plan_key, self.components, self.parallelism)
         self._broadcasts: list = [self.components]
+        self._persisted: list = []
+        self._lazy: list[tuple[StagePlan, Any]] = []  # stages whose reports are pending
+        self._infos: dict[str, list] = defaultdict(list)
         self.monitoring_infos_by_stage: dict[str, list] = {}
         self.cancelled = False
         # Residual state lives in a checkpoint store; in memory unless one is given.
         self.store = store or open_store(MemoryStorage(), materialization_interval_s=None)
-        self._pipeline_states: dict = {}
-        self._rounds: dict[str, StageRounds] = {}
         self.checkpoint_url = checkpoint_url
         self.residual_budget_s = residual_budget_s
+        self._pipeline_states: dict = {}
         self._round_commits: list = []
         self.resumed: dict[str, int] = {}  # stage -> pending residuals restored
 
@@ -80,11 +82,17 @@ class PlanExecutor:
                 if self.cancelled:
                     break
                 self._run_stage(stage)
+            self._run_remaining()
+            self.monitoring_infos_by_stage = {
+                s.name: merge_monitoring_infos(self._infos[s.id]) for s in self.plan.stages
+            }
             if self.checkpoint_url and not self.cancelled:
                 for pipeline in self.plan.pipelines:
                     self._checkpoint(pipeline.id, {FINISHED: True})
         finally:
             self._cleanup()
+
+    # --- checkpoints --------------------------------------------------------
 
     def _restore(self) -> None:
         """Load each pipeline's latest checkpoint, unless its job had finished."""
@@ -101,77 +109,53 @@ class PlanExecutor:
             _LOG.info("Restored %s from checkpoint %s", pipeline.id, info.checkpoint_id)
 
     def _checkpoint(self, pipeline: str, metadata: dict, commits=()) -> None:
-        state = self._pipeline_states.get(pipeline) or self._state_for(pipeline)
-        state.checkpoint(
+        self._state_for(pipeline).checkpoint(
             fingerprint=self.plan.fingerprint,
             parallelism=self.parallelism,
             metadata=metadata,
             commit_messages=list(commits),
         )
 
-    # --- stages -----------------------------------------------------------
-
-    def _run_stage(self, stage: StagePlan) -> None:
-        state = self._state(stage)
-        completed = state.completed() if self.checkpoint_url else frozenset()
-        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
-        if consumers and all(input_marker(c) in completed for c in consumers):
-            # Completed work is not redeployed: every consumer already took this output.
-            self._stage_rdds[stage.id] = []
-            self._remaining_consumers[stage.id] = len(consumers)
-            return
-        side_inputs = {si.buffer: self._read(si.buffer).collect() for si in stage.side_inputs}
-        side_bc = self.sc.broadcast(side_inputs)
-        self._broadcasts.append(side_bc)
-        inputs = [
-            self._stage_input(stage, transform, buffer).map(functools.partial(_tag, transform))
-            for transform, buffer in stage.inputs
-        ]
-        rdd = inputs[0] if len(inputs) == 1 else self.sc.union(inputs)
-        handler = StateAndTimerBundleCheckpointHandler(state, stage.id)
-        infos: list = []
-        rounds = StageRounds(
-            self.sc,
-            stage,
-            handler,
-            self.parallelism,
-            lambda rdd, n: self._launch(stage, rdd, side_bc, handler, infos, n),
-            on_round_end=lambda n: self._end_round(stage, handler, n),
-        )
-        self._rounds[stage.id] = rounds
-        prior = []
-        if input_marker(stage.id) in completed:
-            self.resumed[stage.id] = handler.restore()
-            chunks = restored_outputs(state, stage.id)
-            if chunks:
-                prior.append(
-                    self.sc.parallelize([OutputRecord(b, d) for b, d in chunks], self.parallelism)
-                )
-            first = int(state.source_positions().get(f"{stage.id}:round", b"0")) + 1
-            rdds = prior + rounds.run(None, first_round=first)
-        else:
-            rdds = rounds.run(rdd)
-        self.monitoring_infos_by_stage[stage.name] = monitoring_infos.consolidate(infos)
-        self._stage_rdds[stage.id] = rdds
-        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
-        self._remaining_consumers[stage.id] = len(consumers)
-        for buffer in dict.fromkeys(stage.output_buffers):
-            for round_rdd in rdds:
-                self._outputs[buffer].append(
-                    round_rdd.filter(functools.partial(_is_output, buffer)).map(_data)
-                )
-        for producer in self._producers_of(stage):
-            self._remaining_consumers[producer] -= 1
-            if self._remaining_consumers[producer] <= 0:
-                _unpersist(self._stage_rdds.pop(producer))
-        if not consumers:
-            _unpersist(self._stage_rdds.pop(stage.id))
+    def _state_for(self, pipeline: str):
+        if pipeline not in self._pipeline_states:
+            self._pipeline_states[pipeline] = self.store.pipeline(pipeline)
+        return self._pipeline_states[pipeline]
 
     def _durable(self, stage: StagePlan) -> bool:
         return bool(self.checkpoint_url) and stage.is_sdf_process
 
-    def _launch(self, stage: StagePlan, rdd, side_bc, handler, infos: list, round_no: int = 0):
-        """One Spark job over ``rdd``: run the stage, gather reports and residuals."""
+    # --- stages -------------------------------------------------------------
+
+    def _run_stage(self, stage: StagePlan) -> None:
+        state = self._state_for(stage.pipeline)
+        completed = state.completed() if self.checkpoint_url else frozenset()
+        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
+        if consumers and all(input_marker(c) in completed for c in consumers):
+            return  # completed work is not redeployed: every consumer took this output
+        side_bc = self._side_inputs(stage)
+        if stage.is_sdf_process:
+            rdds = self._run_in_rounds(stage, side_bc, state, completed)
+        else:
+            rdd = self._stage_rdd(stage, self.edges.stage_input(stage), side_bc, 0)
+            self._lazy.append((stage, rdd))
+            rdds = [rdd]
+        for buffer in dict.fromkeys(stage.output_buffers):
+            for rdd in rdds:
+                self.edges.add_writer(
+                    buffer, rdd.filter(functools.partial(_is_output, buffer)).map(_data)
+                )
+
+    def _side_inputs(self, stage: StagePlan):
+        values = {}
+        for si in stage.side_inputs:
+            self.sc.setJobDescription(f"sparkbeam {stage.id}: side input {si.tag}")
+            values[si.buffer] = self._guarded(stage, self.edges.read(si.buffer).collect)
+        side_bc = self.sc.broadcast(values)
+        self._broadcasts.append(side_bc)
+        return side_bc
+
+    def _stage_rdd(self, stage: StagePlan, input_rdd, side_bc, round_no: int):
+        """The persisted (lazy) RDD of one run of the stage over ``input_rdd``."""
         budget = 0.0 if self.checkpoint_url else self.residual_budget_s
         task = StageTask(self.plan_key, stage, residual_budget_s=budget)
         components = self.components
@@ -186,28 +170,45 @@ class PlanExecutor:
                 )
             return records
 
-        rdd = rdd.mapPartitions(run).persist(StorageLevel.MEMORY_AND_DISK)
-        self.sc.setJobDescription(f"sparkbeam {stage.id}: {', '.join(stage.transforms)[:200]}")
-        try:
-            reports = rdd.filter(_is_report).collect()
-        except Exception as e:  # noqa: BLE001 - rewrapped with the stage named
-            raise StageFailedError(stage.id, (), _user_traceback(e)) from None
-        _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
-        self._round_commits = [r.message for r in reports if isinstance(r, CommitRecord)]
-        handler.add(r for r in reports if isinstance(r, ResidualRecord))
-        infos.extend(
-            metrics_pb2.MonitoringInfo.FromString(b)
-            for rec in reports
-            if isinstance(rec, MetricsRecord)
-            for b in rec.monitoring_infos
-        )
+        rdd = input_rdd.mapPartitions(run).persist(StorageLevel.MEMORY_AND_DISK)
+        self._persisted.append(rdd)
         return rdd
+
+    def _run_in_rounds(self, stage: StagePlan, side_bc, state, completed) -> list:
+        handler = StateAndTimerBundleCheckpointHandler(state, stage.id)
+
+        def launch(rdd, round_no):
+            rdd = self._stage_rdd(stage, rdd, side_bc, round_no)
+            self.sc.setJobDescription(f"sparkbeam {stage.id} round {round_no}")
+            reports = self._guarded(stage, rdd.filter(_is_report).collect)
+            self._take_reports(stage, reports, handler)
+            return rdd
+
+        rounds = StageRounds(
+            self.sc,
+            stage,
+            handler,
+            self.parallelism,
+            launch,
+            on_round_end=lambda n: self._end_round(stage, handler, n),
+        )
+        if input_marker(stage.id) not in completed:
+            return rounds.run(self.edges.stage_input(stage))
+        # Resume: committed outputs, pending residuals, and the next round number.
+        self.resumed[stage.id] = handler.restore()
+        chunks = restored_outputs(state, stage.id)
+        prior = []
+        if chunks:
+            rows = [OutputRecord(b, d) for b, d in chunks]
+            prior.append(self.sc.parallelize(rows, self.parallelism))
+        first = int(state.source_positions().get(f"{stage.id}:round", b"0")) + 1
+        return prior + rounds.run(None, first_round=first)
 
     def _end_round(self, stage: StagePlan, handler, round_no: int) -> None:
         """The round barrier: with a checkpoint store, commit the pipeline's state."""
         if not self._durable(stage):
             return
-        state = self._state(stage)
+        state = self._state_for(stage.pipeline)
         state.mark_completed(input_marker(stage.id))
         state.set_source_position(f"{stage.id}:round", str(round_no).encode())
         self._checkpoint(
@@ -223,80 +224,51 @@ class PlanExecutor:
         )
         self._round_commits = []
 
-    def _state(self, stage: StagePlan):
-        return self._state_for(stage.pipeline)
+    def _run_remaining(self) -> None:
+        """One Spark job that runs every stage not run yet and gathers all reports."""
+        if not self._lazy or self.cancelled:
+            return
+        self.sc.setJobDescription(f"sparkbeam: {len(self._lazy)} stage(s)")
+        union = self.sc.union([rdd.filter(_is_report) for _, rdd in self._lazy])
+        reports = self._guarded(None, union.collect)
+        by_stage: dict[str, list] = defaultdict(list)
+        for r in reports:
+            by_stage[r.stage].append(r)
+        for stage, _ in self._lazy:
+            self._take_reports(stage, by_stage.get(stage.id, []), None)
 
-    def _state_for(self, pipeline: str):
-        if pipeline not in self._pipeline_states:
-            self._pipeline_states[pipeline] = self.store.pipeline(pipeline)
-        return self._pipeline_states[pipeline]
-
-    def _producers_of(self, stage: StagePlan) -> set[str]:
-        read = set(stage.input_buffers) | {si.buffer for si in stage.side_inputs}
-        return {
-            s.id
-            for s in self.plan.stages
-            if s.id in self._stage_rdds and s.id != stage.id and read & set(s.output_buffers)
-        }
-
-    # --- edges ------------------------------------------------------------
-
-    def _stage_input(self, stage: StagePlan, transform: str, buffer: BufferId):
-        rdd = self._read(buffer)
-        if stage.stateful and self.plan.edge(buffer).kind != EdgeKind.IMPULSE:
-            coder = dict(stage.input_coders)[transform]
-            key = self.plan_key
-            comps = self.components
-            rdd = (
-                rdd.mapPartitions(lambda blobs: _keyed(comps.value, key, coder, blobs))
-                .partitionBy(self.parallelism, grouping.stable_partition)
-                .values()
-                .mapPartitions(grouping.chunk)
+    def _take_reports(self, stage: StagePlan, reports: list, handler) -> None:
+        _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
+        self._round_commits = [r.message for r in reports if isinstance(r, CommitRecord)]
+        residuals = [r for r in reports if isinstance(r, ResidualRecord)]
+        if residuals and handler is None:
+            raise NotImplementedError(
+                f"Stage {stage.id} returned {len(residuals)} residual(s) but is not a "
+                "splittable-DoFn stage; this is a sparkbeam bug, please report it."
             )
-        return rdd
+        if handler is not None:
+            handler.add(residuals)
+        self._infos[stage.id].extend(
+            metrics_pb2.MonitoringInfo.FromString(b)
+            for rec in reports
+            if isinstance(rec, MetricsRecord)
+            for b in rec.monitoring_infos
+        )
 
-    def _read(self, buffer: BufferId):
-        edge = self.plan.edge(buffer)
-        if edge.kind == EdgeKind.IMPULSE:
-            return self.sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
-        writers = self._outputs.get(buffer, [])
-        if not writers:
-            source = self.sc.emptyRDD()
-        elif len(writers) == 1:
-            source = writers[0]
-        else:
-            source = self.sc.union(writers)
-        key = self.plan_key
-        comps = self.components
-        if edge.kind == EdgeKind.MATERIALIZE:
-            return source
-        if edge.kind == EdgeKind.GROUP:
-            return (
-                source.mapPartitions(
-                    lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs)
-                )
-                .partitionBy(self.parallelism, grouping.stable_partition)
-                .mapPartitions(lambda pairs: _grouped(comps.value, key, edge, pairs))
-            )
-        if edge.kind == EdgeKind.RESHUFFLE:
-            read_coder = edge.read_coder or edge.write_coder
-            return (
-                source.mapPartitions(
-                    lambda blobs: _spread(comps.value, key, edge.write_coder, blobs)
-                )
-                .partitionBy(self.parallelism)
-                .values()
-                .mapPartitions(grouping.chunk)
-                .mapPartitions(
-                    lambda blobs: _reencode(comps.value, key, edge.write_coder, read_coder, blobs)
-                )
-            )
-        raise NotImplementedError(f"edge kind {edge.kind}")
+    def _guarded(self, stage: StagePlan | None, action):
+        """Run a Spark action; a task failure becomes StageFailedError naming the stage."""
+        try:
+            return action()
+        except Exception as e:  # noqa: BLE001 - rewrapped with the stage named
+            text = str(e)
+            match = _STAGE_TAG.search(text)
+            failed = match.group(1) if match else (stage.id if stage else "<unknown>")
+            raise StageFailedError(failed, (), _user_traceback(text)) from None
 
     def _cleanup(self) -> None:
-        for rdds in self._stage_rdds.values():
-            _unpersist(rdds)
-        self._stage_rdds.clear()
+        for rdd in self._persisted:
+            rdd.unpersist(blocking=False)
+        self._persisted.clear()
         for bc in self._broadcasts:
             try:
                 bc.unpersist(blocking=False)
@@ -307,17 +279,16 @@ class PlanExecutor:
 # Module-level helpers: small, picklable by reference, run on executors.
 
 
-def _tag(transform: str, data: bytes) -> tuple[str, bytes]:
-    return transform, data
+def _is_output(buffer: str, record) -> bool:
+    return isinstance(record, OutputRecord) and record.buffer == buffer
+
+
+def _data(record) -> bytes:
+    return record.data
 
 
 def _is_report(record) -> bool:
     return isinstance(record, (MetricsRecord, WarningRecord, ResidualRecord, CommitRecord))
-
-
-def _unpersist(rdds) -> None:
-    for rdd in rdds:
-        rdd.unpersist(blocking=False)
 
 
 def _reissue_warnings(records) -> None:
@@ -331,45 +302,8 @@ def _reissue_warnings(records) -> None:
         warnings.warn(f"[{record.stage}] {record.message}", category, stacklevel=2)
 
 
-def _is_output(buffer: str, record) -> bool:
-    return isinstance(record, OutputRecord) and record.buffer == buffer
-
-
-def _data(record) -> bytes:
-    return record.data
-
-
-def _keyed(components: bytes, plan_key: str, coder: str, blobs):
-    from sparkbeam.runner.worker_context import register_plan
-
-    register_plan(plan_key, components)
-    return grouping.keyed_elements(blobs, plan_key, coder)
-
-
-def _grouped(components: bytes, plan_key: str, edge, pairs):
-    from sparkbeam.runner.worker_context import register_plan
-
-    register_plan(plan_key, components)
-    return grouping.group_partition(pairs, plan_key, edge)
-
-
-def _spread(components: bytes, plan_key: str, coder: str, blobs):
-    from sparkbeam.runner.worker_context import register_plan
-
-    register_plan(plan_key, components)
-    return grouping.reshuffle_elements(blobs, plan_key, coder)
-
-
-def _reencode(components: bytes, plan_key: str, src: str, dst: str, blobs):
-    from sparkbeam.runner.worker_context import register_plan
-
-    register_plan(plan_key, components)
-    return grouping.reencode(blobs, plan_key, src, dst)
-
-
-def _user_traceback(error: Exception) -> str:
+def _user_traceback(text: str) -> str:
     """The Python worker's traceback from a Spark failure, without JVM frames."""
-    text = str(error)
     marker = "UserCodeError: "
     if marker in text:
         text = text[text.rindex(marker) + len(marker) :]

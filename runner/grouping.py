@@ -86,13 +86,16 @@ def group_partition(pairs: Iterable[tuple[bytes, bytes]], plan_key: str, edge) -
 
 
 def reshuffle_elements(
-    blobs: Iterable[bytes], plan_key: str, coder_id: str
+    index: int, blobs: Iterable[bytes], plan_key: str, coder_id: str
 ) -> Iterator[tuple[int, bytes]]:
-    """Spread elements round-robin, keyed so Spark can repartition them."""
+    """Number elements round-robin (offset by the partition index) so that
+    ``partitionBy`` spreads them evenly — SDF restrictions especially."""
     coder_impl = plan_context(plan_key).coders[coder_id].get_impl()
-    for i, blob in enumerate(blobs):
-        for j, (_, encoded) in enumerate(split_elements(blob, coder_impl)):
-            yield zlib.crc32(encoded) + i + j, encoded
+    n = index
+    for blob in blobs:
+        for _, encoded in split_elements(blob, coder_impl):
+            yield n, encoded
+            n += 1
 
 
 def reencode(
