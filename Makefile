@@ -22,8 +22,9 @@ java-check:
 	@$(PYTHON) scripts/check_java.py
 
 demo: $(STAMP) java-check
+	@rm -f out/wordcount-*
 	$(PY) examples/wordcount.py --runner=SparkCheckpointRunner --output out/wordcount
-	@echo "--- first lines of out/wordcount-*:"
+	@echo "--- the 15 most frequent words (out/wordcount-*):"
 	@cat out/wordcount-* | sort -t: -k2 -nr | head -15
 
 test: $(STAMP) java-check
@@ -38,7 +39,9 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy runner sdf translation checkpoint
 
 bench: $(STAMP) java-check
-	$(PY) benchmarks/wordcount.py
+	$(PY) benchmarks/wordcount.py --size 20
+	$(PY) benchmarks/checkpoint_store.py --keys 1e4,1e5
+	$(PY) benchmarks/sdf.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info out
