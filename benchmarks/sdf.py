@@ -13,6 +13,8 @@ Two workloads, each run by each system in a fresh subprocess of this Python
                                    ``--residual_budget_s`` (5 s: the first residuals
                                    are re-fed inside the task, later ones by the
                                    driver in new Spark jobs, "rounds");
+      * ``sparkbeam-intask``    -- ``--residual_budget_s=3600``: every residual is
+                                   re-fed inside the task (sleeping in between);
       * ``sparkbeam-budget0``   -- ``--residual_budget_s=0``: every residual goes
                                    through the driver's timer store (a Spark job per
                                    poll);
@@ -68,7 +70,13 @@ import threading
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-POLL_SYSTEMS = ("direct", "sparkbeam", "sparkbeam-budget0", "sparkbeam-sleep")
+POLL_SYSTEMS = (
+    "direct",
+    "sparkbeam",
+    "sparkbeam-intask",
+    "sparkbeam-budget0",
+    "sparkbeam-sleep",
+)
 OFFSET_SYSTEMS = ("direct", "sparkbeam")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CATEGORIES = ("driver", "jvm", "pyworkers")
@@ -85,6 +93,8 @@ def _runner_flags(system: str, master: str) -> list[str]:
     flags = ["--runner=SparkCheckpointRunner", f"--spark_master_url={master}"]
     if system == "sparkbeam-budget0":
         flags.append("--residual_budget_s=0")
+    elif system == "sparkbeam-intask":
+        flags.append("--residual_budget_s=3600")
     return flags
 
 
