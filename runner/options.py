@@ -9,13 +9,15 @@ DEFAULT_MASTER = "local[*]"
 _BEAM_DEFAULT_MASTER = "local[4]"
 
 
-class SparkRunnerOptions(pipeline_options.SparkRunnerOptions):
+class SparkRunnerOptions(pipeline_options.PipelineOptions):
     """Options of SparkCheckpointRunner.
 
-    Extends Beam's own ``SparkRunnerOptions``, which already defines
-    ``--spark_master_url`` (Beam's default there is local[4]; when the flag is
-    not given, sparkbeam uses local[*]). The master is ignored when a
-    SparkSession is already active (spark-submit).
+    ``--spark_master_url`` is defined by Beam's own ``SparkRunnerOptions`` and
+    ``--parallelism`` by Beam's ``FlinkRunnerOptions``
+    (Beam's default there is local[4]; when the flag is not given, sparkbeam
+    uses local[*]); ``master_url()`` reads it. The master is ignored when a
+    SparkSession is already active (spark-submit). This class is a direct
+    subclass of PipelineOptions so Beam parses its flags in every program.
     """
 
     @classmethod
@@ -32,13 +34,6 @@ class SparkRunnerOptions(pipeline_options.SparkRunnerOptions):
             "--spark_app_name",
             default=None,
             help="Spark application name. Default: the Beam job name, else 'sparkbeam'.",
-        )
-        parser.add_argument(
-            "--parallelism",
-            type=int,
-            default=None,
-            help="Number of partitions after a shuffle (GroupByKey, Reshuffle, stateful "
-            "DoFns). Default: Spark's defaultParallelism.",
         )
         parser.add_argument(
             "--checkpoint_dir",
@@ -62,9 +57,18 @@ class SparkRunnerOptions(pipeline_options.SparkRunnerOptions):
             "--checkpoint_dir is set. Default: 5.0.",
         )
 
+    def shuffle_parallelism(self) -> int | None:
+        """--parallelism: partitions after GroupByKey, Reshuffle and stateful shuffles.
+
+        The flag itself is Beam's (``FlinkRunnerOptions`` defines it, as "the
+        degree of parallelism"); unset (-1) means Spark's defaultParallelism.
+        """
+        value = self.view_as(pipeline_options.FlinkRunnerOptions).parallelism
+        return value if value and value > 0 else None
+
     def master_url(self) -> str:
         """--spark_master_url if given, else local[*]."""
-        given = self.spark_master_url
+        given = self.view_as(pipeline_options.SparkRunnerOptions).spark_master_url
         explicit = any(str(f).startswith("--spark_master_url") for f in self._flags or ())
         if not given or (given == _BEAM_DEFAULT_MASTER and not explicit):
             return DEFAULT_MASTER

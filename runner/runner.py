@@ -63,7 +63,7 @@ class SparkCheckpointRunner(PipelineRunner):
             executor = PlanExecutor(
                 spark,
                 plan,
-                spark_options.parallelism,
+                spark_options.shuffle_parallelism(),
                 store=store,
                 checkpoint_url=url,
                 residual_budget_s=spark_options.residual_budget_s,

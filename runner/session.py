@@ -44,8 +44,9 @@ def get_or_create_session(options: SparkRunnerOptions, job_name: str | None = No
         SparkSession.builder.master(master)
         .appName(options.spark_app_name or job_name or "sparkbeam")
         .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", str(options.parallelism or 8))
+        .config("spark.sql.shuffle.partitions", str(options.shuffle_parallelism() or 8))
         .config("spark.python.worker.reuse", "true")
+        .config("spark.python.daemon.module", "sparkbeam.runner.daemon")
         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(sys.path))
     )
     for key, value in conf:

@@ -181,6 +181,7 @@ class _Context:
         self.tmp = ""
         self.baseline_events: list[Event] | None = None
         self.max_positions = 0
+        self.direct_error = ""
         self._killed: tuple[str, int] | Exception | None = None  # (store, round) or the error
 
     def static(self) -> ScenarioResult:
@@ -215,7 +216,7 @@ class _Context:
             events = run()
             expected = self._baseline()
         except Exception as e:  # noqa: BLE001 - a failed run is a failed scenario
-            return ScenarioResult(name, passed=False, message=f"{type(e).__name__}: {e}")
+            return ScenarioResult(name, passed=False, message=_short_error(e))
         outs = [e for e in events if e.kind == "out"]
         residuals = sum(1 for e in events if e.kind == "residual")
         message = diff_outputs(expected, events)
@@ -223,7 +224,18 @@ class _Context:
                               passed=not message, message=message)
 
     def baseline(self) -> ScenarioResult:
+        try:
+            direct = testing_run.run_direct(self.fn, self.elements)
+        except Exception as e:  # noqa: BLE001 - no direct reference then
+            direct = None
+            self.direct_error = f"{type(e).__name__}: {e}"
         result = self._compare("baseline", self._baseline)
+        if result.passed and direct is not None:
+            # The runner's baseline against process() called directly (no coders, no runner).
+            diff = diff_outputs(direct, self._baseline())
+            if diff:
+                result.passed = False
+                result.message = f"differs from calling process() directly: {diff}"
         if result.passed and not result.outputs:
             result.message = "the DoFn produced no output: the other scenarios compare nothing"
         return result
@@ -284,6 +296,16 @@ class _Context:
         return self._resume("resume-other-parallelism", self.parallelism[1])
 
 
+def _short_error(e: Exception) -> str:
+    """The line naming the fault of a (possibly remote) error, not the whole traceback."""
+    text = f"{type(e).__name__}: {e}"
+    for line in text.splitlines():
+        if "SplitCheckError:" in line:
+            return line.strip()
+    lines = [line for line in text.splitlines() if line.strip()]
+    return " | ".join(lines[:3]) + (" | ..." if len(lines) > 3 else "")
+
+
 def diff_outputs(expected: list[Event], actual: list[Event], limit: int = 3) -> str:
     """'' when the output multisets are equal, else the first missing / duplicated outputs."""
     want = collections.Counter(e.value for e in expected if e.kind == "out")
@@ -303,8 +325,8 @@ def diff_outputs(expected: list[Event], actual: list[Event], limit: int = 3) -> 
         shown = []
         for value in list(missing)[:limit]:
             src = origin_exp[value]
-            shown.append(f"{value} (from element {src.element}, restriction {src.restriction}, "
-                         f"position {src.position} in the baseline)")
+            at = f", position {src.position}" if src.position else ""
+            shown.append(f"{value} (from element {src.element}, restriction {src.restriction}{at})")
         parts.append(f"{n} output(s) missing (lost), first: " + "; ".join(shown))
     if extra:
         n = sum(extra.values())

@@ -33,7 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.runners.sdf_utils import RestrictionTrackerView
 from apache_beam.utils.timestamp import Duration
+from sparkbeam.sdf.testing_static import is_offset_like
 
 OUT_FILE = "events.jsonl"
 
@@ -66,10 +68,15 @@ def load_dofn(ref: Any):
     return obj
 
 
-class _ProbeView:
+class SplitCheckError(AssertionError):
+    """A checkpoint's primary and residual do not tile the restriction (raised in a task)."""
+
+
+class _ProbeView(RestrictionTrackerView):
     """The tracker the user's process() sees: the runner's view, plus records."""
 
     def __init__(self, view, force_checkpoint: bool, delay_s: float) -> None:
+        super().__init__(view._threadsafe_restriction_tracker)
         self._view = view
         self._force = force_checkpoint
         self._delay = Duration(seconds=delay_s) if delay_s else None
@@ -85,12 +92,26 @@ class _ProbeView:
         if self._force and self.claims >= 1 and not self.deferred:
             self._view.defer_remainder(self._delay)  # a real self-checkpoint: try_split(0)
             self.deferred = True
+            self._check_residual()
             return False
         ok = self._view.try_claim(position)
         if ok:
             self.claims += 1
             self.last = position
         return ok
+
+    def _check_residual(self) -> None:
+        """Fail fast (instead of looping forever) when an offset residual overlaps or skips."""
+        residual = getattr(self._threadsafe_restriction_tracker, "_deferred_residual", None)
+        primary = self._view.current_restriction()
+        if residual is None or not (is_offset_like(residual) and is_offset_like(primary)):
+            return
+        if residual.start != primary.stop:
+            kind = "duplicated" if residual.start < primary.stop else "lost"
+            raise SplitCheckError(
+                f"self-checkpoint after claiming {self.last!r} of {self.restriction!r}: "
+                f"primary {primary!r}, residual {residual!r} ({kind} position on split)"
+            )
 
     def defer_remainder(self, deferred_time=None) -> None:
         self.deferred = True
@@ -159,6 +180,29 @@ class _WriteEvents(beam.DoFn):
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.out_dir, OUT_FILE))
+
+
+def run_direct(dofn, elements) -> list[Event] | None:
+    """The outputs of calling process() in this process, without runner or coders.
+
+    Only for DoFns whose process() takes just the element and the tracker (None otherwise):
+    initial restriction -> split() -> one tracker per part, claimed to the end.
+    """
+    from apache_beam.runners.sdf_utils import ThreadsafeRestrictionTracker
+
+    args, defaults = beam.DoFn.get_function_arguments(dofn, "process")
+    if len(args) != 2 or len(defaults) != 1:
+        return None
+    provider = beam.runners.common.DoFnSignature(dofn).get_restriction_provider()
+    events = []
+    dofn.setup()
+    for element in elements:
+        for r in provider.split(element, provider.initial_restriction(element)):
+            view = RestrictionTrackerView(ThreadsafeRestrictionTracker(provider.create_tracker(r)))
+            for out in dofn.process(element, **{args[1]: view}) or ():
+                events.append(Event("out", repr(_plain(out)), repr(element), repr(r), ""))
+    dofn.teardown()
+    return events
 
 
 def build(p, dofn, elements, out_dir: str, force_checkpoint: bool, delay_s: float) -> None:

@@ -1,28 +1,42 @@
 """Teach Beam the runner name ``SparkCheckpointRunner`` without importing Beam.
 
 Loaded at interpreter start by ``sparkbeam_runner_alias.pth``. It must stay
-cheap: it only installs an import hook that, once
-``apache_beam.runners.runner`` has been imported by the user's program, adds
-our entry to Beam's runner-name map (which Beam matches case-insensitively).
+cheap: it only installs an import hook. Once the user's program imports
+``apache_beam.runners.runner``, our entry is added to Beam's runner-name map
+(matched case-insensitively); once it imports Beam's pipeline options,
+sparkbeam's options are registered too, so ``--parallelism`` & co parse
+before the runner is even created.
 """
 
 import importlib.abc
 import sys
 
-_TARGET = "apache_beam.runners.runner"
+_RUNNER_MODULE = "apache_beam.runners.runner"
+_OPTIONS_MODULE = "apache_beam.options.pipeline_options"
 _ALIASES = {"sparkcheckpointrunner": "sparkbeam.runner.SparkCheckpointRunner"}
 
 
-def _register(module) -> None:
+def _register_runner(module) -> None:
     runner_map = getattr(module, "_RUNNER_MAP", None)
     if isinstance(runner_map, dict):
         for name, path in _ALIASES.items():
             runner_map.setdefault(name, path)
 
 
+def _register_options(module) -> None:
+    try:
+        import sparkbeam.runner.options  # noqa: F401 - registers SparkRunnerOptions
+    except Exception:  # noqa: BLE001 - never break the user's import of Beam
+        pass
+
+
+_AFTER = {_RUNNER_MODULE: _register_runner, _OPTIONS_MODULE: _register_options}
+
+
 class _AliasFinder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != _TARGET:
+        after = _AFTER.get(fullname)
+        if after is None:
             return None
         sys.meta_path.remove(self)
         try:
@@ -35,18 +49,19 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
             return spec
         original_exec = spec.loader.exec_module
 
-        def exec_module(module, _exec=original_exec):
+        def exec_module(module, _exec=original_exec, _after=after):
             _exec(module)
-            _register(module)
+            _after(module)
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
 def install() -> None:
-    if _TARGET in sys.modules:
-        _register(sys.modules[_TARGET])
-    elif not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
+    for name, after in _AFTER.items():
+        if name in sys.modules:
+            after(sys.modules[name])
+    if not any(isinstance(f, _AliasFinder) for f in sys.meta_path):
         sys.meta_path.insert(0, _AliasFinder())
 
 

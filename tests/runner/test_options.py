@@ -26,14 +26,18 @@ def test_parses_every_flag():
         ("spark.executor.memory", "2g"),
         ("spark.sql.shuffle.partitions", "7"),
     ]
-    assert (opts.spark_app_name, opts.parallelism, opts.checkpoint_dir) == ("wc", 5, "/tmp/ck")
+    assert (opts.spark_app_name, opts.shuffle_parallelism(), opts.checkpoint_dir) == (
+        "wc",
+        5,
+        "/tmp/ck",
+    )
 
 
 def test_defaults():
     opts = PipelineOptions([]).view_as(SparkRunnerOptions)
     assert opts.master_url() == "local[*]"
     assert opts.spark_conf_pairs() == []
-    assert opts.parallelism is None
+    assert opts.shuffle_parallelism() is None
 
 
 def test_explicit_local4_is_kept():
@@ -59,3 +63,12 @@ def test_unknown_master_url_is_one_clear_line(master):
     with pytest.raises(SparkSessionError, match="is not a Spark master URL") as info:
         check_master_url(master)
     assert "\n" not in str(info.value)
+
+
+def test_sparkbeam_flags_parse_in_any_beam_program():
+    """No 'unparseable args' and nothing dropped: the options class is always registered."""
+    all_options = PipelineOptions(
+        ["--residual_budget_s=0.5", "--spark_app_name=x"]
+    ).get_all_options()
+    assert all_options["residual_budget_s"] == 0.5
+    assert all_options["spark_app_name"] == "x"

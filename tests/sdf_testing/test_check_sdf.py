@@ -1,0 +1,112 @@
+"""check_sdf passes well-behaved SDFs and names the fault of broken ones."""
+
+from __future__ import annotations
+
+import pytest
+from sparkbeam.sdf import sdf_check_cli
+from sparkbeam.sdf.testing import SdfCheckError, check_sdf
+from sparkbeam.sdf.testing_run import load_dofn
+
+from examples.line_reader_sdf import LineReaderFn
+from tests.conftest import TEST_MASTER, get_test_session
+from tests.sdf_testing import sdfs
+
+STATIC = ["static"]
+IN_PROCESS = ["static", "baseline", "checkpoint-every-claim"]
+
+
+@pytest.fixture
+def files(tmp_path):
+    a, b = tmp_path / "a.txt", tmp_path / "b.txt"
+    a.write_text("".join(f"a{i}\n" for i in range(5)))
+    b.write_text("b0\nb1\nb2\n")
+    return [str(a), str(b)]
+
+
+@pytest.mark.parametrize(
+    "dofn, elements",
+    [
+        (sdfs.ExpandingStringsDoFn(), ["abc", "defgh"]),
+        (sdfs.GoodOffsetFn(), sdfs.ELEMENTS),
+        (LineReaderFn(lines_per_split=2), None),
+    ],
+)
+def test_static_checks_pass_well_behaved_sdfs(dofn, elements, files):
+    report = check_sdf(dofn, elements or files, scenarios=STATIC)
+    assert report.passed and report.scenarios[0].splits > 0
+
+
+@pytest.mark.parametrize(
+    "dofn, fault",
+    [
+        (sdfs.LosesPositionOnSplitFn(), r"try_split\(0\.0\).*lost position on split"),
+        (sdfs.DuplicatesPositionOnSplitFn(), r"try_split\(0\.0\).*duplicated position on split"),
+        (sdfs.BadCoderFn(), r"does not round-trip its restriction coder StartOnlyCoder"),
+    ],
+)
+def test_static_checks_name_the_fault(dofn, fault):
+    with pytest.raises(SdfCheckError, match=fault):
+        check_sdf(dofn, sdfs.ELEMENTS, scenarios=STATIC)
+
+
+def test_load_dofn_by_reference_and_bad_reference():
+    assert isinstance(load_dofn("tests.sdf_testing.sdfs:GoodOffsetFn"), sdfs.GoodOffsetFn)
+    with pytest.raises(ValueError, match="not 'module:attr'"):
+        load_dofn("tests.sdf_testing.sdfs.GoodOffsetFn")
+
+
+def test_fixture_from_the_plugin(sdf_checker):
+    report = sdf_checker(sdfs.GoodOffsetFn(), sdfs.ELEMENTS, scenarios=STATIC)
+    assert [s.status for s in report.scenarios] == ["PASS"]
+
+
+def test_cli_exit_codes(capsys):
+    ok = ["sdf-check", "tests.sdf_testing.sdfs:GoodOffsetFn", "--elements", '[["a", 3]]',
+          "--scenario", "static", "--scenario", "runner-initiated-splits"]
+    assert sdf_check_cli.main(ok) == 0
+    out = capsys.readouterr().out
+    assert "static" in out and "SKIP" in out and "issue 4 stretch item" in out
+    bad = ["sdf-check", "tests.sdf_testing.sdfs:LosesPositionOnSplitFn", "--elements",
+           '[["a", 3]]', "--scenario", "static"]
+    assert sdf_check_cli.main(bad) == 1
+    assert "lost position on split" in capsys.readouterr().out
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_in_process_scenarios_pass_beam_test_sdf():
+    get_test_session()
+    report = check_sdf(sdfs.ExpandingStringsDoFn(), ["abc", "defgh"], scenarios=IN_PROCESS,
+                       spark_master=TEST_MASTER)
+    every = report.scenarios[2]
+    assert every.passed and every.outputs == 8 and every.residuals == 2
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_checkpoint_every_claim_catches_lost_position_on_the_runner():
+    get_test_session()
+    with pytest.raises(SdfCheckError, match=r"checkpoint-every-claim: .*lost position on split"):
+        check_sdf(sdfs.LosesPositionOnSplitFn(), sdfs.ELEMENTS,
+                  scenarios=["baseline", "checkpoint-every-claim"], spark_master=TEST_MASTER)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_baseline_catches_bad_coder_against_a_direct_call():
+    get_test_session()
+    with pytest.raises(SdfCheckError, match=r"differs from calling process\(\) directly: .*lost"):
+        check_sdf(sdfs.BadCoderFn(), sdfs.ELEMENTS, scenarios=["baseline"],
+                  spark_master=TEST_MASTER)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_every_scenario_passes_the_line_reader_example(files):
+    get_test_session()
+    report = check_sdf("examples.line_reader_sdf:LineReaderFn", files, spark_master=TEST_MASTER)
+    rows = {s.name: s for s in report.scenarios}
+    assert all(rows[n].outputs == 8 for n in ("baseline", "kill-and-resume",
+                                             "resume-other-parallelism"))
+    assert rows["kill-and-resume"].residuals > 0
+    assert rows["runner-initiated-splits"].status == "SKIP"
