@@ -1,8 +1,9 @@
-"""The ``sparkbeam`` command: ``plan`` a pipeline script, inspect ``checkpoints``.
+"""The ``sparkbeam`` command: ``plan``, ``checkpoints``, ``sdf-check``.
 
 ``sparkbeam plan my_pipeline.py [pipeline args]`` runs the script with a
 runner that only translates and prints the ExecutionPlan (nothing executes).
-The ``checkpoints`` subcommands come from ``sparkbeam.checkpoint.cli``.
+The ``checkpoints`` subcommands come from ``sparkbeam.checkpoint.cli``;
+``sdf-check`` from ``sparkbeam.sdf.sdf_check_cli``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 from apache_beam.transforms import environments
 from sparkbeam.checkpoint import cli as checkpoint_cli
+from sparkbeam.sdf import sdf_check_cli
 from sparkbeam.translation import translate
 
 
@@ -58,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     plan.set_defaults(func=_plan)
     checkpoint_cli.add_subcommands(sub)
+    sdf_check_cli.add_subcommands(sub)
     return parser
 
 

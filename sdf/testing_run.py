@@ -161,7 +161,7 @@ def make_probe(dofn, force_checkpoint: bool = False, delay_s: float = 0.0):
             yield ("residual", "", element, restriction, repr(view.last))
 
     probe_cls = type(f"{base.__name__}Probe", (base,), {"process": process})
-    probe = object.__new__(probe_cls)
+    probe: Any = object.__new__(probe_cls)
     probe.__dict__.update(dofn.__dict__)
     return probe
 
