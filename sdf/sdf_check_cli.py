@@ -25,17 +25,24 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Argument
     )
     p.add_argument("dofn", help="module:attr of a DoFn, a DoFn class or a factory (no args)")
     p.add_argument(
-        "--elements", required=True,
+        "--elements",
+        required=True,
         help="input elements: a JSON list, or the path of a file holding one",
     )
     p.add_argument("--seed", type=int, default=0, help="seed of the random choices (default: 0)")
     p.add_argument(
-        "--parallelism", type=int, nargs=2, default=(2, 3), metavar=("RUN", "RESUME"),
+        "--parallelism",
+        type=int,
+        nargs=2,
+        default=(2, 3),
+        metavar=("RUN", "RESUME"),
         help="parallelism of the runs, and of the resume at another parallelism (default: 2 3)",
     )
     p.add_argument("--spark_master", default="local[2]", help="Spark master (default: local[2])")
     p.add_argument(
-        "--scenario", action="append", choices=SCENARIOS,
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
         help="run only this scenario, repeatable (default: all)",
     )
     p.set_defaults(func=run)
@@ -63,8 +70,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"sdf-check: bad --elements {args.elements!r}: {e}", file=sys.stderr)
         return 2
     report = check_sdf(
-        args.dofn, elements, seed=args.seed, parallelism=tuple(args.parallelism),
-        spark_master=args.spark_master, scenarios=args.scenario, raise_on_failure=False,
+        args.dofn,
+        elements,
+        seed=args.seed,
+        parallelism=tuple(args.parallelism),
+        spark_master=args.spark_master,
+        scenarios=args.scenario,
+        raise_on_failure=False,
     )
     print(report)
     print("PASS" if report.passed else "FAIL")

@@ -94,8 +94,14 @@ class SdfCheckReport:
 
         rows = [("scenario", "outputs", "residuals", "splits", "result", "seconds")]
         rows += [
-            (s.name, cell(s.outputs), cell(s.residuals), cell(s.splits), s.status,
-             f"{s.seconds:.1f}")
+            (
+                s.name,
+                cell(s.outputs),
+                cell(s.residuals),
+                cell(s.splits),
+                s.status,
+                f"{s.seconds:.1f}",
+            )
             for s in self.scenarios
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -192,9 +198,14 @@ class _Context:
             message += f" (+{len(result.problems) - 5} more)"
         if not result.problems and result.notes:
             message = "; ".join(result.notes)
-        return ScenarioResult("static", outputs=None, residuals=None,
-                              splits=result.splits_checked, passed=not result.problems,
-                              message=message)
+        return ScenarioResult(
+            "static",
+            outputs=None,
+            residuals=None,
+            splits=result.splits_checked,
+            passed=not result.problems,
+            message=message,
+        )
 
     def _dir(self, name: str) -> str:
         path = os.path.join(self.tmp, name)
@@ -220,8 +231,14 @@ class _Context:
         outs = [e for e in events if e.kind == "out"]
         residuals = sum(1 for e in events if e.kind == "residual")
         message = diff_outputs(expected, events)
-        return ScenarioResult(name, outputs=len(outs), residuals=residuals, splits=0,
-                              passed=not message, message=message)
+        return ScenarioResult(
+            name,
+            outputs=len(outs),
+            residuals=residuals,
+            splits=0,
+            passed=not message,
+            message=message,
+        )
 
     def baseline(self) -> ScenarioResult:
         try:
@@ -243,8 +260,11 @@ class _Context:
     def checkpoint_every_claim(self) -> ScenarioResult:
         def run():
             return testing_run.run_in_process(
-                self.fn, self.shuffled, self._dir("every-claim"),
-                self._flags(self.parallelism[0]), force_checkpoint=True,
+                self.fn,
+                self.shuffled,
+                self._dir("every-claim"),
+                self._flags(self.parallelism[0]),
+                force_checkpoint=True,
             )
 
         return self._compare("checkpoint-every-claim", run)
@@ -256,8 +276,9 @@ class _Context:
             kill_round = 1 + self.rng.randrange(max(1, min(self.max_positions, 6) - 2))
             flags = self._flags(self.parallelism[0], "--residual_budget_s=0")
             try:
-                at = testing_run.run_until_killed(self._spec(), self._store(), self._dir("out"),
-                                                  flags, kill_round, self.timeout_s)
+                at = testing_run.run_until_killed(
+                    self._spec(), self._store(), self._dir("out"), flags, kill_round, self.timeout_s
+                )
                 testing_run.reset_dir(self._store(), self._store() + "-at-kill")
                 self._killed = (self._store() + "-at-kill", at)
             except Exception as e:  # noqa: BLE001 - reported by every resume scenario
@@ -279,8 +300,9 @@ class _Context:
             testing_run.reset_dir(at_kill, self._store())
             shutil.rmtree(self._dir("out"))
             flags = self._flags(parallelism, "--residual_budget_s=0")
-            return testing_run.rerun(self._spec(), self._store(), self._dir("out"), flags,
-                                     self.timeout_s)
+            return testing_run.rerun(
+                self._spec(), self._store(), self._dir("out"), flags, self.timeout_s
+            )
 
         result = self._compare(name, run)
         if isinstance(self._killed, tuple):
@@ -332,8 +354,9 @@ def diff_outputs(expected: list[Event], actual: list[Event], limit: int = 3) -> 
         n = sum(extra.values())
         shown = []
         for value in list(extra)[:limit]:
-            srcs = ", ".join(f"restriction {s.restriction} position {s.position}"
-                             for s in origin_act[value][:3])
+            srcs = ", ".join(
+                f"restriction {s.restriction} position {s.position}" for s in origin_act[value][:3]
+            )
             shown.append(f"{value} x{got[value]} (from {srcs})")
         parts.append(f"{n} output(s) duplicated or unexpected, first: " + "; ".join(shown))
     return ". ".join(parts) + "."

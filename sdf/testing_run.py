@@ -136,11 +136,13 @@ def _plain(out: Any) -> Any:
 def restriction_arg_name(dofn) -> str:
     """The name of process()'s ``DoFn.RestrictionParam`` argument."""
     args, defaults = beam.DoFn.get_function_arguments(dofn, "process")
-    for name, default in zip(args[len(args) - len(defaults):], defaults):
+    for name, default in zip(args[len(args) - len(defaults) :], defaults):
         if isinstance(default, beam.DoFn.RestrictionParam):
             return name
-    raise TypeError(f"{type(dofn).__name__}.process() has no DoFn.RestrictionParam argument: "
-                    "it is not a splittable DoFn.")
+    raise TypeError(
+        f"{type(dofn).__name__}.process() has no DoFn.RestrictionParam argument: "
+        "it is not a splittable DoFn."
+    )
 
 
 def make_probe(dofn, force_checkpoint: bool = False, delay_s: float = 0.0):
@@ -253,8 +255,12 @@ def run_in_process(dofn, elements, out_dir, flags, force_checkpoint=False, delay
 def write_spec(path: str, dofn_ref: Any, elements, force_checkpoint: bool, delay_s: float):
     import cloudpickle
 
-    spec = {"dofn": dofn_ref, "elements": list(elements), "force": force_checkpoint,
-            "delay_s": delay_s}
+    spec = {
+        "dofn": dofn_ref,
+        "elements": list(elements),
+        "force": force_checkpoint,
+        "delay_s": delay_s,
+    }
     with open(path, "wb") as f:
         f.write(cloudpickle.dumps(spec))
 
@@ -295,13 +301,18 @@ def run_until_killed(spec, ckpt, out_dir, flags, kill_round: int, timeout_s: flo
     pending (or the last such round, if the job ends sooner). Returns the round killed at."""
     proc = subprocess.Popen(
         _child_cmd(spec, out_dir, [*flags, f"--checkpoint_dir={ckpt}"]),
-        env=_child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=_child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.time() + timeout_s
     try:
         while time.time() < deadline and proc.poll() is None:
-            pending = [m.get("round", 0) for m in committed_rounds(ckpt)
-                       if m.get("pending_residuals", 0) > 0]
+            pending = [
+                m.get("round", 0)
+                for m in committed_rounds(ckpt)
+                if m.get("pending_residuals", 0) > 0
+            ]
             if pending and max(pending) >= kill_round:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait(timeout=60)
@@ -322,11 +333,15 @@ def rerun(spec, ckpt, out_dir, flags, timeout_s: float) -> list[Event]:
     """Rerun the child on an existing store (same command, maybe other flags) to the end."""
     proc = subprocess.run(
         _child_cmd(spec, out_dir, [*flags, f"--checkpoint_dir={ckpt}"]),
-        env=_child_env(), capture_output=True, text=True, timeout=timeout_s,
+        env=_child_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
     )
     if proc.returncode != 0:
-        raise RuntimeError(f"the resumed run failed (exit {proc.returncode}):\n"
-                           f"{proc.stderr[-3000:]}")
+        raise RuntimeError(
+            f"the resumed run failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+        )
     return read_events(out_dir)
 
 

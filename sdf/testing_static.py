@@ -182,8 +182,9 @@ def _check_offset_tracker(provider, coder, element, r, where, rng, result: Stati
             continue
         result.splits_checked += 1
         primary, residual = split
-        _check_cover(r, [primary, residual], f"{label} gave {_span(primary)} + {_span(residual)}",
-                     result)
+        _check_cover(
+            r, [primary, residual], f"{label} gave {_span(primary)} + {_span(residual)}", result
+        )
         if primary.stop <= r.start:
             result.problems.append(f"{label}: primary {_span(primary)} drops claimed {r.start}.")
         current = tracker.current_restriction()
