@@ -89,3 +89,20 @@ def test_defer_remainder_is_honoured_to_the_millisecond(spark, budget, slack):
             equal_to([True, True]),
             label="not much later",
         )
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_100k_pending_residuals_go_through_the_store_and_all_come_back(spark):
+    """Every element defers once: 100,000 residuals pending at once in the handler."""
+    n = 100_000
+    options = PipelineOptions(spark_test_options("--residual_budget_s=0"))
+    with beam.Pipeline(options=options) as p:
+        counts = (
+            p
+            | beam.Create([(f"e{i}", 2) for i in range(n)])
+            | beam.ParDo(ChunkedWithDelay(per_call=1, delay_s=0.5))
+            | beam.Map(lambda t: t[1])
+            | beam.combiners.Count.PerElement()
+        )
+        assert_that(counts, equal_to([(0, n), (1, n)]))

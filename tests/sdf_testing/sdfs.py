@@ -12,8 +12,9 @@ from apache_beam.transforms.core import RestrictionProvider
 class ExpandingStringsDoFn(beam.DoFn):
     """Beam's test SDF (fn_runner_test.test_sdf): one output per character."""
 
-    def process(self, element, restriction_tracker=beam.DoFn.RestrictionParam(
-            ExpandStringsProvider())):
+    def process(
+        self, element, restriction_tracker=beam.DoFn.RestrictionParam(ExpandStringsProvider())
+    ):
         assert isinstance(restriction_tracker, beam.runners.sdf_utils.RestrictionTrackerView)
         cur = restriction_tracker.current_restriction().start
         while restriction_tracker.try_claim(cur):
@@ -101,8 +102,9 @@ class DuplicatesPositionOnSplitFn(_Emit):
 
 
 class BadCoderFn(_Emit):
-    def process(self, element, tracker=beam.DoFn.RestrictionParam(
-            _Provider(coder=StartOnlyCoder()))):
+    def process(
+        self, element, tracker=beam.DoFn.RestrictionParam(_Provider(coder=StartOnlyCoder()))
+    ):
         yield from self._emit(element, tracker)
 
 

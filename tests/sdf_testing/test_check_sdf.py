@@ -61,13 +61,27 @@ def test_fixture_from_the_plugin(sdf_checker):
 
 
 def test_cli_exit_codes(capsys):
-    ok = ["sdf-check", "tests.sdf_testing.sdfs:GoodOffsetFn", "--elements", '[["a", 3]]',
-          "--scenario", "static", "--scenario", "runner-initiated-splits"]
+    ok = [
+        "sdf-check",
+        "tests.sdf_testing.sdfs:GoodOffsetFn",
+        "--elements",
+        '[["a", 3]]',
+        "--scenario",
+        "static",
+        "--scenario",
+        "runner-initiated-splits",
+    ]
     assert sdf_check_cli.main(ok) == 0
     out = capsys.readouterr().out
     assert "static" in out and "SKIP" in out and "issue 4 stretch item" in out
-    bad = ["sdf-check", "tests.sdf_testing.sdfs:LosesPositionOnSplitFn", "--elements",
-           '[["a", 3]]', "--scenario", "static"]
+    bad = [
+        "sdf-check",
+        "tests.sdf_testing.sdfs:LosesPositionOnSplitFn",
+        "--elements",
+        '[["a", 3]]',
+        "--scenario",
+        "static",
+    ]
     assert sdf_check_cli.main(bad) == 1
     assert "lost position on split" in capsys.readouterr().out
 
@@ -76,8 +90,12 @@ def test_cli_exit_codes(capsys):
 @pytest.mark.slow
 def test_in_process_scenarios_pass_beam_test_sdf():
     get_test_session()
-    report = check_sdf(sdfs.ExpandingStringsDoFn(), ["abc", "defgh"], scenarios=IN_PROCESS,
-                       spark_master=TEST_MASTER)
+    report = check_sdf(
+        sdfs.ExpandingStringsDoFn(),
+        ["abc", "defgh"],
+        scenarios=IN_PROCESS,
+        spark_master=TEST_MASTER,
+    )
     every = report.scenarios[2]
     assert every.passed and every.outputs == 8 and every.residuals == 2
 
@@ -87,8 +105,12 @@ def test_in_process_scenarios_pass_beam_test_sdf():
 def test_checkpoint_every_claim_catches_lost_position_on_the_runner():
     get_test_session()
     with pytest.raises(SdfCheckError, match=r"checkpoint-every-claim: .*lost position on split"):
-        check_sdf(sdfs.LosesPositionOnSplitFn(), sdfs.ELEMENTS,
-                  scenarios=["baseline", "checkpoint-every-claim"], spark_master=TEST_MASTER)
+        check_sdf(
+            sdfs.LosesPositionOnSplitFn(),
+            sdfs.ELEMENTS,
+            scenarios=["baseline", "checkpoint-every-claim"],
+            spark_master=TEST_MASTER,
+        )
 
 
 @pytest.mark.spark
@@ -96,8 +118,9 @@ def test_checkpoint_every_claim_catches_lost_position_on_the_runner():
 def test_baseline_catches_bad_coder_against_a_direct_call():
     get_test_session()
     with pytest.raises(SdfCheckError, match=r"differs from calling process\(\) directly: .*lost"):
-        check_sdf(sdfs.BadCoderFn(), sdfs.ELEMENTS, scenarios=["baseline"],
-                  spark_master=TEST_MASTER)
+        check_sdf(
+            sdfs.BadCoderFn(), sdfs.ELEMENTS, scenarios=["baseline"], spark_master=TEST_MASTER
+        )
 
 
 @pytest.mark.spark
@@ -106,7 +129,8 @@ def test_every_scenario_passes_the_line_reader_example(files):
     get_test_session()
     report = check_sdf("examples.line_reader_sdf:LineReaderFn", files, spark_master=TEST_MASTER)
     rows = {s.name: s for s in report.scenarios}
-    assert all(rows[n].outputs == 8 for n in ("baseline", "kill-and-resume",
-                                             "resume-other-parallelism"))
+    assert all(
+        rows[n].outputs == 8 for n in ("baseline", "kill-and-resume", "resume-other-parallelism")
+    )
     assert rows["kill-and-resume"].residuals > 0
     assert rows["runner-initiated-splits"].status == "SKIP"
