@@ -14,7 +14,6 @@ import sys
 from collections.abc import Sequence
 
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
-from apache_beam.transforms import environments
 from sparkbeam.checkpoint import cli as checkpoint_cli
 from sparkbeam.sdf import sdf_check_cli
 from sparkbeam.translation import translate
@@ -24,18 +23,9 @@ class PlanPrinter(PipelineRunner):
     """A runner that prints the plan sparkbeam would run, and runs nothing."""
 
     def run_pipeline(self, pipeline, options) -> PipelineResult:
-        from apache_beam.options.pipeline_options import TypeOptions
-        from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
+        from sparkbeam.runner.runner import portable_proto
 
-        pipeline.visit(
-            group_by_key_input_visitor(
-                not options.view_as(TypeOptions).allow_non_deterministic_key_coders
-            )
-        )
-        proto = pipeline.to_runner_api(
-            default_environment=environments.EmbeddedPythonEnvironment.default()
-        )
-        print(translate(proto).describe())
+        print(translate(portable_proto(pipeline, options)).describe())
         return PipelineResult(PipelineState.DONE)
 
 

@@ -24,6 +24,19 @@ from sparkbeam.translation import translate
 _LOG = logging.getLogger(__name__)
 
 
+def portable_proto(pipeline, options: PipelineOptions):
+    """The pipeline proto to plan: GroupByKey inputs get deterministic key coders
+    (as in Beam's own runners) and every transform runs in-process Python."""
+    pipeline.visit(
+        group_by_key_input_visitor(
+            not options.view_as(TypeOptions).allow_non_deterministic_key_coders
+        )
+    )
+    return pipeline.to_runner_api(
+        default_environment=environments.EmbeddedPythonEnvironment.default()
+    )
+
+
 class SparkCheckpointRunner(PipelineRunner):
     """Runs Beam Python pipelines on Apache Spark through PySpark.
 
@@ -41,16 +54,8 @@ class SparkCheckpointRunner(PipelineRunner):
         debug = options.view_as(DebugOptions)
         debug.experiments = list({*(debug.experiments or []), "beam_fn_api"})
         spark_options = options.view_as(SparkRunnerOptions)
-        # Step 1: the portable proto (GroupByKey inputs with deterministic key
-        # coders, as Beam's own runners do), every transform in-process Python.
-        pipeline.visit(
-            group_by_key_input_visitor(
-                not options.view_as(TypeOptions).allow_non_deterministic_key_coders
-            )
-        )
-        proto = pipeline.to_runner_api(
-            default_environment=environments.EmbeddedPythonEnvironment.default()
-        )
+        # Step 1: the portable proto.
+        proto = portable_proto(pipeline, options)
         # Step 2: plan it (checks requirements; raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
         # Step 3: run it on Spark.
