@@ -30,7 +30,8 @@ class PlanPrinter(PipelineRunner):
 
 
 def _plan(args: argparse.Namespace) -> int:
-    runner = f"--runner={PlanPrinter.__module__}.{PlanPrinter.__qualname__}"
+    # By its import path: under `python -m` this module is __main__, which runpy replaces.
+    runner = "--runner=sparkbeam.runner.cli.PlanPrinter"
     argv = [a for a in args.script_args if not a.startswith("--runner")]
     sys.argv = [args.script, *argv, runner]
     try:
