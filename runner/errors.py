@@ -12,14 +12,14 @@ class SparkSessionError(RuntimeError):
 class StageFailedError(RuntimeError):
     """User code failed inside a Beam stage running on Spark.
 
-    The message names the stage and its transforms and carries the user's
-    Python traceback, not the JVM's.
+    The message names the stage; the SDK's traceback in it names the failing
+    step ("while running 'MyStep'") and carries the user's Python frames, not
+    the JVM's.
     """
 
-    def __init__(self, stage: str, transforms, user_traceback: str) -> None:
-        shown = ", ".join(transforms) or stage
+    def __init__(self, stage: str, user_traceback: str) -> None:
         super().__init__(
-            f"Beam stage {stage!r} ({shown}) failed on Spark.\n"
+            f"Beam stage {stage!r} failed on Spark; fix the user code named below and rerun.\n"
             f"User traceback (from the Python worker):\n{user_traceback}"
         )
         self.stage = stage

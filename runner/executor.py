@@ -65,7 +65,6 @@ class PlanExecutor:
         self._lazy: list[tuple[StagePlan, Any]] = []  # stages whose reports are pending
         self._infos: dict[str, list] = defaultdict(list)
         self.monitoring_infos_by_stage: dict[str, list] = {}
-        self.cancelled = False
         # Residual state lives in a checkpoint store; in memory unless one is given.
         self.store = store or open_store(MemoryStorage(), materialization_interval_s=None)
         self.checkpoint_url = checkpoint_url
@@ -79,14 +78,12 @@ class PlanExecutor:
             if self.checkpoint_url:
                 self._restore()
             for stage in self.plan.stages:
-                if self.cancelled:
-                    break
                 self._run_stage(stage)
             self._run_remaining()
             self.monitoring_infos_by_stage = {
                 s.name: merge_monitoring_infos(self._infos[s.id]) for s in self.plan.stages
             }
-            if self.checkpoint_url and not self.cancelled:
+            if self.checkpoint_url:
                 for pipeline in self.plan.pipelines:
                     self._checkpoint(pipeline.id, {FINISHED: True})
         finally:
@@ -226,7 +223,7 @@ class PlanExecutor:
 
     def _run_remaining(self) -> None:
         """One Spark job that runs every stage not run yet and gathers all reports."""
-        if not self._lazy or self.cancelled:
+        if not self._lazy:
             return
         self.sc.setJobDescription(f"sparkbeam: {len(self._lazy)} stage(s)")
         union = self.sc.union([rdd.filter(_is_report) for _, rdd in self._lazy])
@@ -263,7 +260,7 @@ class PlanExecutor:
             text = str(e)
             match = _STAGE_TAG.search(text)
             failed = match.group(1) if match else (stage.id if stage else "<unknown>")
-            raise StageFailedError(failed, (), _user_traceback(text)) from None
+            raise StageFailedError(failed, _user_traceback(text)) from None
 
     def _cleanup(self) -> None:
         for rdd in self._persisted:

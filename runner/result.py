@@ -3,29 +3,27 @@
 from __future__ import annotations
 
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiMetrics
-from apache_beam.runners.runner import PipelineResult, PipelineState
+from apache_beam.runners.runner import PipelineResult
 
 
 class SparkPipelineResult(PipelineResult):
-    """Result of a (synchronously executed) sparkbeam pipeline.
+    """Result of a sparkbeam batch run, which executes synchronously in ``run()``.
 
-    Metrics are Beam's ``MonitoringInfo`` protos from the bundles of tasks
-    that succeeded; ``committed`` and ``attempted`` are therefore equal.
+    So the result is always terminal: ``wait_until_finish`` returns at once and
+    ``cancel`` has nothing left to stop (cancel/drain of a running job needs the
+    asynchronous streaming mode, issue 5). Metrics are Beam's MonitoringInfos
+    from the bundles of tasks that succeeded; committed and attempted are equal.
     """
 
-    def __init__(self, state: str, monitoring_infos_by_stage: dict, executor=None) -> None:
+    def __init__(self, state: str, monitoring_infos_by_stage: dict) -> None:
         super().__init__(state)
         self._monitoring_infos_by_stage = monitoring_infos_by_stage
-        self._executor = executor
         self._metrics: FnApiMetrics | None = None
 
     def wait_until_finish(self, duration=None) -> str:
         return self._state
 
     def cancel(self) -> str:
-        if self._executor is not None and not PipelineState.is_terminal(self._state):
-            self._executor.cancelled = True
-            self._state = PipelineState.CANCELLED
         return self._state
 
     def metrics(self) -> FnApiMetrics:

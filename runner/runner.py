@@ -77,6 +77,5 @@ class SparkCheckpointRunner(PipelineRunner):
         finally:
             if store is not None:
                 store.close()
-        state = PipelineState.CANCELLED if executor.cancelled else PipelineState.DONE
         # Step 4: the result, with metrics merged from every stage.
-        return SparkPipelineResult(state, executor.monitoring_infos_by_stage, executor)
+        return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)

@@ -41,7 +41,6 @@ class StageRounds:
         self.launch = launch
         self.on_round_end = on_round_end
         self.rounds = 0
-        self.cancelled = False
 
     def run(self, input_rdd, first_round: int = 0) -> list:
         rdds = []
@@ -49,7 +48,7 @@ class StageRounds:
         if input_rdd is not None:
             rdds.append(self.launch(input_rdd, self.rounds))
             self._end_round()
-        while self.handler.pending() and not self.cancelled:
+        while self.handler.pending():
             self._sleep_until_due()
             due = self.handler.pop_due(time.time() * 1000.0, MAX_RESIDUALS_PER_ROUND)
             if not due:

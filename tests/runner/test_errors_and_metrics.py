@@ -55,6 +55,7 @@ def test_counters_distributions_gauges_are_committed(spark):
     assert_that(out, equal_to([1, 2, 3, 4]))
     result = p.run()
     assert result.wait_until_finish() == PipelineState.DONE
+    assert result.cancel() == PipelineState.DONE  # a finished batch run stays DONE
     metrics = result.metrics().query(MetricsFilter().with_namespace("test"))
     (counter,) = metrics["counters"]
     assert counter.committed == 4
