@@ -9,6 +9,7 @@ checkpoint instead of starting over.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -72,6 +73,16 @@ def test_killed_batch_job_resumes_pending_residuals_exactly_once(tmp_path):
         proc.stderr.read().decode()[-2000:] if proc.stderr else ""
     )
     assert not out.exists(), "the sink must not have run before the kill"
+
+    # Operators see the pending residuals and the next timer of the killed job.
+    shown = subprocess.run(
+        [sys.executable, "-m", "sparkbeam.checkpoint.cli", "checkpoints", "show",
+         "--checkpoint_dir", str(ckpt), "--pipeline", "pipeline-0", "--json"],
+        env=_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert shown.returncode == 0, shown.stderr[-2000:]
+    metadata = json.loads(shown.stdout)["metadata"]
+    assert metadata["pending_residuals"] > 0 and metadata["next_timer_ms"] > 0
 
     rerun = subprocess.run(_cmd(out, ckpt), env=_env(), capture_output=True, text=True, timeout=600)
     assert rerun.returncode == 0, rerun.stderr[-4000:]
