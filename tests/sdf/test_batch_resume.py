@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
-from sparkbeam.checkpoint import open_store
+from sparkbeam.sdf.testing_run import committed_rounds
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -40,18 +40,7 @@ def _env() -> dict:
 
 
 def _committed_rounds(ckpt: Path) -> list[dict]:
-    if not ckpt.exists():
-        return []
-    try:
-        store = open_store(str(ckpt), read_only=True)
-        rows = []
-        for pid in store.list_pipelines():
-            for info in store.list_checkpoints(pid):
-                if info.error is None:
-                    rows.append(store.load_manifest(pid, info.checkpoint_id).metadata)
-        return rows
-    except Exception:  # noqa: BLE001 - the store may be mid-creation; poll again
-        return []
+    return committed_rounds(str(ckpt))
 
 
 def test_killed_batch_job_resumes_pending_residuals_exactly_once(tmp_path):
