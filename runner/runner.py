@@ -8,6 +8,7 @@ from apache_beam.options.pipeline_options import (
     DebugOptions,
     GoogleCloudOptions,
     PipelineOptions,
+    StandardOptions,
     TypeOptions,
 )
 from apache_beam.options.value_provider import RuntimeValueProvider
@@ -54,6 +55,12 @@ class SparkCheckpointRunner(PipelineRunner):
         debug = options.view_as(DebugOptions)
         debug.experiments = list({*(debug.experiments or []), "beam_fn_api"})
         spark_options = options.view_as(SparkRunnerOptions)
+        if options.view_as(StandardOptions).streaming:
+            _LOG.warning(
+                "--streaming is not supported yet by SparkCheckpointRunner (planned: rounds "
+                "with per-pipeline checkpoints); this pipeline runs in batch mode, and "
+                "unbounded splittable DoFns run in rounds until they finish."
+            )
         # Step 1: the portable proto.
         proto = portable_proto(pipeline, options)
         # Step 2: plan it (checks requirements; raises naming what is unsupported).

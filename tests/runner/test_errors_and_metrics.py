@@ -68,3 +68,11 @@ def test_counters_distributions_gauges_are_committed(spark):
     )
     (gauge,) = metrics["gauges"]
     assert gauge.committed.value in {1, 2, 3, 4}
+
+
+def test_streaming_flag_is_not_silently_ignored(spark, caplog):
+    options = PipelineOptions(spark_test_options("--streaming"))
+    with caplog.at_level("WARNING"):
+        with beam.Pipeline(runner=SparkCheckpointRunner(), options=options) as p:
+            assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: x * 2), equal_to([2, 4]))
+    assert "--streaming is not supported yet" in caplog.text
