@@ -1,8 +1,8 @@
 """Typed records that cross the Spark task boundary.
 
 A stage's Spark partition yields these, never positional streams: data for
-an output buffer, the bundle metrics of the task, and (for SDF stages) the
-residuals the task could not finish.
+an output buffer, the bundle metrics of the task, (for SDF stages) the
+residuals the task could not finish, and the files it staged for sinks.
 """
 
 from __future__ import annotations
@@ -37,3 +37,10 @@ class CommitRecord(NamedTuple):
 
     stage: str
     message: object  # sparkbeam.checkpoint.CommitMessage
+
+
+class SinkFilesRecord(NamedTuple):
+    """Files a task staged for exactly-once sinks: renamed only if its attempt is committed."""
+
+    stage: str
+    pairs: tuple[tuple[str, str], ...]  # (staged path, final path)
