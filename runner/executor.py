@@ -33,7 +33,21 @@ from sparkbeam.runner.durability import (
 from sparkbeam.runner.edges import EdgeBuilder
 from sparkbeam.runner.errors import StageFailedError
 from sparkbeam.runner.metrics import merge_monitoring_infos
-from sparkbeam.runner.records import CommitRecord, MetricsRecord, OutputRecord, WarningRecord
+from sparkbeam.runner.records import (
+    CommitRecord,
+    MetricsRecord,
+    OutputRecord,
+    SinkFilesRecord,
+    WarningRecord,
+)
+from sparkbeam.runner.sink_files import (
+    collect_sink_files,
+    discard_staging,
+    finalize,
+    finalize_pending,
+    record_pending,
+    staging_dirs,
+)
 from sparkbeam.runner.stage_rounds import StageRounds
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
 from sparkbeam.translation.plan import ExecutionPlan, StagePlan
@@ -72,6 +86,9 @@ class PlanExecutor:
         self._pipeline_states: dict = {}
         self._round_commits: list = []
         self.resumed: dict[str, int] = {}  # stage -> pending residuals restored
+        # (staged, final) files of committed task attempts, renamed when the run succeeds.
+        self.sink_files: list[tuple[str, str]] = []
+        self._round_sink_files: list[tuple[str, str]] = []
 
     def run(self) -> None:
         try:
@@ -83,6 +100,7 @@ class PlanExecutor:
             self.monitoring_infos_by_stage = {
                 s.name: merge_monitoring_infos(self._infos[s.id]) for s in self.plan.stages
             }
+            self._finalize_sink_files()
             if self.checkpoint_url:
                 for pipeline in self.plan.pipelines:
                     self._checkpoint(pipeline.id, {FINISHED: True})
@@ -104,6 +122,15 @@ class PlanExecutor:
                 continue  # a finished batch job: run again from scratch
             self._pipeline_states[pipeline.id] = probe
             _LOG.info("Restored %s from checkpoint %s", pipeline.id, info.checkpoint_id)
+
+    def _finalize_sink_files(self) -> None:
+        """Make committed sink files visible (incl. rounds of a killed run), drop the rest."""
+        finalize(self.sink_files)
+        if self.checkpoint_url:
+            for pipeline in self.plan.pipelines:
+                finalize_pending(self._state_for(pipeline.id))
+        for directory in staging_dirs(self.sink_files):
+            discard_staging(directory, keep=())
 
     def _checkpoint(self, pipeline: str, metadata: dict, commits=()) -> None:
         self._state_for(pipeline).checkpoint(
@@ -161,6 +188,7 @@ class PlanExecutor:
 
         def run(rows):
             records = run_stage_partition(task, components.value, side_bc.value, rows)
+            records = collect_sink_files(records, stage.id, round_no)
             if durable:
                 records = stage_outputs_durably(
                     records, url, stage.pipeline, stage.id, round_no, kgroups
@@ -208,6 +236,7 @@ class PlanExecutor:
         state = self._state_for(stage.pipeline)
         state.mark_completed(input_marker(stage.id))
         state.set_source_position(f"{stage.id}:round", str(round_no).encode())
+        record_pending(state, self._round_sink_files)  # renamed at the end, even after a kill
         self._checkpoint(
             stage.pipeline,
             {
@@ -237,6 +266,10 @@ class PlanExecutor:
     def _take_reports(self, stage: StagePlan, reports: list, handler) -> None:
         _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
         self._round_commits = [r.message for r in reports if isinstance(r, CommitRecord)]
+        self._round_sink_files = [
+            p for r in reports if isinstance(r, SinkFilesRecord) for p in r.pairs
+        ]
+        self.sink_files.extend(self._round_sink_files)
         residuals = [r for r in reports if isinstance(r, ResidualRecord)]
         if residuals and handler is None:
             raise NotImplementedError(
@@ -285,7 +318,9 @@ def _data(record) -> bytes:
 
 
 def _is_report(record) -> bool:
-    return isinstance(record, (MetricsRecord, WarningRecord, ResidualRecord, CommitRecord))
+    return isinstance(
+        record, (MetricsRecord, WarningRecord, ResidualRecord, CommitRecord, SinkFilesRecord)
+    )
 
 
 def _reissue_warnings(records) -> None:
