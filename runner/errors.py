@@ -1,5 +1,7 @@
 """Errors the runner raises to users: each names what failed and what to do."""
 
+import re
+
 
 class PipelineOptionsError(ValueError):
     """A sparkbeam option is malformed (e.g. --spark_conf without '=')."""
@@ -24,3 +26,26 @@ class StageFailedError(RuntimeError):
         )
         self.stage = stage
         self.user_traceback = user_traceback
+
+
+_STAGE_TAG = re.compile(r"\[(stage-\d+)\]")
+
+
+def run_guarded(stage_id: str | None, action):
+    """Run a Spark action; a task failure becomes StageFailedError naming the stage."""
+    try:
+        return action()
+    except Exception as e:  # noqa: BLE001 - rewrapped with the stage named
+        text = str(e)
+        match = _STAGE_TAG.search(text)
+        failed = match.group(1) if match else (stage_id or "<unknown>")
+        raise StageFailedError(failed, user_traceback(text)) from None
+
+
+def user_traceback(text: str) -> str:
+    """The Python worker's traceback from a Spark failure, without JVM frames."""
+    marker = "UserCodeError: "
+    if marker in text:
+        text = text[text.rindex(marker) + len(marker) :]
+    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("at ")]
+    return "\n".join(lines).strip()

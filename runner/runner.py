@@ -55,18 +55,16 @@ class SparkCheckpointRunner(PipelineRunner):
         debug = options.view_as(DebugOptions)
         debug.experiments = list({*(debug.experiments or []), "beam_fn_api"})
         spark_options = options.view_as(SparkRunnerOptions)
-        if options.view_as(StandardOptions).streaming:
-            _LOG.warning(
-                "--streaming is not supported yet by SparkCheckpointRunner (planned: rounds "
-                "with per-pipeline checkpoints); this pipeline runs in batch mode, and "
-                "unbounded splittable DoFns run in rounds until they finish."
-            )
         # Step 1: the portable proto.
         proto = portable_proto(pipeline, options)
         # Step 2: plan it (checks requirements; raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
         # Step 3: run it on Spark.
         spark = get_or_create_session(spark_options, options.view_as(GoogleCloudOptions).job_name)
+        if options.view_as(StandardOptions).streaming:
+            from sparkbeam.runner.streaming_job import start_streaming
+
+            return start_streaming(spark, plan, options)  # rounds on driver threads
         store = None
         url = spark_options.checkpoint_dir
         if url:

@@ -1,0 +1,444 @@
+"""Streaming: each independent pipeline runs in rounds, each round one checkpoint.
+
+A round of one pipeline is one Spark job over all its stages: the Impulse (in
+the first round only), the residuals whose timers are due, and the state its
+GroupByKeys buffered. When the job has succeeded, every task's staged state
+changes, the checkpoint handler's residuals, the completed-work markers and
+the sink files of the round are committed as one checkpoint: the round's end
+is the barrier of a Chandy-Lamport snapshot, since nothing of the round is in
+flight any more. Then the round's sink files become visible.
+
+Each pipeline (connected component of the plan) has its own driver thread,
+Spark scheduler pool, round counter and checkpoint chain. When one of its
+rounds fails beyond Spark's task retries, only that pipeline drops its working
+state and restores its last checkpoint; the others never notice. A restarted
+driver restores every pipeline from its latest checkpoint. A pipeline ends
+when its inputs are done: no Impulse to run, no residual pending, no
+GroupByKey state left.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections import defaultdict
+
+from apache_beam.portability.api import metrics_pb2
+from apache_beam.utils import timestamp
+from pyspark import StorageLevel
+from sparkbeam.runner import sink_files, streaming_group, watermarks
+from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
+from sparkbeam.runner.durability import FINISHED
+from sparkbeam.runner.edges import EdgeBuilder, _keyed, _tag
+from sparkbeam.runner.errors import StageFailedError, run_guarded
+from sparkbeam.runner.executor import _data, _is_output, _reissue_warnings
+from sparkbeam.runner.metrics import merge_monitoring_infos
+from sparkbeam.runner.records import (
+    CommitRecord,
+    MetricsRecord,
+    OutputRecord,
+    SinkFilesRecord,
+    WarningRecord,
+)
+from sparkbeam.runner.streaming_group import GroupReport, GroupRound, partition_for_key
+from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, PipelinePlan
+
+_LOG = logging.getLogger(__name__)
+IMPULSE_DONE = "impulse"
+MAX_RESIDUALS_PER_ROUND = 50_000
+SIDE_INPUT_PREFIX = "side-input/"
+
+
+class StreamingExecutor:
+    """Runs every pipeline of a plan in rounds on its own thread until done or cancelled."""
+
+    def __init__(
+        self,
+        spark,
+        plan: ExecutionPlan,
+        store,
+        checkpoint_url: str,
+        parallelism: int | None = None,
+        checkpoint_interval_s: float = 1.0,
+        max_restores: int = 3,
+        plan_key: str | None = None,
+    ) -> None:
+        self.sc = spark.sparkContext
+        self.plan = plan
+        self.store = store
+        self.url = checkpoint_url
+        self.parallelism = parallelism or self.sc.defaultParallelism
+        self.interval_s = checkpoint_interval_s
+        self.max_restores = max_restores
+        self.plan_key = plan_key or f"{plan.fingerprint}-stream"
+        self.components = self.sc.broadcast(plan.components)
+        self.stop = threading.Event()
+        self.loops = [PipelineLoop(self, p) for p in plan.pipelines]
+        self._threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+        self._infos: dict[str, list] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        for loop in self.loops:
+            thread = threading.Thread(
+                target=self._run_loop, args=(loop,), name=f"sparkbeam-{loop.pipeline.id}"
+            )
+            thread.daemon = True
+            thread.start()
+            self._threads.append(thread)
+
+    def _run_loop(self, loop: PipelineLoop) -> None:
+        try:
+            loop.run()
+        except BaseException as e:  # noqa: BLE001 - reported by wait()
+            _LOG.error("Pipeline %s failed: %s", loop.pipeline.id, e)
+            self.errors.append(e)
+            self.stop.set()  # a pipeline beyond its restores fails the job
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """True when every pipeline loop has ended; raises the first pipeline failure."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for thread in self._threads:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            thread.join(left)
+        if self.errors:
+            raise self.errors[0]
+        return not any(t.is_alive() for t in self._threads)
+
+    def cancel(self) -> None:
+        """Stop every pipeline after its current round (which commits its checkpoint)."""
+        self.stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def add_metrics(self, stage: str, infos: list) -> None:
+        with self._lock:
+            self._infos[stage] = merge_monitoring_infos(self._infos[stage] + infos)
+
+    def monitoring_infos_by_stage(self) -> dict[str, list]:
+        with self._lock:
+            return {s.name: list(self._infos.get(s.id, [])) for s in self.plan.stages}
+
+
+class PipelineLoop:
+    """The rounds of one independent pipeline."""
+
+    def __init__(self, executor: StreamingExecutor, pipeline: PipelinePlan) -> None:
+        self.ex = executor
+        self.plan = executor.plan
+        self.pipeline = pipeline
+        ids = set(pipeline.stages)
+        self.stages = [s for s in self.plan.stages if s.id in ids]
+        self.state = None
+        self.handlers: dict[str, StateAndTimerBundleCheckpointHandler] = {}
+        self.round_no = 0
+        self.impulse_done = False
+        self.group_holds: dict[str, int] = {}
+        self.group_keys: dict[str, int] = {}
+        self.previous: dict[str, int] = {}  # GroupByKey -> input watermark of last round
+        self.checkpoint_id: int | None = None
+        self.side_values: dict[str, list[bytes]] = defaultdict(list)
+        self.restores = 0  # restores after a failure (not the restore at start)
+        self.rounds_run = 0
+        self.finished = False
+        self.next_timer_ms: float | None = None
+
+    # --- lifecycle -------------------------------------------------------------
+
+    def run(self) -> None:
+        self.ex.sc.setLocalProperty("spark.scheduler.pool", self.pipeline.id)
+        self.open()
+        while not self.finished and not self.ex.stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_round()
+            except StageFailedError as e:
+                self.restores += 1
+                if self.restores > self.ex.max_restores:
+                    raise
+                _LOG.warning(
+                    "Pipeline %s: round %d failed (%s); restoring its last checkpoint "
+                    "(restore %d of at most %d). Other pipelines keep running.",
+                    self.pipeline.id, self.round_no, e.stage, self.restores, self.ex.max_restores,
+                )  # fmt: skip
+                self.open()
+                continue
+            if not self.finished:
+                self._pause(started)
+        _LOG.info("Pipeline %s stopped after round %d", self.pipeline.id, self.round_no - 1)
+
+    def open(self) -> None:
+        """Start from the pipeline's latest checkpoint, or from nothing."""
+        if self.state is not None:
+            self.state.close()  # drop uncommitted changes of a failed round
+        self.state = self.ex.store.pipeline(self.pipeline.id)
+        info = self.state.restore(fingerprint=self.plan.fingerprint)
+        meta = {}
+        if info is not None:
+            meta = self.ex.store.load_manifest(self.pipeline.id, info.checkpoint_id).metadata
+            if meta.get(FINISHED):
+                _LOG.info("Pipeline %s had finished; running it again", self.pipeline.id)
+                self.state.close()
+                self.state = self.ex.store.pipeline(self.pipeline.id)
+                info, meta = None, {}
+        self.checkpoint_id = info.checkpoint_id if info is not None else None
+        self.round_no = int(meta.get("round", -1)) + 1
+        self.group_holds = dict(meta.get("group_holds", {}))
+        self.group_keys = dict(meta.get("group_keys", {}))
+        self.previous = dict(meta.get("group_watermarks", {}))
+        self.impulse_done = IMPULSE_DONE in self.state.completed()
+        self.handlers = {
+            s.id: StateAndTimerBundleCheckpointHandler(self.state, s.id)
+            for s in self.stages
+            if s.is_sdf_process
+        }
+        pending = sum(h.restore() for h in self.handlers.values())
+        self.side_values = defaultdict(list)
+        for ns, key, value in self.state.items():
+            if ns.startswith(SIDE_INPUT_PREFIX):
+                self.side_values[ns[len(SIDE_INPUT_PREFIX) :]].append((key, value))
+        self.side_values = defaultdict(
+            list, {b: [v for _, v in sorted(kv)] for b, kv in self.side_values.items()}
+        )
+        if info is not None:
+            _LOG.info(
+                "Pipeline %s restored checkpoint %d: round %d next, %d residual(s) pending",
+                self.pipeline.id, info.checkpoint_id, self.round_no, pending,
+            )  # fmt: skip
+        sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
+
+    def _pause(self, started: float) -> None:
+        """Wait for the next round: the interval, or longer if nothing is due sooner."""
+        earliest = started + self.ex.interval_s
+        if self.next_timer_ms is None or self._watermark_moves():
+            wake = earliest
+        else:
+            due = self.next_timer_ms / 1000.0 - time.time() + time.monotonic()
+            wake = max(earliest, due)
+        self.ex.stop.wait(max(0.0, wake - time.monotonic()))
+
+    def _watermark_moves(self) -> bool:
+        marks = self._watermarks()
+        return any(
+            marks.group_input.get(b) != self.previous.get(b)
+            for b, keys in self.group_keys.items()
+            if keys
+        )
+
+    def _watermarks(self) -> watermarks.RoundWatermarks:
+        return watermarks.compute(
+            self.plan,
+            self.stages,
+            impulse_pending=not self.impulse_done,
+            sdf_holds={s: h.watermark_hold_micros() for s, h in self.handlers.items()},
+            group_holds=self.group_holds,
+        )
+
+    # --- one round -------------------------------------------------------------
+
+    def run_round(self) -> None:
+        sc, r = self.ex.sc, self.round_no
+        marks = self._watermarks()
+        now_ms = time.time() * 1000.0
+        due = {s: h.pop_due(now_ms, MAX_RESIDUALS_PER_ROUND) for s, h in self.handlers.items()}
+        edges = _RoundEdges(self, marks)
+        reports, persisted, broadcasts = [], [], []
+        try:
+            for stage in self.stages:
+                inputs = [
+                    edges.read_for(stage, buffer).map(functools.partial(_tag, transform))
+                    for transform, buffer in stage.inputs
+                ]
+                rows = [(d.transform, d.element) for d in due.get(stage.id, ())]
+                if rows:
+                    slices = max(1, min(self.ex.parallelism, len(rows)))
+                    inputs.append(sc.parallelize(rows, slices))
+                side_bc = sc.broadcast(self._side_inputs(stage, edges))
+                broadcasts.append(side_bc)
+                out = edges.union(inputs).mapPartitions(
+                    functools.partial(_run_stage, self._task(stage), r, self.ex.components, side_bc)
+                )
+                out = out.persist(StorageLevel.MEMORY_AND_DISK)
+                persisted.append(out)
+                for buffer in dict.fromkeys(stage.output_buffers):
+                    edges.add_writer(
+                        buffer, out.filter(functools.partial(_is_output, buffer)).map(_data)
+                    )
+                reports.append(out.filter(_is_report))
+            reports.extend(edges.group_reports)
+            persisted.extend(edges.persisted)
+            sc.setJobDescription(f"sparkbeam {self.pipeline.id} round {r}")
+            collected = run_guarded(None, sc.union(reports).collect)
+            self._commit(collected, marks)
+        finally:
+            for rdd in persisted:
+                rdd.unpersist(blocking=False)
+            for bc in broadcasts:
+                bc.unpersist(blocking=False)
+
+    def _task(self, stage) -> StageTask:
+        return StageTask(self.ex.plan_key, stage, residual_budget_s=0.0)
+
+    def _side_inputs(self, stage, edges) -> dict:
+        """Side inputs accumulate over rounds (and are kept in the store for restores)."""
+        values = {}
+        for si in stage.side_inputs:
+            new = run_guarded(stage.id, edges.read(si.buffer).collect)
+            for i, chunk in enumerate(new):
+                key = f"{self.round_no:010d}/{i:08d}".encode()
+                self.state.put(SIDE_INPUT_PREFIX + si.buffer, key, chunk)
+            self.side_values[si.buffer].extend(new)
+            values[si.buffer] = list(self.side_values[si.buffer])
+        return values
+
+    def _commit(self, reports: list, marks: watermarks.RoundWatermarks) -> None:
+        """The round barrier: apply every report, then commit one checkpoint."""
+        commits, residuals = [], defaultdict(list)
+        holds: dict[str, int] = {}
+        keys: dict[str, int] = defaultdict(int)
+        timers: list = []
+        infos: dict[str, list] = defaultdict(list)
+        _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
+        sink_files.record_pending(
+            self.state, [p for r in reports if isinstance(r, SinkFilesRecord) for p in r.pairs]
+        )
+        for rec in reports:
+            if isinstance(rec, CommitRecord):
+                commits.append(rec.message)
+            elif isinstance(rec, ResidualRecord):
+                residuals[rec.stage].append(rec)
+            elif isinstance(rec, GroupReport):
+                holds[rec.buffer] = min(holds.get(rec.buffer, watermarks.MAX), rec.hold_micros)
+                keys[rec.buffer] += rec.keys
+                timers.append(rec.next_processing_ms)
+            elif isinstance(rec, MetricsRecord):
+                infos[rec.stage].extend(
+                    metrics_pb2.MonitoringInfo.FromString(b) for b in rec.monitoring_infos
+                )
+        for stage, records in residuals.items():
+            self.handlers[stage].add(records)
+        self.state.mark_completed(IMPULSE_DONE)
+        pending = sum(h.pending() for h in self.handlers.values())
+        timers += [h.next_fire_ms() for h in self.handlers.values()]
+        self.next_timer_ms = min((t for t in timers if t is not None), default=None)
+        self.finished = pending == 0 and not any(keys.values())
+        metadata = {
+            "round": self.round_no,
+            "group_holds": holds,
+            "group_keys": dict(keys),
+            "group_watermarks": marks.group_input,
+            "pending_residuals": pending,
+            "next_timer_ms": self.next_timer_ms,
+            "watermark_micros": marks.source(),
+        }
+        if self.finished:
+            metadata[FINISHED] = True
+        cid = self.state.checkpoint(
+            fingerprint=self.plan.fingerprint,
+            parallelism=self.ex.parallelism,
+            metadata=metadata,
+            commit_messages=commits,
+        )
+        # Committed: the round is real. Apply it to the loop and publish its files.
+        sink_files.finalize_pending(self.state)
+        self.checkpoint_id = int(cid)
+        self.impulse_done = True
+        self.group_holds, self.group_keys = holds, dict(keys)
+        self.previous = dict(marks.group_input)
+        for stage, stage_infos in infos.items():
+            self.ex.add_metrics(stage, stage_infos)
+        self.rounds_run += 1
+        _LOG.info(
+            "sparkbeam %s: round %d committed as checkpoint %d; %d residual(s) pending, "
+            "%d grouped key(s), watermark %s",
+            self.pipeline.id, self.round_no, cid, pending, sum(keys.values()),
+            timestamp.Timestamp(micros=marks.source()),
+        )  # fmt: skip
+        self.round_no += 1
+
+
+class _RoundEdges(EdgeBuilder):
+    """The edges of one round: Impulse only in the first, GroupByKey over stored state."""
+
+    def __init__(self, loop: PipelineLoop, marks: watermarks.RoundWatermarks) -> None:
+        ex = loop.ex
+        super().__init__(ex.sc, ex.plan, ex.plan_key, ex.components, ex.parallelism)
+        self.loop = loop
+        self.marks = marks
+        self.group_reports: list = []
+        self.persisted: list = []
+        self._groups: dict[BufferId, object] = {}
+
+    def union(self, rdds: list):
+        if not rdds:
+            return self.sc.emptyRDD()
+        return rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
+
+    def read_for(self, stage, buffer: BufferId):
+        if stage.stateful and self.plan.edge(buffer).kind != EdgeKind.IMPULSE:
+            from sparkbeam.translation.errors import UnsupportedFeatureError
+
+            raise UnsupportedFeatureError(
+                "stateful DoFn in --streaming",
+                f"stage {stage.id} ({', '.join(stage.transforms)})",
+                "Run it without --streaming (batch), or group with GroupByKey instead.",
+            )
+        return self.read(buffer)
+
+    def read(self, buffer: BufferId):
+        edge = self.plan.edge(buffer)
+        if edge.kind == EdgeKind.IMPULSE:
+            if self.loop.impulse_done:
+                return self.sc.emptyRDD()
+            return super().read(buffer)
+        if edge.kind != EdgeKind.GROUP:
+            return super().read(buffer)
+        if buffer not in self._groups:
+            self._groups[buffer] = self._group(edge)
+        return self._groups[buffer]
+
+    def _group(self, edge):
+        loop, par = self.loop, self.parallelism
+        max_kg = loop.state.max_key_groups
+        current = self.marks.group_input.get(edge.id, watermarks.MAX)
+        task = GroupRound(
+            plan_key=self.plan_key,
+            edge=edge,
+            pipeline=loop.pipeline.id,
+            url=loop.ex.url,
+            checkpoint_id=loop.checkpoint_id,
+            round_no=loop.round_no,
+            parallelism=par,
+            max_key_groups=max_kg,
+            input_watermark=current,
+            previous_watermark=loop.previous.get(edge.id, watermarks.MIN),
+        )
+        writers = self.writers.get(edge.id, [])
+        key, comps = self.plan_key, self.components
+        grouped = (
+            self.union(writers)
+            .mapPartitions(lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs))
+            .partitionBy(
+                par, functools.partial(partition_for_key, parallelism=par, max_key_groups=max_kg)
+            )
+            .mapPartitionsWithIndex(
+                lambda i, pairs: streaming_group.group_round(task, comps.value, i, pairs)
+            )
+            .persist(StorageLevel.MEMORY_AND_DISK)
+        )
+        self.persisted.append(grouped)
+        self.group_reports.append(grouped.filter(_is_report))
+        return grouped.filter(functools.partial(_is_output, edge.id)).map(_data)
+
+
+def _run_stage(task: StageTask, round_no: int, components, side_bc, rows):
+    records = run_stage_partition(task, components.value, side_bc.value, rows)
+    return sink_files.collect_sink_files(records, task.stage.id, round_no)
+
+
+def _is_report(record) -> bool:
+    return not isinstance(record, (OutputRecord, bytes))

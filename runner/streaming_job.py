@@ -1,0 +1,98 @@
+"""Start a ``--streaming`` run and hand back a live PipelineResult.
+
+Unlike a batch run, ``run()`` returns at once: the pipelines' round loops run
+on driver threads. ``wait_until_finish(duration)`` waits (a pipeline whose
+inputs are bounded ends by itself), ``cancel()`` stops every pipeline after
+its current round, whose checkpoint commits, so the next run resumes there.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
+from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiMetrics
+from apache_beam.runners.runner import PipelineResult, PipelineState
+from sparkbeam.checkpoint import open_store
+from sparkbeam.runner.options import SparkRunnerOptions
+from sparkbeam.runner.streaming import StreamingExecutor
+from sparkbeam.runner.streaming_options import SparkStreamingOptions
+from sparkbeam.translation.plan import ExecutionPlan
+
+_LOG = logging.getLogger(__name__)
+
+
+def start_streaming(spark, plan: ExecutionPlan, options: PipelineOptions) -> StreamingResult:
+    spark_options = options.view_as(SparkRunnerOptions)
+    streaming = options.view_as(SparkStreamingOptions)
+    url = spark_options.checkpoint_dir
+    if not url:
+        name = options.view_as(GoogleCloudOptions).job_name or f"job-{plan.fingerprint[:12]}"
+        url = streaming.default_checkpoint_dir(name)
+        _LOG.warning("--streaming without --checkpoint_dir: checkpoints go to %s", url)
+    store = open_store(
+        url,
+        job_name=spark.sparkContext.appName,
+        materialization_interval_s=streaming.materialization_interval_s,
+    )
+    executor = StreamingExecutor(
+        spark,
+        plan,
+        store,
+        url,
+        parallelism=spark_options.shuffle_parallelism(),
+        checkpoint_interval_s=streaming.checkpoint_interval_s,
+        max_restores=streaming.max_restores,
+    )
+    executor.start()
+    return StreamingResult(executor, store)
+
+
+class StreamingResult(PipelineResult):
+    """The live result of a streaming run; metrics cover the rounds committed so far."""
+
+    def __init__(self, executor: StreamingExecutor, store) -> None:
+        super().__init__(PipelineState.RUNNING)
+        self.executor = executor
+        self._store = store
+        self._lock = threading.Lock()
+
+    @property
+    def state(self) -> str:
+        with self._lock:
+            if self._state == PipelineState.RUNNING and self.executor.wait(0):
+                self._finish(PipelineState.DONE)
+            return self._state
+
+    def wait_until_finish(self, duration=None) -> str:
+        """Wait up to ``duration`` milliseconds (Beam's unit), or until every pipeline ended."""
+        timeout = None if duration is None else duration / 1000.0
+        try:
+            done = self.executor.wait(timeout)
+        except BaseException:
+            self._finish(PipelineState.FAILED)
+            raise
+        if done:
+            with self._lock:
+                if self._state == PipelineState.RUNNING:
+                    self._finish(PipelineState.DONE)
+        return self._state
+
+    def cancel(self) -> str:
+        """Stop after the current round of each pipeline; its checkpoint is committed."""
+        self.executor.cancel()
+        with self._lock:
+            if self._state == PipelineState.RUNNING:
+                self._finish(PipelineState.CANCELLED)
+        return self._state
+
+    def _finish(self, state: str) -> None:
+        self._state = state
+        self._store.close()
+
+    def metrics(self) -> FnApiMetrics:
+        return FnApiMetrics(self.executor.monitoring_infos_by_stage(), user_metrics_only=True)
+
+    def monitoring_metrics(self) -> FnApiMetrics:
+        return FnApiMetrics(self.executor.monitoring_infos_by_stage(), user_metrics_only=False)

@@ -1,0 +1,51 @@
+"""SparkStreamingOptions: the flags of ``--streaming`` runs (rounds and checkpoints)."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from apache_beam.options import pipeline_options
+
+DEFAULT_CHECKPOINT_ROOT = "sparkbeam-checkpoints"
+
+
+class SparkStreamingOptions(pipeline_options.PipelineOptions):
+    """Options of SparkCheckpointRunner in streaming mode (``--streaming``).
+
+    A streaming run always has a checkpoint store: ``--checkpoint_dir`` if
+    given, else ``./sparkbeam-checkpoints/<job name>`` — so running the same
+    command again after a crash resumes where the last checkpoint left off.
+    """
+
+    @classmethod
+    def _add_argparse_args(cls, parser) -> None:
+        parser.add_argument(
+            "--checkpoint_interval_s",
+            type=float,
+            default=1.0,
+            help="Streaming: the shortest time between the starts of two rounds of a "
+            "pipeline; every round ends with a checkpoint (its barrier). A pipeline with no "
+            "due work waits longer, until its next timer. Default: 1.0.",
+        )
+        parser.add_argument(
+            "--materialization_interval_s",
+            type=float,
+            default=60.0,
+            help="Streaming: how often a checkpoint writes a full snapshot of the state "
+            "instead of only its changelog (restore and per-round reads replay the "
+            "changelog since the last snapshot). Default: 60.",
+        )
+        parser.add_argument(
+            "--max_restores",
+            type=int,
+            default=3,
+            help="Streaming: how many times one pipeline may restore its last checkpoint "
+            "after a round failed beyond Spark's task retries before the job fails. "
+            "Default: 3.",
+        )
+
+    def default_checkpoint_dir(self, job_name: str) -> str:
+        """``./sparkbeam-checkpoints/<job name>``: one directory per job name."""
+        safe = re.sub(r"[^A-Za-z0-9_.-]+", "-", job_name).strip("-") or "sparkbeam"
+        return os.path.abspath(os.path.join(DEFAULT_CHECKPOINT_ROOT, safe))

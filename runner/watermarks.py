@@ -1,0 +1,68 @@
+"""Per-round watermarks of one streaming pipeline, computed on the driver.
+
+A round's watermarks are fixed before the round runs, from what the previous
+round left behind: an Impulse is at -inf until its round committed and +inf
+after; a splittable-DoFn stage holds its output back to the earliest hold of
+its pending residuals (their output watermarks, reported by the SDK's
+watermark estimators); a GroupByKey holds its output back to the earliest
+hold of the panes it buffers. Everything else passes the minimum of its
+inputs through. A GroupByKey's *input* watermark (what fires its event-time
+timers) excludes its own hold, otherwise it could never fire.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from apache_beam.utils import timestamp
+from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
+
+MIN = timestamp.MIN_TIMESTAMP.micros
+MAX = timestamp.MAX_TIMESTAMP.micros
+
+
+@dataclass(frozen=True)
+class RoundWatermarks:
+    """Watermarks (micros) of one round: per stage input/output, per GroupByKey input."""
+
+    stage_input: dict[str, int] = field(default_factory=dict)
+    stage_output: dict[str, int] = field(default_factory=dict)
+    group_input: dict[str, int] = field(default_factory=dict)
+
+    def source(self) -> int:
+        """The lowest output watermark in the pipeline (for progress lines)."""
+        return min(self.stage_output.values(), default=MAX)
+
+
+def compute(
+    plan: ExecutionPlan,
+    stages: list[StagePlan],
+    impulse_pending: bool,
+    sdf_holds: dict[str, int | None],
+    group_holds: dict[str, int],
+) -> RoundWatermarks:
+    """Propagate watermarks through ``stages`` (topologically ordered)."""
+    marks = RoundWatermarks()
+    writers: dict[BufferId, list[str]] = {}
+    for stage in stages:
+        for buffer in stage.output_buffers:
+            writers.setdefault(buffer, []).append(stage.id)
+
+    def read(buffer: BufferId) -> int:
+        edge = plan.edge(buffer)
+        if edge.kind == EdgeKind.IMPULSE:
+            return MIN if impulse_pending else MAX
+        upstream = min((marks.stage_output[s] for s in writers.get(buffer, ())), default=MAX)
+        if edge.kind == EdgeKind.GROUP:
+            marks.group_input[buffer] = upstream
+            return min(upstream, group_holds.get(buffer, MAX))
+        return upstream
+
+    for stage in stages:
+        inputs = [read(b) for b in stage.input_buffers]
+        inputs += [read(si.buffer) for si in stage.side_inputs]
+        wm = min(inputs, default=MAX)
+        marks.stage_input[stage.id] = wm
+        hold = sdf_holds.get(stage.id)
+        marks.stage_output[stage.id] = wm if hold is None else min(wm, hold)
+    return marks

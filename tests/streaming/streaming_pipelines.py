@@ -1,0 +1,115 @@
+"""Streaming test pipelines: an unbounded-style offset SDF with event time and a windowed count.
+
+Also runnable as a script, so the kill/restart tests can SIGKILL a real driver process:
+``python -m tests.streaming.streaming_pipelines --output DIR --checkpoint_dir DIR ...``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import apache_beam as beam
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
+from apache_beam.transforms import window
+from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+
+class _Positions(RestrictionProvider):
+    def initial_restriction(self, element):
+        return OffsetRange(0, element[1])
+
+    def create_tracker(self, restriction):
+        return OffsetRestrictionTracker(restriction)
+
+    def restriction_size(self, element, restriction):
+        return restriction.size()
+
+
+class _ManualWatermark(WatermarkEstimatorProvider):
+    def initial_estimator_state(self, element, restriction):
+        return None
+
+    def create_watermark_estimator(self, state):
+        return ManualWatermarkEstimator(state)
+
+
+class EventTimeOffsets(beam.DoFn):
+    """For (name, n): emits (name, i) at event time i seconds, i in [0, n).
+
+    Claims ``per_round`` positions per call, then defers the rest by ``delay_s``
+    with the watermark set to the next position: it behaves like an unbounded
+    source that receives ``per_round`` records every ``delay_s`` seconds.
+    """
+
+    def __init__(self, per_round: int = 10, delay_s: float = 0.05) -> None:
+        self.per_round = per_round
+        self.delay_s = delay_s
+
+    def process(
+        self,
+        element,
+        tracker=beam.DoFn.RestrictionParam(_Positions()),
+        estimator=beam.DoFn.WatermarkEstimatorParam(_ManualWatermark()),
+    ):
+        name = element[0]
+        pos = tracker.current_restriction().start
+        for _ in range(self.per_round):
+            if not tracker.try_claim(pos):
+                return
+            yield window.TimestampedValue((name, pos), pos)
+            pos += 1
+        estimator.set_watermark(Timestamp(pos))
+        if pos < tracker.current_restriction().stop:
+            tracker.defer_remainder(Duration(seconds=self.delay_s))
+
+
+def windowed_counts(p, sources, window_s: int = 10, per_round: int = 10, delay_s: float = 0.05):
+    """'name window_start count' lines for every fixed window of every source."""
+    return (
+        p
+        | "Sources" >> beam.Create(sources)
+        | "Read" >> beam.ParDo(EventTimeOffsets(per_round, delay_s))
+        | "Window" >> beam.WindowInto(window.FixedWindows(window_s))
+        | "Count" >> beam.combiners.Count.PerKey()
+        | "Format" >> beam.ParDo(_FormatWithWindow())
+    )
+
+
+class _FormatWithWindow(beam.DoFn):
+    def process(self, kv, win=beam.DoFn.WindowParam):
+        yield f"{kv[0]} {int(win.start)} {kv[1]}"
+
+
+def expected_counts(sources, window_s: int = 10) -> list[str]:
+    lines = []
+    for name, n in sources:
+        for start in range(0, n, window_s):
+            lines.append(f"{name} {start} {min(window_s, n - start)}")
+    return sorted(lines)
+
+
+def main(argv=None) -> None:
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from sparkbeam.io import WriteToFilesOnCheckpoint
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--output", required=True)
+    parser.add_argument("--sources", default="a:200,b:150")
+    parser.add_argument("--per_round", type=int, default=10)
+    parser.add_argument("--delay_s", type=float, default=0.05)
+    known, rest = parser.parse_known_args(argv)
+    sources = [(s.split(":")[0], int(s.split(":")[1])) for s in known.sources.split(",")]
+    options = PipelineOptions(rest)
+    start = time.time()
+    with beam.Pipeline(options=options) as p:
+        lines = windowed_counts(p, sources, per_round=known.per_round, delay_s=known.delay_s)
+        _ = lines | WriteToFilesOnCheckpoint(known.output + "/counts")
+    print(f"finished in {time.time() - start:.1f}s", flush=True)
+
+
+if __name__ == "__main__":
+    main()
