@@ -3,16 +3,19 @@
 Owns: the `Startpoint` record -- keyed by (pipeline, source transform, optional element key),
 of kind offset / timestamp / oldest / upcoming -- and set/get/list/delete in the store's
 ``startpoints/`` directory, one JSON file per pipeline, written atomically. Startpoints never touch
-checkpoints: checkpoints are for fault tolerance and are not edited by people. Leaves to others:
-fanning startpoints out to restrictions at job start and deleting them once the next checkpoint
-commits (the runner).
+checkpoints: checkpoints are for fault tolerance and are not edited by people. Each startpoint has
+a `token` (its key plus creation time), so a run deletes exactly the one it consumed, never a newer
+one an operator set meanwhile. Leaves to others: fanning startpoints out to restrictions at job
+start and deleting them once the next checkpoint commits (`sparkbeam.sdf.startpoints`).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from enum import Enum
 
@@ -59,6 +62,17 @@ class Startpoint:
     @property
     def key(self) -> tuple[str, bytes | None]:
         return (self.source, self.element_key)
+
+    @property
+    def token(self) -> str:
+        """Identifies this startpoint exactly: setting the same key again makes a new token."""
+        raw = repr((self.source, self.element_key, self.kind.value, self.position, self.created))
+        return hashlib.blake2b(raw.encode(), digest_size=8).hexdigest()
+
+    @property
+    def element_key_text(self) -> str | None:
+        """The element key as text (it is the UTF-8 of the element's startpoint key)."""
+        return None if self.element_key is None else self.element_key.decode("utf-8", "replace")
 
     def to_json(self) -> dict:
         return {
@@ -131,6 +145,26 @@ class Startpoints:
         items = [s for s in self._load(pipeline_id) if s.key != sp.key]
         self._save(pipeline_id, [*items, sp])
         return sp
+
+    def update(
+        self,
+        pipeline_id: str,
+        add: Iterable[Startpoint] = (),
+        remove_tokens: Iterable[str] = (),
+    ) -> list[Startpoint]:
+        """Batch change in one atomic write: drop ``remove_tokens``, then add/replace ``add``.
+
+        ``add`` keeps each startpoint's own ``created`` (fan-out copies keep the operator's time).
+        Returns the startpoints actually removed.
+        """
+        tokens = set(remove_tokens)
+        new = {s.key: s for s in add}
+        items = self._load(pipeline_id)
+        removed = [s for s in items if s.token in tokens]
+        rest = [s for s in items if s.token not in tokens and s.key not in new]
+        if removed or new:
+            self._save(pipeline_id, [*rest, *new.values()])
+        return removed
 
     def get(
         self, pipeline_id: str, source: str, element_key: bytes | None = None
