@@ -1,8 +1,8 @@
-"""The ``sparkbeam`` command: ``plan``, ``checkpoints``, ``sdf-check``.
+"""The ``sparkbeam`` command: ``plan``, ``checkpoints``, ``startpoints``, ``sdf-check``.
 
 ``sparkbeam plan my_pipeline.py [pipeline args]`` runs the script with a
 runner that only translates and prints the ExecutionPlan (nothing executes).
-The ``checkpoints`` subcommands come from ``sparkbeam.checkpoint.cli``;
+The ``checkpoints`` and ``startpoints`` subcommands come from ``sparkbeam.checkpoint.cli``;
 ``sdf-check`` from ``sparkbeam.sdf.sdf_check_cli``.
 """
 
@@ -51,6 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     plan.set_defaults(func=_plan)
     checkpoint_cli.add_subcommands(sub)
+    checkpoint_cli.add_startpoint_subcommands(sub)
     sdf_check_cli.add_subcommands(sub)
     return parser
 

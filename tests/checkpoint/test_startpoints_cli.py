@@ -123,3 +123,58 @@ def test_cli_runs_as_module(populated):
         capture_output=True, text=True, check=True,
     ).stdout  # fmt: skip
     assert "orders" in out
+
+
+def test_cli_startpoints_set_list_delete(tmp_path, capsys):
+    root = str(tmp_path / "store")
+    base = ["--checkpoint_dir", root, "--pipeline", "pipeline-0", "--transform", "ReadOffsets"]
+    assert main(["startpoints", "set", *base, "--kind", "offset", "--value", "42"]) == 0
+    assert "applies when the job next starts" in capsys.readouterr().out
+    args = ["startpoints", "set", *base, "--key", "partition-3", "--kind", "upcoming"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert main(["startpoints", "list", "--checkpoint_dir", root]) == 0
+    out = capsys.readouterr().out
+    assert "TRANSFORM" in out and "AGE" in out
+    assert "ReadOffsets  *            offset    42" in out and "partition-3  upcoming  -" in out
+    assert main(["startpoints", "list", "--checkpoint_dir", root, "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["pipeline_id"], r["element_key"], r["kind"], r["position"]) for r in rows] == [
+        ("pipeline-0", None, "offset", "42"),
+        ("pipeline-0", "partition-3", "upcoming", None),
+    ]
+    with open_store(root, read_only=True) as store:
+        assert store.startpoints.get("pipeline-0", "ReadOffsets", b"partition-3") is not None
+        assert store.list_pipelines() == []  # setting a startpoint writes no checkpoint
+    assert main(["startpoints", "delete", *base, "--key", "partition-3"]) == 0
+    assert "Deleted the startpoint of 'partition-3'" in capsys.readouterr().out
+    assert main(["startpoints", "delete", *base, "--key", "partition-3"]) == 1
+    assert "has no startpoint of 'partition-3' for transform 'ReadOffsets'" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    "extra,match",
+    [
+        (["--kind", "offset"], "Startpoint of kind 'offset' for source 'ReadOffsets' needs a pos"),
+        (["--kind", "oldest", "--value", "3"], "kind 'oldest' for source 'ReadOffsets' takes no"),
+        (["--kind", "timestamp", "--value", "yesterday"], "'yesterday' is not a timestamp: give"),
+    ],
+)
+def test_cli_startpoints_bad_input(tmp_path, capsys, extra, match):
+    base = ["--checkpoint_dir", str(tmp_path), "--pipeline", "p", "--transform", "ReadOffsets"]
+    assert main(["startpoints", "set", *base, *extra]) == 2
+    assert match in capsys.readouterr().err
+
+
+def test_cli_startpoints_refuse_a_running_job_and_run_under_sparkbeam(tmp_path, capsys):
+    from sparkbeam.runner.cli import main as sparkbeam_main
+
+    base = ["--checkpoint_dir", str(tmp_path), "--pipeline", "p", "--transform", "T"]
+    with open_store(str(tmp_path), job_name="streaming-job"):
+        assert sparkbeam_main(["startpoints", "set", *base, "--kind", "oldest"]) == 2
+        assert "locked by job 'streaming-job'" in capsys.readouterr().err
+    assert sparkbeam_main(["startpoints", "set", *base, "--kind", "oldest"]) == 0
+    assert sparkbeam_main(["startpoints", "list", "--checkpoint_dir", str(tmp_path)]) == 0
+    assert "oldest" in capsys.readouterr().out
