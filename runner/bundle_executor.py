@@ -5,11 +5,14 @@ embedded worker), talking to this module over in-memory data and state
 channels. This module owns the per-task loop: cut the partition into bundles,
 feed side inputs through the state API, collect outputs and metrics, fire
 timers (batch: after all input, in timestamp order), and finalize bundles.
+Runner-initiated splits of SDF bundles are ``bundle_splits``'s; what they
+leave unprocessed goes to the driver here, as zero-delay residuals.
 Every ProcessBundleResponse field it does not handle raises, by name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import time
 import traceback
@@ -23,12 +26,13 @@ from apache_beam.metrics import monitoring_infos
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
-from apache_beam.runners.portability.fn_api_runner.execution import WindowGroupingBuffer
 from apache_beam.runners.worker import data_plane, sdk_worker
 from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
 from apache_beam.runners.worker.statecache import StateCache
 from apache_beam.utils import timestamp
+from sparkbeam.runner.bundle_splits import BundleSplitter, SplitCounts, SplitOutcome, SplitPolicy
 from sparkbeam.runner.records import MetricsRecord, OutputRecord, WarningRecord
+from sparkbeam.runner.side_input_state import load_side_inputs
 from sparkbeam.runner.worker_context import plan_context, register_plan
 from sparkbeam.sdf.residuals import ResidualRecord
 from sparkbeam.translation.plan import StagePlan
@@ -52,6 +56,9 @@ class StageTask:
     # the task itself (sleeping, no CPU); later ones go to the driver's
     # checkpoint handler as durable state under a timer. 0: always the driver.
     residual_budget_s: float = 5.0
+    # SDF stages only: runner-initiated splits of long-running bundles (dynamic
+    # rebalancing); what a split moves out goes to the driver for the next round.
+    splits: SplitPolicy = SplitPolicy()
 
 
 @dataclass
@@ -59,6 +66,7 @@ class _BundleOutput:
     response: beam_fn_api_pb2.ProcessBundleResponse
     data: dict[str, list[bytes]] = field(default_factory=dict)
     timers: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)
+    split: SplitOutcome = field(default_factory=SplitOutcome)
 
 
 class _StageWorker:
@@ -90,6 +98,7 @@ class _StageWorker:
         self,
         inputs: dict[str, list[bytes]],
         fired_timers: dict[tuple[str, str], list[bytes]],
+        splitter=None,  # (bundle_id, inputs) -> BundleSplitter, for SDF stages
     ) -> _BundleOutput:
         bundle_id = f"{self.descriptor.id}/bundle-{next(self._ids)}"
         for timer in self.stage.timers:
@@ -102,14 +111,16 @@ class _StageWorker:
             for data in inputs.get(transform, ()):
                 out.write(data)
             out.close()
-        response = self.worker.do_instruction(
-            beam_fn_api_pb2.InstructionRequest(
-                instruction_id=bundle_id,
-                process_bundle=beam_fn_api_pb2.ProcessBundleRequest(
-                    process_bundle_descriptor_id=self.descriptor.id
-                ),
+        splits = splitter(bundle_id, inputs) if splitter and inputs else None
+        with splits or contextlib.nullcontext():
+            response = self.worker.do_instruction(
+                beam_fn_api_pb2.InstructionRequest(
+                    instruction_id=bundle_id,
+                    process_bundle=beam_fn_api_pb2.ProcessBundleRequest(
+                        process_bundle_descriptor_id=self.descriptor.id
+                    ),
+                )
             )
-        )
         result = _BundleOutput(response.process_bundle)
         for element in self.data.input_elements(bundle_id, []):
             if isinstance(element, beam_fn_api_pb2.Elements.Data):
@@ -120,6 +131,8 @@ class _StageWorker:
                 result.timers.setdefault(key, []).append(element.timers)
         if response.error:
             raise UserCodeError(response.error)
+        if splits is not None:
+            result.split = splits.outcome()
         if response.process_bundle.requires_finalization:
             finalized = self.worker.do_instruction(
                 beam_fn_api_pb2.InstructionRequest(
@@ -164,7 +177,7 @@ def run_stage_partition(
         register_plan(task.plan_key, components)
         worker = _worker_for(task)
         worker.reset_state()
-        _load_side_inputs(worker, task, side_inputs)
+        load_side_inputs(worker.state, plan_context(task.plan_key), task.stage, side_inputs)
         yield from _TaskLoop(worker, task).run(rows)
     except Exception as e:  # noqa: BLE001 - re-raised with the stage named
         detail = (
@@ -188,6 +201,13 @@ class _TaskLoop:
         self.deadline_ms = time.time() * 1000.0 + task.residual_budget_s * 1000.0
         context = plan_context(task.plan_key)
         self.input_coders = {t: context.coders[c].get_impl() for t, c in task.stage.input_coders}
+        self.split_counts = SplitCounts()
+        self.splitter = None
+        if task.stage.is_sdf_process and task.splits.enabled:
+            fractions = itertools.cycle(task.splits.fractions)
+            self.splitter = lambda bundle_id, inputs: BundleSplitter(
+                worker.worker, bundle_id, inputs, self.input_coders, task.splits, fractions
+            )
 
     def run(self, rows: Iterable[tuple[str, bytes]]) -> Iterator[tuple]:
         for inputs in _bundles(rows, self.task.bundle_bytes):
@@ -208,13 +228,14 @@ class _TaskLoop:
             for record in due:
                 refeed.setdefault(record.transform, []).append(record.element)
             yield from self._bundle(refeed, {})
-        infos = monitoring_infos.consolidate(self.metrics)
+        infos = list(monitoring_infos.consolidate(self.metrics))
+        infos += self.split_counts.monitoring_infos(self.worker.descriptor)
         yield MetricsRecord(self.task.stage.id, tuple(mi.SerializeToString() for mi in infos))
 
     def _bundle(self, inputs, fired) -> Iterator[tuple]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("default")
-            result = self.worker.process_bundle(inputs, fired)
+            result = self.worker.process_bundle(inputs, fired, self.splitter)
         for w in caught:
             category = f"{w.category.__module__}:{w.category.__qualname__}"
             yield WarningRecord(self.task.stage.id, category, str(w.message))
@@ -235,6 +256,14 @@ class _TaskLoop:
                 self.local.append(record)
             else:
                 yield record  # to the driver's StateAndTimerBundleCheckpointHandler
+        # What runner-initiated splits moved out goes to the driver, never re-fed here:
+        # the next round spreads it over all tasks (that is the rebalancing).
+        self.split_counts.add(result.split)
+        for residual in result.split.residual_roots:
+            yield self._residual_record(residual, now_ms)
+        for read, elements in result.split.unread.items():
+            for element in elements:
+                yield self._record(read, element, now_ms, 0.0, [])
 
     def _residual_record(self, residual, now_ms: float) -> ResidualRecord:
         app = residual.application
@@ -242,12 +271,16 @@ class _TaskLoop:
         delay = residual.requested_time_delay
         delay_ms = delay.seconds * 1000.0 + delay.nanos / 1e6
         holds = [timestamp.Timestamp.from_proto(ts).micros for ts in app.output_watermarks.values()]
+        return self._record(read, app.element, now_ms, delay_ms, holds)
+
+    def _record(self, read: str, element: bytes, now_ms, delay_ms, holds) -> ResidualRecord:
+        """Hold: the min of the output watermarks, else the element's own timestamp."""
         if holds:
             hold = min(holds)
         else:
             coder = self.input_coders[read]
-            hold = coder.decode_from_stream(create_InputStream(app.element), True).timestamp.micros
-        return ResidualRecord(self.task.stage.id, read, app.element, now_ms, delay_ms, hold)
+            hold = coder.decode_from_stream(create_InputStream(element), True).timestamp.micros
+        return ResidualRecord(self.task.stage.id, read, element, now_ms, delay_ms, hold)
 
 
 def _bundles(rows: Iterable[tuple[str, bytes]], limit: int) -> Iterator[dict[str, list[bytes]]]:
@@ -313,54 +346,3 @@ class _PendingTimers:
             fired.setdefault(key[0], create_OutputStream())
             self.coders[key[0]].encode_to_stream(timer, fired[key[0]], True)
         return {k: [out.get()] for k, out in fired.items()}
-
-
-def _load_side_inputs(worker: _StageWorker, task: StageTask, side_inputs: dict) -> None:
-    """Put materialized side inputs into the state API (as FnApiRunner does)."""
-    context = plan_context(task.plan_key)
-    for si in task.stage.side_inputs:
-        chunks = side_inputs.get(si.buffer, [])
-        access = beam_runner_api_pb2.FunctionSpec(urn=si.access_pattern_urn)
-        grouped = WindowGroupingBuffer(access, context.coders[si.coder])
-        for data in chunks:
-            grouped.append(data)
-        if si.access_pattern_urn == common_urns.side_inputs.ITERABLE.urn:
-            for _, window, data, _ in grouped.encoded_items():
-                worker.state.append_raw(
-                    beam_fn_api_pb2.StateKey(
-                        iterable_side_input=beam_fn_api_pb2.StateKey.IterableSideInput(
-                            transform_id=si.transform, side_input_id=si.tag, window=window
-                        )
-                    ),
-                    data,
-                )
-        elif si.access_pattern_urn == common_urns.side_inputs.MULTIMAP.urn:
-            import struct
-
-            for key, window, data, count in grouped.encoded_items():
-                worker.state.append_raw(
-                    beam_fn_api_pb2.StateKey(
-                        multimap_side_input=beam_fn_api_pb2.StateKey.MultimapSideInput(
-                            transform_id=si.transform, side_input_id=si.tag, window=window, key=key
-                        )
-                    ),
-                    data,
-                )
-                worker.state.append_raw(
-                    beam_fn_api_pb2.StateKey(
-                        multimap_keys_side_input=beam_fn_api_pb2.StateKey.MultimapKeysSideInput(
-                            transform_id=si.transform, side_input_id=si.tag, window=window
-                        )
-                    ),
-                    key,
-                )
-                worker.state.append_raw(
-                    beam_fn_api_pb2.StateKey(
-                        multimap_keys_values_side_input=beam_fn_api_pb2.StateKey.MultimapKeysValuesSideInput(
-                            transform_id=si.transform, side_input_id=si.tag, window=window
-                        )
-                    ),
-                    key + struct.pack(">i", count) + data,
-                )
-        else:
-            raise NotImplementedError(f"side input access pattern {si.access_pattern_urn!r}")

@@ -24,6 +24,7 @@ from apache_beam.portability.api import metrics_pb2
 from pyspark import StorageLevel
 from sparkbeam.checkpoint import MemoryStorage, open_store
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
+from sparkbeam.runner.bundle_splits import SplitPolicy
 from sparkbeam.runner.durability import (
     FINISHED,
     input_marker,
@@ -67,6 +68,7 @@ class PlanExecutor:
         store=None,
         checkpoint_url: str | None = None,
         residual_budget_s: float = 5.0,
+        split_policy: SplitPolicy | None = None,
     ) -> None:
         self.sc = spark.sparkContext
         self.plan = plan
@@ -83,6 +85,7 @@ class PlanExecutor:
         self.store = store or open_store(MemoryStorage(), materialization_interval_s=None)
         self.checkpoint_url = checkpoint_url
         self.residual_budget_s = residual_budget_s
+        self.split_policy = split_policy or SplitPolicy()
         self._pipeline_states: dict = {}
         self._round_commits: list = []
         self.resumed: dict[str, int] = {}  # stage -> pending residuals restored
@@ -181,7 +184,7 @@ class PlanExecutor:
     def _stage_rdd(self, stage: StagePlan, input_rdd, side_bc, round_no: int):
         """The persisted (lazy) RDD of one run of the stage over ``input_rdd``."""
         budget = 0.0 if self.checkpoint_url else self.residual_budget_s
-        task = StageTask(self.plan_key, stage, residual_budget_s=budget)
+        task = StageTask(self.plan_key, stage, residual_budget_s=budget, splits=self.split_policy)
         components = self.components
         durable = self._durable(stage)
         url, kgroups = self.checkpoint_url, self.store.max_key_groups

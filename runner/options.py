@@ -56,6 +56,23 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             "the driver. 0 sends every residual to the store. Ignored (0) when "
             "--checkpoint_dir is set. Default: 5.0.",
         )
+        parser.add_argument(
+            "--sdf_split_after_s",
+            type=float,
+            default=2.0,
+            help="Runner-initiated splits (dynamic rebalancing): a splittable DoFn bundle "
+            "still running after this many seconds is split (and again every as many "
+            "seconds), keeping half of its remaining work; the other half goes to the "
+            "driver as a zero-delay residual and is spread over the tasks of the next "
+            "round. 0 turns splitting off. Default: 2.0.",
+        )
+        parser.add_argument(
+            "--sdf_split_fractions",
+            default=None,
+            metavar="F1,F2,...",
+            help="For testing SDFs: the fraction of its remainder a split bundle keeps, "
+            "for successive splits (cycled), each in [0, 1). Default: 0.5.",
+        )
 
     def shuffle_parallelism(self) -> int | None:
         """--parallelism: partitions after GroupByKey, Reshuffle and stateful shuffles.
@@ -65,6 +82,19 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
         """
         value = self.view_as(pipeline_options.FlinkRunnerOptions).parallelism
         return value if value and value > 0 else None
+
+    def sdf_split_policy(self):
+        """--sdf_split_after_s and --sdf_split_fractions as a SplitPolicy (clear error if bad)."""
+        from sparkbeam.runner.bundle_splits import SplitPolicy
+
+        text = self.sdf_split_fractions
+        try:
+            fractions = tuple(float(f) for f in text.split(",")) if text else (0.5,)
+            return SplitPolicy(self.sdf_split_after_s, fractions)
+        except ValueError as e:
+            raise PipelineOptionsError(
+                f"--sdf_split_fractions {text!r}: {e} Write e.g. --sdf_split_fractions=0.3,0.7."
+            ) from None
 
     def master_url(self) -> str:
         """--spark_master_url if given, else local[*]."""

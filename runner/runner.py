@@ -77,6 +77,7 @@ class SparkCheckpointRunner(PipelineRunner):
                 store=store,
                 checkpoint_url=url,
                 residual_budget_s=spark_options.residual_budget_s,
+                split_policy=spark_options.sdf_split_policy(),
             )
             executor.run()
         finally:
