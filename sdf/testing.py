@@ -11,8 +11,10 @@ Owns: the scenarios, their comparison and the report. A check runs, in order:
    SIGKILLed once a committed checkpoint holds pending residuals, then rerun;
 5. ``resume-other-parallelism`` — the same kill point, rerun at another
    ``--parallelism``;
-6. ``runner-initiated-splits`` — skipped: the runner does not send
-   ProcessBundleSplitRequest yet.
+6. ``runner-initiated-splits`` — the runner sends ProcessBundleSplitRequests
+   to every running bundle (``--sdf_split_after_s``) keeping seeded random
+   fractions of the remainder; the probe paces its claims so the requests land
+   mid-element. At least one split must take effect.
 
 Every run must give the baseline's multiset of outputs (compared by ``repr``).
 Scenarios 4 and 5 need the DoFn in the child process: pass it as a
@@ -45,7 +47,8 @@ SCENARIOS = (
     "resume-other-parallelism",
     "runner-initiated-splits",
 )
-SPLITS_SKIP_REASON = "runner-initiated splits not implemented (issue 4 stretch item)"
+SPLIT_AFTER_S = 0.1  # runner-initiated splits: first request this long into a bundle
+SPLIT_PACE_S = 0.05  # ... and the probe sleeps this long after each claim
 RESUME_DELAY_S = 0.5  # deferral delay in the child runs: leaves time to kill between rounds
 
 
@@ -146,16 +149,12 @@ def check_sdf(
 
     if "static" in wanted:
         report.scenarios.append(_timed(ctx.static))
-    dynamic = [s for s in wanted if s not in ("static", "runner-initiated-splits")]
+    dynamic = [s for s in wanted if s != "static"]
     if dynamic:
         with tempfile.TemporaryDirectory(prefix="sdf-check-") as tmp:
             ctx.tmp = tmp
             for name in dynamic:
                 report.scenarios.append(_timed(getattr(ctx, name.replace("-", "_"))))
-    if "runner-initiated-splits" in wanted:
-        report.scenarios.append(
-            ScenarioResult("runner-initiated-splits", passed=None, message=SPLITS_SKIP_REASON)
-        )
     if raise_on_failure and not report.passed:
         raise SdfCheckError(_failure_message(report), report)
     return report
@@ -316,6 +315,38 @@ class _Context:
 
     def resume_other_parallelism(self) -> ScenarioResult:
         return self._resume("resume-other-parallelism", self.parallelism[1])
+
+    def runner_initiated_splits(self) -> ScenarioResult:
+        fractions = ",".join(f"{self.rng.uniform(0.1, 0.9):.2f}" for _ in range(3))
+        extra = (f"--sdf_split_after_s={SPLIT_AFTER_S}", f"--sdf_split_fractions={fractions}")
+        flags = self._flags(self.parallelism[0], *extra)
+        counted: list[int] = []
+
+        def run():
+            events, splits = testing_run.run_counting_splits(
+                self.fn, self.shuffled, self._dir("splits"), flags, pace_s=SPLIT_PACE_S
+            )
+            counted.append(splits)
+            return events
+
+        result = self._compare("runner-initiated-splits", run)
+        result.splits = counted[0] if counted else None
+        if result.passed is False and result.outputs is not None:
+            result.message = f"{_split_fault(result.message)} on runner-initiated split: " + (
+                result.message
+            )
+        elif result.passed and not result.splits:
+            result.passed = False
+            result.message = "no runner-initiated split took effect (try_split always None?)"
+        if result.message:
+            result.message += f" (fractions kept: {fractions})"
+        return result
+
+
+def _split_fault(diff: str) -> str:
+    """'lost position', 'duplicated position' or both, from a ``diff_outputs`` message."""
+    faults = [n for n, m in (("lost", "(lost)"), ("duplicated", "duplicated or")) if m in diff]
+    return " and ".join(faults or ["wrong"]) + " position"
 
 
 def _short_error(e: Exception) -> str:

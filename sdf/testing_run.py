@@ -4,7 +4,8 @@ Owns: the *probe* — a subclass of the user's DoFn whose ``process`` hands the
 user a tracker view that records claims and deferrals and, in "checkpoint
 after every claim" mode, calls the real ``defer_remainder`` after one
 successful claim per process call (so every residual is a real Beam
-``DelayedBundleApplication`` that goes through the runner); the scenario
+``DelayedBundleApplication`` that goes through the runner), and in "paced" mode
+sleeps after each claim so the runner's split requests land mid-element; the scenario
 pipeline ``Create(elements) | ParDo(probe) | WriteToText(json lines)``; running
 it in-process, or in a child process that the parent SIGKILLs once a committed
 checkpoint holds pending residuals and then reruns (``python -m
@@ -75,9 +76,10 @@ class SplitCheckError(AssertionError):
 class _ProbeView(RestrictionTrackerView):
     """The tracker the user's process() sees: the runner's view, plus records."""
 
-    def __init__(self, view, force_checkpoint: bool, delay_s: float) -> None:
+    def __init__(self, view, force_checkpoint: bool, delay_s: float, pace_s: float = 0.0) -> None:
         super().__init__(view._threadsafe_restriction_tracker)
         self._view = view
+        self._pace = pace_s
         self._force = force_checkpoint
         self._delay = Duration(seconds=delay_s) if delay_s else None
         self.restriction = view.current_restriction()
@@ -98,6 +100,8 @@ class _ProbeView(RestrictionTrackerView):
         if ok:
             self.claims += 1
             self.last = position
+            if self._pace:
+                time.sleep(self._pace)  # holds no lock: a split may come in meanwhile
         return ok
 
     def _check_residual(self) -> None:
@@ -145,7 +149,7 @@ def restriction_arg_name(dofn) -> str:
     )
 
 
-def make_probe(dofn, force_checkpoint: bool = False, delay_s: float = 0.0):
+def make_probe(dofn, force_checkpoint: bool = False, delay_s: float = 0.0, pace_s: float = 0.0):
     """A copy of ``dofn`` whose process() yields ``Event`` tuples (see module docstring)."""
     tracker_arg = restriction_arg_name(dofn)
     base = type(dofn)
@@ -153,7 +157,7 @@ def make_probe(dofn, force_checkpoint: bool = False, delay_s: float = 0.0):
 
     @functools.wraps(original)
     def process(self, *args, **kwargs):
-        view = _ProbeView(kwargs[tracker_arg], force_checkpoint, delay_s)
+        view = _ProbeView(kwargs[tracker_arg], force_checkpoint, delay_s, pace_s)
         kwargs[tracker_arg] = view
         element = repr(args[0]) if args else ""
         restriction = repr(view.restriction)
@@ -207,7 +211,9 @@ def run_direct(dofn, elements) -> list[Event] | None:
     return events
 
 
-def build(p, dofn, elements, out_dir: str, force_checkpoint: bool, delay_s: float) -> None:
+def build(
+    p, dofn, elements, out_dir: str, force_checkpoint: bool, delay_s: float, pace_s: float = 0.0
+) -> None:
     """The scenario pipeline: Create | ParDo(probe) | one group | a JSON-lines file.
 
     The GroupByKey keeps the writer out of the SDF's fused stage, so it runs once, at the
@@ -216,7 +222,7 @@ def build(p, dofn, elements, out_dir: str, force_checkpoint: bool, delay_s: floa
     _ = (
         p
         | "Elements" >> beam.Create(list(elements), reshuffle=False)
-        | "Probe" >> beam.ParDo(make_probe(dofn, force_checkpoint, delay_s))
+        | "Probe" >> beam.ParDo(make_probe(dofn, force_checkpoint, delay_s, pace_s))
         | "OneKey" >> beam.Map(lambda e: (0, list(e)))
         | "Gather" >> beam.GroupByKey()
         | "Write" >> beam.ParDo(_WriteEvents(out_dir))
@@ -242,11 +248,21 @@ def pipeline_flags(master: str, parallelism: int, *extra: str) -> list[str]:
 
 def run_in_process(dofn, elements, out_dir, flags, force_checkpoint=False, delay_s=0.0):
     """Run one scenario pipeline here (reusing an active SparkSession) and read its events."""
+    return run_counting_splits(dofn, elements, out_dir, flags, force_checkpoint, delay_s)[0]
+
+
+def run_counting_splits(dofn, elements, out_dir, flags, force=False, delay_s=0.0, pace_s=0.0):
+    """Like ``run_in_process``, and the run's ``sparkbeam:runner_splits`` counter."""
+    from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    with beam.Pipeline(options=PipelineOptions(flags)) as p:
-        build(p, dofn, elements, out_dir, force_checkpoint, delay_s)
-    return read_events(out_dir)
+    p = beam.Pipeline(options=PipelineOptions(flags))
+    build(p, dofn, elements, out_dir, force, delay_s, pace_s)
+    result = p.run()
+    result.wait_until_finish()
+    counters = result.metrics().query(MetricsFilter().with_namespace("sparkbeam"))["counters"]
+    splits = sum(c.committed for c in counters if c.key.metric.name == "runner_splits")
+    return read_events(out_dir), splits
 
 
 # -- kill and resume -------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""SDFs for the checker's tests: Beam's own well-behaved one, and three broken ones."""
+"""SDFs for the checker's tests: Beam's own well-behaved one, three broken ones, and one
+that is valid but never splits."""
 
 from __future__ import annotations
 
@@ -42,6 +43,13 @@ class DuplicatingTracker(OffsetRestrictionTracker):
             return None
         primary, residual = split
         return primary, OffsetRange(residual.start - 1, residual.stop)
+
+
+class NeverSplittingTracker(OffsetRestrictionTracker):
+    """Valid Beam, but useless to rebalance: every ``try_split`` declines."""
+
+    def try_split(self, fraction_of_remainder):
+        return None
 
 
 class StartOnlyCoder(coders.Coder):
@@ -104,6 +112,13 @@ class DuplicatesPositionOnSplitFn(_Emit):
 class BadCoderFn(_Emit):
     def process(
         self, element, tracker=beam.DoFn.RestrictionParam(_Provider(coder=StartOnlyCoder()))
+    ):
+        yield from self._emit(element, tracker)
+
+
+class NeverSplitsFn(_Emit):
+    def process(
+        self, element, tracker=beam.DoFn.RestrictionParam(_Provider(NeverSplittingTracker))
     ):
         yield from self._emit(element, tracker)
 

@@ -68,12 +68,10 @@ def test_cli_exit_codes(capsys):
         '[["a", 3]]',
         "--scenario",
         "static",
-        "--scenario",
-        "runner-initiated-splits",
     ]
     assert sdf_check_cli.main(ok) == 0
     out = capsys.readouterr().out
-    assert "static" in out and "SKIP" in out and "issue 4 stretch item" in out
+    assert "static" in out and "PASS" in out and "SKIP" not in out
     bad = [
         "sdf-check",
         "tests.sdf_testing.sdfs:LosesPositionOnSplitFn",
@@ -133,4 +131,48 @@ def test_every_scenario_passes_the_line_reader_example(files):
         rows[n].outputs == 8 for n in ("baseline", "kill-and-resume", "resume-other-parallelism")
     )
     assert rows["kill-and-resume"].residuals > 0
-    assert rows["runner-initiated-splits"].status == "SKIP"
+    splits = rows["runner-initiated-splits"]
+    assert splits.status == "PASS" and splits.outputs == 8 and splits.splits > 0
+
+
+SPLITS = ["baseline", "runner-initiated-splits"]
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "dofn, elements, outputs",
+    [(sdfs.ExpandingStringsDoFn(), ["abc", "defgh"], 8), (sdfs.GoodOffsetFn(), sdfs.ELEMENTS, 7)],
+)
+def test_runner_initiated_splits_happen_and_keep_the_outputs(dofn, elements, outputs):
+    get_test_session()
+    report = check_sdf(dofn, elements, scenarios=SPLITS, spark_master=TEST_MASTER)
+    splits = report.scenarios[1]
+    assert splits.passed and splits.outputs == outputs and splits.splits > 0
+    assert "runner-initiated-splits" in report.table()
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "dofn, fault",
+    [
+        (sdfs.LosesPositionOnSplitFn(), r"lost position on runner-initiated split: .*missing"),
+        (
+            sdfs.DuplicatesPositionOnSplitFn(),
+            r"duplicated position on runner-initiated split: .*duplicated",
+        ),
+    ],
+)
+def test_runner_initiated_splits_name_lost_and_duplicated_positions(dofn, fault):
+    get_test_session()
+    with pytest.raises(SdfCheckError, match=r"- runner-initiated-splits: " + fault):
+        check_sdf(dofn, sdfs.ELEMENTS, scenarios=SPLITS, spark_master=TEST_MASTER)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_runner_initiated_splits_fail_when_no_split_took_effect():
+    get_test_session()
+    with pytest.raises(SdfCheckError, match=r"no runner-initiated split took effect"):
+        check_sdf(sdfs.NeverSplitsFn(), [("a", 6)], scenarios=SPLITS, spark_master=TEST_MASTER)
