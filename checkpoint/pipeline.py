@@ -10,6 +10,8 @@ per-subtask reads (`store`) -- and file formats (`changelog`, `materialization`,
 from __future__ import annotations
 
 import logging
+import os
+import signal
 import time
 from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING, Any
@@ -179,6 +181,8 @@ class PipelineStore:
                 commits=tuple((*m.task, m.attempt) for m, _ in staged),
             )
             self.status = CommitStatus.PREPARED
+            if os.environ.get("SPARKBEAM_CRASH_AT") == f"prepared:{cid}":  # recovery tests
+                os.kill(os.getpid(), signal.SIGKILL)
             # Step 6.
             self._store.storage.write(
                 f"{self.directory}/{manifest_name(cid)}", encode_manifest(manifest)

@@ -34,6 +34,7 @@ from sparkbeam.runner.durability import FINISHED
 from sparkbeam.runner.edges import EdgeBuilder, _keyed, _tag
 from sparkbeam.runner.errors import StageFailedError, run_guarded
 from sparkbeam.runner.executor import _data, _is_output, _reissue_warnings
+from sparkbeam.runner.faults import crash_point
 from sparkbeam.runner.metrics import merge_monitoring_infos
 from sparkbeam.runner.records import (
     CommitRecord,
@@ -246,9 +247,12 @@ class PipelineLoop:
         now_ms = time.time() * 1000.0
         due = {s: h.pop_due(now_ms, MAX_RESIDUALS_PER_ROUND) for s, h in self.handlers.items()}
         edges = _RoundEdges(self, marks)
+        live = self._live_stages(due)
         reports, persisted, broadcasts = [], [], []
         try:
             for stage in self.stages:
+                if stage.id not in live:
+                    continue  # nothing can reach it this round: no Spark tasks for it
                 inputs = [
                     edges.read_for(stage, buffer).map(functools.partial(_tag, transform))
                     for transform, buffer in stage.inputs
@@ -272,13 +276,49 @@ class PipelineLoop:
             reports.extend(edges.group_reports)
             persisted.extend(edges.persisted)
             sc.setJobDescription(f"sparkbeam {self.pipeline.id} round {r}")
+            t0 = time.monotonic()
             collected = run_guarded(None, sc.union(reports).collect)
+            t1 = time.monotonic()
+            crash_point("mid-round", r)
             self._commit(collected, marks)
+            if _LOG.isEnabledFor(logging.DEBUG):
+                tracker = sc.statusTracker()
+                tasks = []
+                for job in tracker.getJobIdsForGroup():
+                    info = tracker.getJobInfo(job)
+                    for sid in info.stageIds if info else ():
+                        st = tracker.getStageInfo(sid)
+                        if st:
+                            tasks.append((sid, st.name[:40], st.numTasks))
+                _LOG.debug(
+                    "%s round %d: Spark job %.3fs, commit %.3fs, stages %s",
+                    self.pipeline.id, r, t1 - t0, time.monotonic() - t1, tasks[-8:],
+                )  # fmt: skip
         finally:
             for rdd in persisted:
                 rdd.unpersist(blocking=False)
             for bc in broadcasts:
                 bc.unpersist(blocking=False)
+
+    def _live_stages(self, due: dict) -> set[str]:
+        """Stages that may see data this round: downstream of the Impulse (first round),
+        of due residuals, or of a GroupByKey that holds state."""
+        live: set[str] = set()
+        producers_live: set[str] = set()  # buffers a live stage writes
+        for stage in self.stages:
+            for buffer in stage.input_buffers + tuple(si.buffer for si in stage.side_inputs):
+                kind = self.plan.edge(buffer).kind
+                if (
+                    (kind == EdgeKind.IMPULSE and not self.impulse_done)
+                    or buffer in producers_live
+                    or (kind == EdgeKind.GROUP and self.group_keys.get(buffer))
+                ):
+                    live.add(stage.id)
+            if due.get(stage.id):
+                live.add(stage.id)
+            if stage.id in live:
+                producers_live.update(stage.output_buffers)
+        return live
 
     def _task(self, stage) -> StageTask:
         return StageTask(self.ex.plan_key, stage, residual_budget_s=0.0)
@@ -344,6 +384,7 @@ class PipelineLoop:
             commit_messages=commits,
         )
         # Committed: the round is real. Apply it to the loop and publish its files.
+        crash_point("after-commit", self.round_no)
         sink_files.finalize_pending(self.state)
         self.checkpoint_id = int(cid)
         self.impulse_done = True
@@ -396,6 +437,8 @@ class _RoundEdges(EdgeBuilder):
                 return self.sc.emptyRDD()
             return super().read(buffer)
         if edge.kind != EdgeKind.GROUP:
+            if not self.writers.get(buffer):
+                return self.sc.emptyRDD()  # no tasks for an edge nothing wrote to
             return super().read(buffer)
         if buffer not in self._groups:
             self._groups[buffer] = self._group(edge)

@@ -83,6 +83,14 @@ class _FormatWithWindow(beam.DoFn):
         yield f"{kv[0]} {int(win.start)} {kv[1]}"
 
 
+BOUNDED = 25
+
+
+def expected_lines(sources, window_s: int = 10) -> list[str]:
+    """What ``main`` writes: the windowed counts and the bounded lines, sorted."""
+    return sorted(expected_counts(sources, window_s) + [f"bounded {i}" for i in range(BOUNDED)])
+
+
 def expected_counts(sources, window_s: int = 10) -> list[str]:
     lines = []
     for name, n in sources:
@@ -107,7 +115,13 @@ def main(argv=None) -> None:
     start = time.time()
     with beam.Pipeline(options=options) as p:
         lines = windowed_counts(p, sources, per_round=known.per_round, delay_s=known.delay_s)
-        _ = lines | WriteToFilesOnCheckpoint(known.output + "/counts")
+        # A bounded input flattened with the unbounded one: read exactly once across crashes.
+        bounded = (
+            p
+            | "Bounded" >> beam.Create([f"bounded {i}" for i in range(BOUNDED)])
+            | "WindowBounded" >> beam.WindowInto(window.FixedWindows(10))
+        )
+        _ = (lines, bounded) | beam.Flatten() | WriteToFilesOnCheckpoint(known.output + "/out")
     print(f"finished in {time.time() - start:.1f}s", flush=True)
 
 
