@@ -49,3 +49,26 @@ def user_traceback(text: str) -> str:
         text = text[text.rindex(marker) + len(marker) :]
     lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("at ")]
     return "\n".join(lines).strip()
+
+
+class IncompatiblePipelineError(ValueError):
+    """A checkpoint holds state the changed pipeline cannot take over.
+
+    Raised on restore when the running pipeline removed, renumbered or re-coded a part that
+    owns checkpointed state (see ``sparkbeam.translation.compatibility``).
+    """
+
+    def __init__(
+        self, pipeline_id: str, checkpoint_id: int, url: str, differences: list[str]
+    ) -> None:
+        self.pipeline_id = pipeline_id
+        self.checkpoint_id = checkpoint_id
+        self.differences = list(differences)
+        listed = "\n".join(f"  - {d}" for d in differences)
+        where = f"{url.rstrip('/')}/pipelines/{pipeline_id}"
+        super().__init__(
+            f"Checkpoint {checkpoint_id} of pipeline {pipeline_id!r} in {url!r} was written by "
+            f"an incompatible version of this pipeline:\n{listed}\n"
+            "To keep that state, run the version that wrote it. To start fresh, pass a new "
+            f"--checkpoint_dir, or stop every job on the store and delete {where!r}."
+        )

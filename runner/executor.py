@@ -25,6 +25,7 @@ from pyspark import StorageLevel
 from sparkbeam.checkpoint import MemoryStorage, open_store
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.bundle_splits import SplitPolicy
+from sparkbeam.runner.compatibility import RestoreGuard
 from sparkbeam.runner.durability import (
     FINISHED,
     input_marker,
@@ -116,7 +117,7 @@ class PlanExecutor:
         """Load each pipeline's latest checkpoint, unless its job had finished."""
         for pipeline in self.plan.pipelines:
             probe = self.store.pipeline(pipeline.id)
-            info = probe.restore(fingerprint=self.plan.fingerprint)
+            info = self._guard.restore(probe, self.store)  # refuses incompatible changes
             if info is None:
                 continue
             manifest = self.store.load_manifest(pipeline.id, info.checkpoint_id)
@@ -139,9 +140,14 @@ class PlanExecutor:
         self._state_for(pipeline).checkpoint(
             fingerprint=self.plan.fingerprint,
             parallelism=self.parallelism,
-            metadata=metadata,
+            metadata={**metadata, **self._guard.metadata(pipeline)},
             commit_messages=list(commits),
         )
+
+    @functools.cached_property
+    def _guard(self) -> RestoreGuard:
+        """What each checkpoint records of the plan, and the check on restore."""
+        return RestoreGuard(self.plan)
 
     def _state_for(self, pipeline: str):
         if pipeline not in self._pipeline_states:

@@ -20,6 +20,7 @@ GroupByKey state left.
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import threading
 import time
@@ -30,6 +31,7 @@ from apache_beam.utils import timestamp
 from pyspark import StorageLevel
 from sparkbeam.runner import sink_files, streaming_group, watermarks
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
+from sparkbeam.runner.compatibility import RestoreGuard
 from sparkbeam.runner.durability import FINISHED
 from sparkbeam.runner.edges import EdgeBuilder, _keyed, _tag
 from sparkbeam.runner.errors import StageFailedError, run_guarded
@@ -74,7 +76,9 @@ class StreamingExecutor:
         self.parallelism = parallelism or self.sc.defaultParallelism
         self.interval_s = checkpoint_interval_s
         self.max_restores = max_restores
-        self.plan_key = plan_key or f"{plan.fingerprint}-stream"
+        # Workers cache bundle processors by plan key: a changed DoFn body needs a new key.
+        code = hashlib.sha256(plan.components).hexdigest()[:8]
+        self.plan_key = plan_key or f"{plan.fingerprint}-{code}-stream"
         self.components = self.sc.broadcast(plan.components)
         self.stop = threading.Event()
         self.loops = [PipelineLoop(self, p) for p in plan.pipelines]
@@ -119,6 +123,11 @@ class StreamingExecutor:
     def add_metrics(self, stage: str, infos: list) -> None:
         with self._lock:
             self._infos[stage] = merge_monitoring_infos(self._infos[stage] + infos)
+
+    @functools.cached_property
+    def guard(self) -> RestoreGuard:
+        """What each checkpoint records of the plan, and the check on restore."""
+        return RestoreGuard(self.plan)
 
     def monitoring_infos_by_stage(self) -> dict[str, list]:
         with self._lock:
@@ -177,7 +186,7 @@ class PipelineLoop:
         if self.state is not None:
             self.state.close()  # drop uncommitted changes of a failed round
         self.state = self.ex.store.pipeline(self.pipeline.id)
-        info = self.state.restore(fingerprint=self.plan.fingerprint)
+        info = self.ex.guard.restore(self.state, self.ex.store)  # refuses incompatible changes
         meta = {}
         if info is not None:
             meta = self.ex.store.load_manifest(self.pipeline.id, info.checkpoint_id).metadata
@@ -380,7 +389,7 @@ class PipelineLoop:
         cid = self.state.checkpoint(
             fingerprint=self.plan.fingerprint,
             parallelism=self.ex.parallelism,
-            metadata=metadata,
+            metadata={**metadata, **self.ex.guard.metadata(self.pipeline.id)},
             commit_messages=commits,
         )
         # Committed: the round is real. Apply it to the loop and publish its files.
