@@ -51,7 +51,16 @@ from sparkbeam.runner.sink_files import (
     staging_dirs,
 )
 from sparkbeam.runner.stage_rounds import StageRounds
+from sparkbeam.runner.startpoint_rounds import (
+    StartpointOutcome,
+    check_startpoints,
+    commit_round,
+    open_session,
+    outcomes,
+    with_startpoints,
+)
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf.startpoints import StartpointSession
 from sparkbeam.translation.plan import ExecutionPlan, StagePlan
 
 _LOG = logging.getLogger(__name__)
@@ -70,6 +79,7 @@ class PlanExecutor:
         checkpoint_url: str | None = None,
         residual_budget_s: float = 5.0,
         split_policy: SplitPolicy | None = None,
+        startpoint_max_age_s: float | None = None,
     ) -> None:
         self.sc = spark.sparkContext
         self.plan = plan
@@ -93,11 +103,17 @@ class PlanExecutor:
         # (staged, final) files of committed task attempts, renamed when the run succeeds.
         self.sink_files: list[tuple[str, str]] = []
         self._round_sink_files: list[tuple[str, str]] = []
+        # Startpoints (with a checkpoint store only): one session per pipeline.
+        self.startpoint_max_age_s = startpoint_max_age_s
+        self.startpoints: dict[str, StartpointSession] = {}
+        self._restored_metadata: dict[str, dict] = {}
+        self._round_outcomes: list[StartpointOutcome] = []
 
     def run(self) -> None:
         try:
             if self.checkpoint_url:
                 self._restore()
+                self._open_startpoints()
             for stage in self.plan.stages:
                 self._run_stage(stage)
             self._run_remaining()
@@ -121,11 +137,25 @@ class PlanExecutor:
             if info is None:
                 continue
             manifest = self.store.load_manifest(pipeline.id, info.checkpoint_id)
+            self._restored_metadata[pipeline.id] = manifest.metadata
             if manifest.metadata.get(FINISHED):
                 probe.close()
                 continue  # a finished batch job: run again from scratch
             self._pipeline_states[pipeline.id] = probe
             _LOG.info("Restored %s from checkpoint %s", pipeline.id, info.checkpoint_id)
+
+    def _open_startpoints(self) -> None:
+        """Before any stage runs: fan each pipeline's startpoints out from its checkpoint."""
+        check_startpoints(self.store.startpoints, self.plan)
+        for pipeline in self.plan.pipelines:
+            self.startpoints[pipeline.id] = open_session(
+                self.store.startpoints,
+                self.plan,
+                pipeline.id,
+                self._restored_metadata.get(pipeline.id),  # a finished run's: only its tokens
+                self._pipeline_states.get(pipeline.id),
+                self.startpoint_max_age_s,
+            )
 
     def _finalize_sink_files(self) -> None:
         """Make committed sink files visible (incl. rounds of a killed run), drop the rest."""
@@ -194,9 +224,14 @@ class PlanExecutor:
         components = self.components
         durable = self._durable(stage)
         url, kgroups = self.checkpoint_url, self.store.max_key_groups
+        session = self.startpoints.get(stage.pipeline)
+        assignment = session.assignment(stage.id) if session is not None else None
 
         def run(rows):
-            records = run_stage_partition(task, components.value, side_bc.value, rows)
+            records = with_startpoints(
+                stage, components.value, assignment, rows,
+                lambda rows: run_stage_partition(task, components.value, side_bc.value, rows),
+            )  # fmt: skip
             records = collect_sink_files(records, stage.id, round_no)
             if durable:
                 records = stage_outputs_durably(
@@ -246,18 +281,21 @@ class PlanExecutor:
         state.mark_completed(input_marker(stage.id))
         state.set_source_position(f"{stage.id}:round", str(round_no).encode())
         record_pending(state, self._round_sink_files)  # renamed at the end, even after a kill
-        self._checkpoint(
-            stage.pipeline,
-            {
-                "stage": stage.id,
-                "round": round_no,
-                "pending_residuals": handler.pending(),
-                "next_timer_ms": handler.next_fire_ms(),
-                "watermark_hold_micros": handler.watermark_hold_micros(),
-            },
-            self._round_commits,
+        metadata = {
+            "stage": stage.id,
+            "round": round_no,
+            "pending_residuals": handler.pending(),
+            "next_timer_ms": handler.next_fire_ms(),
+            "watermark_hold_micros": handler.watermark_hold_micros(),
+        }
+        commit_round(
+            self.startpoints.get(stage.pipeline),
+            self._round_outcomes,
+            lambda consumed: self._checkpoint(
+                stage.pipeline, {**metadata, **consumed}, self._round_commits
+            ),
         )
-        self._round_commits = []
+        self._round_commits, self._round_outcomes = [], []
 
     def _run_remaining(self) -> None:
         """One Spark job that runs every stage not run yet and gathers all reports."""
@@ -279,6 +317,7 @@ class PlanExecutor:
             p for r in reports if isinstance(r, SinkFilesRecord) for p in r.pairs
         ]
         self.sink_files.extend(self._round_sink_files)
+        self._round_outcomes = outcomes(reports)
         residuals = [r for r in reports if isinstance(r, ResidualRecord)]
         if residuals and handler is None:
             raise NotImplementedError(
@@ -326,10 +365,11 @@ def _data(record) -> bytes:
     return record.data
 
 
+_REPORTS = (MetricsRecord, WarningRecord, ResidualRecord, CommitRecord, SinkFilesRecord)
+
+
 def _is_report(record) -> bool:
-    return isinstance(
-        record, (MetricsRecord, WarningRecord, ResidualRecord, CommitRecord, SinkFilesRecord)
-    )
+    return isinstance(record, (*_REPORTS, StartpointOutcome))
 
 
 def _reissue_warnings(records) -> None:

@@ -20,6 +20,7 @@ from sparkbeam.runner.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.result import SparkPipelineResult
 from sparkbeam.runner.session import get_or_create_session
+from sparkbeam.runner.streaming_options import SparkStreamingOptions
 from sparkbeam.translation import translate
 
 _LOG = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class SparkCheckpointRunner(PipelineRunner):
                 checkpoint_url=url,
                 residual_budget_s=spark_options.residual_budget_s,
                 split_policy=spark_options.sdf_split_policy(),
+                startpoint_max_age_s=options.view_as(SparkStreamingOptions).startpoint_max_age_s,
             )
             executor.run()
         finally:

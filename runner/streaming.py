@@ -45,8 +45,15 @@ from sparkbeam.runner.records import (
     SinkFilesRecord,
     WarningRecord,
 )
+from sparkbeam.runner.startpoint_rounds import (
+    commit_round,
+    open_session,
+    outcomes,
+    with_startpoints,
+)
 from sparkbeam.runner.streaming_group import GroupReport, GroupRound, partition_for_key
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf.startpoints import CONSUMED_METADATA_KEY, StartpointSession
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, PipelinePlan
 
 _LOG = logging.getLogger(__name__)
@@ -68,6 +75,7 @@ class StreamingExecutor:
         checkpoint_interval_s: float = 1.0,
         max_restores: int = 3,
         plan_key: str | None = None,
+        startpoint_max_age_s: float | None = None,
     ) -> None:
         self.sc = spark.sparkContext
         self.plan = plan
@@ -76,6 +84,7 @@ class StreamingExecutor:
         self.parallelism = parallelism or self.sc.defaultParallelism
         self.interval_s = checkpoint_interval_s
         self.max_restores = max_restores
+        self.startpoint_max_age_s = startpoint_max_age_s
         # Workers cache bundle processors by plan key: a changed DoFn body needs a new key.
         code = hashlib.sha256(plan.components).hexdigest()[:8]
         self.plan_key = plan_key or f"{plan.fingerprint}-{code}-stream"
@@ -156,6 +165,7 @@ class PipelineLoop:
         self.rounds_run = 0
         self.finished = False
         self.next_timer_ms: float | None = None
+        self.startpoints: StartpointSession | None = None  # this run's, made by open()
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -194,7 +204,7 @@ class PipelineLoop:
                 _LOG.info("Pipeline %s had finished; running it again", self.pipeline.id)
                 self.state.close()
                 self.state = self.ex.store.pipeline(self.pipeline.id)
-                info, meta = None, {}
+                info, meta = None, {k: v for k, v in meta.items() if k == CONSUMED_METADATA_KEY}
         self.checkpoint_id = info.checkpoint_id if info is not None else None
         self.round_no = int(meta.get("round", -1)) + 1
         self.group_holds = dict(meta.get("group_holds", {}))
@@ -220,6 +230,11 @@ class PipelineLoop:
                 self.pipeline.id, info.checkpoint_id, self.round_no, pending,
             )  # fmt: skip
         sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
+        # Startpoints fan out from the checkpoint just restored (after a failed round, too).
+        self.startpoints = open_session(
+            self.ex.store.startpoints, self.plan, self.pipeline.id, meta,
+            self.state if info is not None else None, self.ex.startpoint_max_age_s,
+        )  # fmt: skip
 
     def _pause(self, started: float) -> None:
         """Wait for the next round: the interval, or longer if nothing is due sooner."""
@@ -272,9 +287,11 @@ class PipelineLoop:
                     inputs.append(sc.parallelize(rows, slices))
                 side_bc = sc.broadcast(self._side_inputs(stage, edges))
                 broadcasts.append(side_bc)
-                out = edges.union(inputs).mapPartitions(
-                    functools.partial(_run_stage, self._task(stage), r, self.ex.components, side_bc)
-                )
+                run = functools.partial(
+                    _run_stage, self._task(stage), r, self.ex.components, side_bc,
+                    assignment=self.startpoints and self.startpoints.assignment(stage.id),
+                )  # fmt: skip
+                out = edges.union(inputs).mapPartitions(run)
                 out = out.persist(StorageLevel.MEMORY_AND_DISK)
                 persisted.append(out)
                 for buffer in dict.fromkeys(stage.output_buffers):
@@ -386,11 +403,15 @@ class PipelineLoop:
         }
         if self.finished:
             metadata[FINISHED] = True
-        cid = self.state.checkpoint(
-            fingerprint=self.plan.fingerprint,
-            parallelism=self.ex.parallelism,
-            metadata={**metadata, **self.ex.guard.metadata(self.pipeline.id)},
-            commit_messages=commits,
+        cid = commit_round(  # startpoints this round consumed are deleted once it commits
+            self.startpoints,
+            outcomes(reports),
+            lambda consumed: self.state.checkpoint(
+                fingerprint=self.plan.fingerprint,
+                parallelism=self.ex.parallelism,
+                metadata={**metadata, **consumed, **self.ex.guard.metadata(self.pipeline.id)},
+                commit_messages=commits,
+            ),
         )
         # Committed: the round is real. Apply it to the loop and publish its files.
         crash_point("after-commit", self.round_no)
@@ -487,8 +508,11 @@ class _RoundEdges(EdgeBuilder):
         return grouped.filter(functools.partial(_is_output, edge.id)).map(_data)
 
 
-def _run_stage(task: StageTask, round_no: int, components, side_bc, rows):
-    records = run_stage_partition(task, components.value, side_bc.value, rows)
+def _run_stage(task: StageTask, round_no: int, components, side_bc, rows, assignment=None):
+    records = with_startpoints(
+        task.stage, components.value, assignment, rows,
+        lambda rows: run_stage_partition(task, components.value, side_bc.value, rows),
+    )  # fmt: skip
     return sink_files.collect_sink_files(records, task.stage.id, round_no)
 
 

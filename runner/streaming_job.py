@@ -16,6 +16,7 @@ from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiMetrics
 from apache_beam.runners.runner import PipelineResult, PipelineState
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.options import SparkRunnerOptions
+from sparkbeam.runner.startpoint_rounds import check_startpoints
 from sparkbeam.runner.streaming import StreamingExecutor
 from sparkbeam.runner.streaming_options import SparkStreamingOptions
 from sparkbeam.translation.plan import ExecutionPlan
@@ -36,6 +37,11 @@ def start_streaming(spark, plan: ExecutionPlan, options: PipelineOptions) -> Str
         job_name=spark.sparkContext.appName,
         materialization_interval_s=streaming.materialization_interval_s,
     )
+    try:
+        check_startpoints(store.startpoints, plan)  # a bad one fails run(), not a loop thread
+    except BaseException:
+        store.close()
+        raise
     executor = StreamingExecutor(
         spark,
         plan,
@@ -44,6 +50,7 @@ def start_streaming(spark, plan: ExecutionPlan, options: PipelineOptions) -> Str
         parallelism=spark_options.shuffle_parallelism(),
         checkpoint_interval_s=streaming.checkpoint_interval_s,
         max_restores=streaming.max_restores,
+        startpoint_max_age_s=streaming.startpoint_max_age_s,
     )
     executor.start()
     return StreamingResult(executor, store)

@@ -44,6 +44,14 @@ class SparkStreamingOptions(pipeline_options.PipelineOptions):
             "after a round failed beyond Spark's task retries before the job fails. "
             "Default: 3.",
         )
+        parser.add_argument(
+            "--startpoint_max_age_s",
+            type=float,
+            default=7 * 24 * 3600.0,
+            help="Startpoints (batch with --checkpoint_dir, and streaming): a startpoint still "
+            "pending this many seconds after it was set is reported as a warning when the job "
+            "starts or restores (never silently dropped). Default: 604800 (7 days).",
+        )
 
     def default_checkpoint_dir(self, job_name: str) -> str:
         """``./sparkbeam-checkpoints/<job name>``: one directory per job name."""
