@@ -171,14 +171,25 @@ def run_stage_partition(
     components: bytes,
     side_inputs: dict,
     rows: Iterable[tuple[str, bytes]],
+    keyed_state=None,
 ) -> Iterator[tuple]:
-    """The body of one Spark task: yields OutputRecords, then one MetricsRecord."""
+    """The body of one Spark task: yields OutputRecords, then one MetricsRecord.
+
+    ``keyed_state`` (streaming stateful stages, ``sparkbeam.runner.streaming_stateful``)
+    loads the task's user state and timers before the input and takes them back after.
+    """
     try:
         register_plan(task.plan_key, components)
         worker = _worker_for(task)
         worker.reset_state()
         load_side_inputs(worker.state, plan_context(task.plan_key), task.stage, side_inputs)
-        yield from _TaskLoop(worker, task).run(rows)
+        loop = _TaskLoop(worker, task)
+        if keyed_state is not None:
+            keyed_state.load(worker.state, loop.timers)
+            loop.fire_due = keyed_state.pop_due
+        yield from loop.run(rows)
+        if keyed_state is not None:
+            yield from keyed_state.finish(worker.state, loop.timers)
     except Exception as e:  # noqa: BLE001 - re-raised with the stage named
         detail = (
             str(e)
@@ -201,6 +212,7 @@ class _TaskLoop:
         self.deadline_ms = time.time() * 1000.0 + task.residual_budget_s * 1000.0
         context = plan_context(task.plan_key)
         self.input_coders = {t: context.coders[c].get_impl() for t, c in task.stage.input_coders}
+        self.fire_due = None  # streaming: pops the timers due this round, else None
         self.split_counts = SplitCounts()
         self.splitter = None
         if task.stage.is_sdf_process and task.splits.enabled:
@@ -213,8 +225,12 @@ class _TaskLoop:
         for inputs in _bundles(rows, self.task.bundle_bytes):
             yield from self._bundle(inputs, {})
         # Batch: all input is in, the input watermark is +inf; fire timers in order.
+        # Streaming: fire only what the round's watermark and the clock passed.
         while self.timers:
-            yield from self._bundle({}, self.timers.pop_next())
+            fired = self.fire_due(self.timers) if self.fire_due else self.timers.pop_next()
+            if not fired:
+                break
+            yield from self._bundle({}, fired)
         # Residuals due within the task's budget are re-fed here, after their delay.
         while self.local:
             fire_at = min(r.produced_ms + r.delay_ms for r in self.local)

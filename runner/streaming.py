@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from collections import defaultdict
+from typing import Any, NamedTuple
 
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.utils import timestamp
@@ -52,6 +53,13 @@ from sparkbeam.runner.startpoint_rounds import (
     with_startpoints,
 )
 from sparkbeam.runner.streaming_group import GroupReport, GroupRound, partition_for_key
+from sparkbeam.runner.streaming_stateful import (
+    KeyedState,
+    KeyedStateReport,
+    StatefulRound,
+    sdk_keyed,
+)
+from sparkbeam.runner.worker_context import register_plan
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.startpoints import CONSUMED_METADATA_KEY, StartpointSession
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, PipelinePlan
@@ -60,6 +68,15 @@ _LOG = logging.getLogger(__name__)
 IMPULSE_DONE = "impulse"
 MAX_RESIDUALS_PER_ROUND = 50_000
 SIDE_INPUT_PREFIX = "side-input/"
+
+
+class RoundTime(NamedTuple):
+    """How long one committed round took: its Spark job, then its checkpoint commit."""
+
+    round_no: int
+    started: float  # epoch seconds, when the round's Spark job started
+    job_s: float
+    commit_s: float
 
 
 class StreamingExecutor:
@@ -152,13 +169,14 @@ class PipelineLoop:
         self.pipeline = pipeline
         ids = set(pipeline.stages)
         self.stages = [s for s in self.plan.stages if s.id in ids]
-        self.state = None
+        self.state: Any = None  # the PipelineStore, set by open()
         self.handlers: dict[str, StateAndTimerBundleCheckpointHandler] = {}
         self.round_no = 0
         self.impulse_done = False
         self.group_holds: dict[str, int] = {}
         self.group_keys: dict[str, int] = {}
         self.previous: dict[str, int] = {}  # GroupByKey -> input watermark of last round
+        self.stateful: dict[str, dict] = {}  # stateful stage -> keys/timers/hold/watermark
         self.checkpoint_id: int | None = None
         self.side_values: dict[str, list[bytes]] = defaultdict(list)
         self.restores = 0  # restores after a failure (not the restore at start)
@@ -166,6 +184,7 @@ class PipelineLoop:
         self.finished = False
         self.next_timer_ms: float | None = None
         self.startpoints: StartpointSession | None = None  # this run's, made by open()
+        self.round_times: list[RoundTime] = []  # every committed round of this run
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -210,6 +229,7 @@ class PipelineLoop:
         self.group_holds = dict(meta.get("group_holds", {}))
         self.group_keys = dict(meta.get("group_keys", {}))
         self.previous = dict(meta.get("group_watermarks", {}))
+        self.stateful = dict(meta.get("stateful", {}))
         self.impulse_done = IMPULSE_DONE in self.state.completed()
         self.handlers = {
             s.id: StateAndTimerBundleCheckpointHandler(self.state, s.id)
@@ -217,12 +237,12 @@ class PipelineLoop:
             if s.is_sdf_process
         }
         pending = sum(h.restore() for h in self.handlers.values())
-        self.side_values = defaultdict(list)
+        stored: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
         for ns, key, value in self.state.items():
             if ns.startswith(SIDE_INPUT_PREFIX):
-                self.side_values[ns[len(SIDE_INPUT_PREFIX) :]].append((key, value))
+                stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, value))
         self.side_values = defaultdict(
-            list, {b: [v for _, v in sorted(kv)] for b, kv in self.side_values.items()}
+            list, {b: [v for _, v in sorted(kv)] for b, kv in stored.items()}
         )
         if info is not None:
             _LOG.info(
@@ -248,10 +268,15 @@ class PipelineLoop:
 
     def _watermark_moves(self) -> bool:
         marks = self._watermarks()
-        return any(
+        groups = any(
             marks.group_input.get(b) != self.previous.get(b)
             for b, keys in self.group_keys.items()
             if keys
+        )
+        return groups or any(
+            marks.stage_input.get(s) != info.get("watermark")
+            for s, info in self.stateful.items()
+            if info.get("timers")
         )
 
     def _watermarks(self) -> watermarks.RoundWatermarks:
@@ -259,7 +284,10 @@ class PipelineLoop:
             self.plan,
             self.stages,
             impulse_pending=not self.impulse_done,
-            sdf_holds={s: h.watermark_hold_micros() for s, h in self.handlers.items()},
+            stage_holds={
+                **{s: info.get("hold") for s, info in self.stateful.items()},
+                **{s: h.watermark_hold_micros() for s, h in self.handlers.items()},
+            },
             group_holds=self.group_holds,
         )
 
@@ -277,21 +305,36 @@ class PipelineLoop:
             for stage in self.stages:
                 if stage.id not in live:
                     continue  # nothing can reach it this round: no Spark tasks for it
-                inputs = [
-                    edges.read_for(stage, buffer).map(functools.partial(_tag, transform))
-                    for transform, buffer in stage.inputs
-                ]
-                rows = [(d.transform, d.element) for d in due.get(stage.id, ())]
-                if rows:
-                    slices = max(1, min(self.ex.parallelism, len(rows)))
-                    inputs.append(sc.parallelize(rows, slices))
                 side_bc = sc.broadcast(self._side_inputs(stage, edges))
                 broadcasts.append(side_bc)
-                run = functools.partial(
-                    _run_stage, self._task(stage), r, self.ex.components, side_bc,
-                    assignment=self.startpoints and self.startpoints.assignment(stage.id),
-                )  # fmt: skip
-                out = edges.union(inputs).mapPartitions(run)
+                if stage.stateful:
+                    spec = StatefulRound(
+                        pipeline=self.pipeline.id,
+                        url=self.ex.url,
+                        checkpoint_id=self.checkpoint_id,
+                        round_no=r,
+                        parallelism=self.ex.parallelism,
+                        max_key_groups=self.state.max_key_groups,
+                        input_watermark=marks.stage_input[stage.id],
+                    )
+                    run = functools.partial(
+                        _run_stateful, self._task(stage), spec, self.ex.components, side_bc
+                    )
+                    out = edges.keyed_input(stage, spec).mapPartitionsWithIndex(run)
+                else:
+                    inputs = [
+                        edges.read(buffer).map(functools.partial(_tag, transform))
+                        for transform, buffer in stage.inputs
+                    ]
+                    rows = [(d.transform, d.element) for d in due.get(stage.id, ())]
+                    if rows:
+                        slices = max(1, min(self.ex.parallelism, len(rows)))
+                        inputs.append(sc.parallelize(rows, slices))
+                    run = functools.partial(
+                        _run_stage, self._task(stage), r, self.ex.components, side_bc,
+                        assignment=self.startpoints and self.startpoints.assignment(stage.id),
+                    )  # fmt: skip
+                    out = edges.union(inputs).mapPartitions(run)
                 out = out.persist(StorageLevel.MEMORY_AND_DISK)
                 persisted.append(out)
                 for buffer in dict.fromkeys(stage.output_buffers):
@@ -302,11 +345,12 @@ class PipelineLoop:
             reports.extend(edges.group_reports)
             persisted.extend(edges.persisted)
             sc.setJobDescription(f"sparkbeam {self.pipeline.id} round {r}")
-            t0 = time.monotonic()
+            started, t0 = time.time(), time.monotonic()
             collected = run_guarded(None, sc.union(reports).collect)
             t1 = time.monotonic()
             crash_point("mid-round", r)
             self._commit(collected, marks)
+            self.round_times.append(RoundTime(r, started, t1 - t0, time.monotonic() - t1))
             if _LOG.isEnabledFor(logging.DEBUG):
                 tracker = sc.statusTracker()
                 tasks = []
@@ -340,7 +384,7 @@ class PipelineLoop:
                     or (kind == EdgeKind.GROUP and self.group_keys.get(buffer))
                 ):
                     live.add(stage.id)
-            if due.get(stage.id):
+            if due.get(stage.id) or self.stateful.get(stage.id, {}).get("timers"):
                 live.add(stage.id)
             if stage.id in live:
                 producers_live.update(stage.output_buffers)
@@ -366,6 +410,12 @@ class PipelineLoop:
         commits, residuals = [], defaultdict(list)
         holds: dict[str, int] = {}
         keys: dict[str, int] = defaultdict(int)
+        stateful: dict[str, dict] = {
+            s.id: {"keys": 0, "timers": 0, "hold": watermarks.MAX}
+            for s in self.stages
+            if s.stateful
+        }
+        ran = {r.stage for r in reports if isinstance(r, KeyedStateReport)}
         timers: list = []
         infos: dict[str, list] = defaultdict(list)
         _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
@@ -381,6 +431,12 @@ class PipelineLoop:
                 holds[rec.buffer] = min(holds.get(rec.buffer, watermarks.MAX), rec.hold_micros)
                 keys[rec.buffer] += rec.keys
                 timers.append(rec.next_processing_ms)
+            elif isinstance(rec, KeyedStateReport):
+                info = stateful[rec.stage]
+                info["keys"] += rec.keys
+                info["timers"] += rec.timers
+                info["hold"] = min(info["hold"], rec.hold_micros)
+                timers.append(rec.next_processing_ms)
             elif isinstance(rec, MetricsRecord):
                 infos[rec.stage].extend(
                     metrics_pb2.MonitoringInfo.FromString(b) for b in rec.monitoring_infos
@@ -391,12 +447,19 @@ class PipelineLoop:
         pending = sum(h.pending() for h in self.handlers.values())
         timers += [h.next_fire_ms() for h in self.handlers.values()]
         self.next_timer_ms = min((t for t in timers if t is not None), default=None)
-        self.finished = pending == 0 and not any(keys.values())
+        for stage_id, info in stateful.items():
+            if stage_id not in ran:  # not run this round: nothing changed
+                info.update(self.stateful.get(stage_id, {}))
+            else:
+                info["watermark"] = marks.stage_input[stage_id]
+        timers_left = sum(info["timers"] for info in stateful.values())
+        self.finished = pending == 0 and not any(keys.values()) and not timers_left
         metadata = {
             "round": self.round_no,
             "group_holds": holds,
             "group_keys": dict(keys),
             "group_watermarks": marks.group_input,
+            "stateful": stateful,
             "pending_residuals": pending,
             "next_timer_ms": self.next_timer_ms,
             "watermark_micros": marks.source(),
@@ -420,6 +483,7 @@ class PipelineLoop:
         self.impulse_done = True
         self.group_holds, self.group_keys = holds, dict(keys)
         self.previous = dict(marks.group_input)
+        self.stateful = stateful
         for stage, stage_infos in infos.items():
             self.ex.add_metrics(stage, stage_infos)
         self.rounds_run += 1
@@ -449,16 +513,22 @@ class _RoundEdges(EdgeBuilder):
             return self.sc.emptyRDD()
         return rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
 
-    def read_for(self, stage, buffer: BufferId):
-        if stage.stateful and self.plan.edge(buffer).kind != EdgeKind.IMPULSE:
-            from sparkbeam.translation.errors import UnsupportedFeatureError
+    def keyed_input(self, stage, spec: StatefulRound):
+        """A stateful stage's input, partitioned so partition ``p`` holds subtask ``p``'s keys.
 
-            raise UnsupportedFeatureError(
-                "stateful DoFn in --streaming",
-                f"stage {stage.id} ({', '.join(stage.transforms)})",
-                "Run it without --streaming (batch), or group with GroupByKey instead.",
+        All inputs are keyed first and shuffled together: partition index = subtask."""
+        key, comps = self.plan_key, self.components
+        keyed = [
+            self.read(buffer).mapPartitions(
+                functools.partial(_keyed_rows, comps, key, stage, transform)
             )
-        return self.read(buffer)
+            for transform, buffer in stage.inputs
+            if self.plan.edge(buffer).kind != EdgeKind.IMPULSE
+        ]
+        partitioner = functools.partial(
+            partition_for_key, parallelism=spec.parallelism, max_key_groups=spec.max_key_groups
+        )
+        return self.union(keyed).partitionBy(spec.parallelism, partitioner)
 
     def read(self, buffer: BufferId):
         edge = self.plan.edge(buffer)
@@ -506,6 +576,19 @@ class _RoundEdges(EdgeBuilder):
         self.persisted.append(grouped)
         self.group_reports.append(grouped.filter(_is_report))
         return grouped.filter(functools.partial(_is_output, edge.id)).map(_data)
+
+
+def _keyed_rows(components, plan_key: str, stage, transform: str, blobs):
+    register_plan(plan_key, components.value)
+    for key, element in sdk_keyed(plan_key, stage, transform, blobs):
+        yield key, (transform, element)
+
+
+def _run_stateful(task: StageTask, spec: StatefulRound, components, side_bc, index: int, pairs):
+    keyed = KeyedState(spec, task.plan_key, task.stage, index)
+    rows = (row for _, row in pairs)
+    records = run_stage_partition(task, components.value, side_bc.value, rows, keyed_state=keyed)
+    return sink_files.collect_sink_files(records, task.stage.id, spec.round_no)
 
 
 def _run_stage(task: StageTask, round_no: int, components, side_bc, rows, assignment=None):

@@ -4,7 +4,8 @@ A round's watermarks are fixed before the round runs, from what the previous
 round left behind: an Impulse is at -inf until its round committed and +inf
 after; a splittable-DoFn stage holds its output back to the earliest hold of
 its pending residuals (their output watermarks, reported by the SDK's
-watermark estimators); a GroupByKey holds its output back to the earliest
+watermark estimators); a stateful stage to the earliest output timestamp of
+its pending event-time timers; a GroupByKey holds its output back to the earliest
 hold of the panes it buffers. Everything else passes the minimum of its
 inputs through. A GroupByKey's *input* watermark (what fires its event-time
 timers) excludes its own hold, otherwise it could never fire.
@@ -38,7 +39,7 @@ def compute(
     plan: ExecutionPlan,
     stages: list[StagePlan],
     impulse_pending: bool,
-    sdf_holds: dict[str, int | None],
+    stage_holds: dict[str, int | None],
     group_holds: dict[str, int],
 ) -> RoundWatermarks:
     """Propagate watermarks through ``stages`` (topologically ordered)."""
@@ -63,6 +64,6 @@ def compute(
         inputs += [read(si.buffer) for si in stage.side_inputs]
         wm = min(inputs, default=MAX)
         marks.stage_input[stage.id] = wm
-        hold = sdf_holds.get(stage.id)
+        hold = stage_holds.get(stage.id)
         marks.stage_output[stage.id] = wm if hold is None else min(wm, hold)
     return marks

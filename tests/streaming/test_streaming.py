@@ -1,0 +1,181 @@
+"""Streaming runs on the shared local Spark: windowed GroupByKey with triggers, stateful
+DoFns with timers, cancel, per-pipeline failure isolation. Each test's pipeline is small;
+the rounds and checkpoints are real (a real store in a temp directory)."""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import apache_beam as beam
+import pytest
+from apache_beam.coders import VarIntCoder
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.runner import PipelineState
+from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms import trigger, userstate, window
+from sparkbeam.checkpoint import open_store
+
+from tests.conftest import spark_test_options
+from tests.streaming.streaming_pipelines import EventTimeOffsets, expected_counts, windowed_counts
+
+pytestmark = pytest.mark.spark
+
+
+def _options(tmp_path, *extra):
+    return PipelineOptions(
+        spark_test_options(
+            "--streaming",
+            f"--checkpoint_dir={tmp_path / 'ckpt'}",
+            "--checkpoint_interval_s=0.05",
+            *extra,
+        )
+    )
+
+
+def test_windowed_count_fires_each_window_once_as_the_watermark_passes(spark, tmp_path):
+    sources = [("a", 40), ("b", 25)]
+    with beam.Pipeline(options=_options(tmp_path)) as p:
+        assert_that(windowed_counts(p, sources), equal_to(expected_counts(sources)))
+    store = open_store(str(tmp_path / "ckpt"), read_only=True)
+    (pipeline,) = store.list_pipelines()
+    checkpoints = store.list_checkpoints(pipeline)
+    assert len(checkpoints) >= 1  # retention keeps the last few of the 5+ rounds
+    last = store.load_manifest(pipeline, checkpoints[-1].checkpoint_id)
+    assert last.metadata["round"] >= 4  # 4 rounds of records, then the final firing
+    assert last.metadata["pending_residuals"] == 0
+
+
+def test_early_and_late_firings_accumulate_as_configured(spark, tmp_path):
+    """AfterWatermark with an early count trigger: panes fire before the window closes."""
+    with beam.Pipeline(options=_options(tmp_path)) as p:
+        counts = (
+            p
+            | beam.Create([("k", 30)])
+            | beam.ParDo(EventTimeOffsets(per_round=5))
+            | beam.WindowInto(
+                window.FixedWindows(15),
+                trigger=trigger.AfterWatermark(early=trigger.AfterCount(5)),
+                accumulation_mode=trigger.AccumulationMode.ACCUMULATING,
+            )
+            | beam.combiners.Count.PerKey()
+            | beam.ParDo(_WithPane())
+        )
+        # Each round brings 5 records and fires an early pane (5, 10, 15; accumulating);
+        # the round after, the watermark passes the window's end: the on-time pane.
+        expected = [
+            (0, 5, "EARLY"), (0, 10, "EARLY"), (0, 15, "EARLY"), (0, 15, "ON_TIME"),
+            (15, 5, "EARLY"), (15, 10, "EARLY"), (15, 15, "EARLY"), (15, 15, "ON_TIME"),
+        ]  # fmt: skip
+        assert_that(counts, equal_to(expected))
+
+
+class _WithPane(beam.DoFn):
+    def process(self, kv, win=beam.DoFn.WindowParam, pane=beam.DoFn.PaneInfoParam):
+        timing = {0: "EARLY", 1: "ON_TIME", 2: "LATE"}[pane.timing]
+        yield int(win.start), kv[1], timing
+
+
+class _BufferUntilWindowEnd(beam.DoFn):
+    """Stateful: buffers values per key and emits their sum when an event-time timer fires."""
+
+    BUFFER = userstate.BagStateSpec("buffer", VarIntCoder())
+    FLUSH = userstate.TimerSpec("flush", userstate.TimeDomain.WATERMARK)
+
+    def process(
+        self,
+        kv,
+        win=beam.DoFn.WindowParam,
+        buffer=beam.DoFn.StateParam(BUFFER),
+        flush=beam.DoFn.TimerParam(FLUSH),
+    ):
+        buffer.add(kv[1])
+        flush.set(win.end)
+
+    @userstate.on_timer(FLUSH)
+    def on_flush(self, key=beam.DoFn.KeyParam, buffer=beam.DoFn.StateParam(BUFFER)):
+        values = list(buffer.read())
+        buffer.clear()
+        yield key, sum(values), len(values)
+
+
+def test_stateful_dofn_keeps_state_and_event_timers_across_rounds(spark, tmp_path):
+    with beam.Pipeline(options=_options(tmp_path)) as p:
+        sums = (
+            p
+            | beam.Create([("a", 40), ("b", 20)])
+            | beam.ParDo(EventTimeOffsets(per_round=7))
+            | beam.WindowInto(window.FixedWindows(10))
+            | beam.ParDo(_BufferUntilWindowEnd())
+        )
+        # Records arrive 7 per round, so every window's buffer spans two rounds or more.
+        expected = [
+            (name, sum(range(s, s + 10)), 10) for name, n in (("a", 40), ("b", 20))
+            for s in range(0, n, 10)
+        ]  # fmt: skip
+        assert_that(sums, equal_to(expected))
+
+
+def test_cancel_stops_an_unbounded_job_after_a_committed_round(spark, tmp_path):
+    p = beam.Pipeline(options=_options(tmp_path))
+    _ = (
+        p
+        | beam.Create([("forever", 10**9)])
+        | beam.ParDo(EventTimeOffsets(per_round=5, delay_s=0.01))
+        | beam.WindowInto(window.FixedWindows(10))
+        | beam.combiners.Count.PerKey()
+    )
+    result = p.run()
+    assert result.wait_until_finish(duration=3000) == PipelineState.RUNNING
+    assert result.cancel() == PipelineState.CANCELLED
+    store = open_store(str(tmp_path / "ckpt"), read_only=True)
+    (pipeline,) = store.list_pipelines()
+    last = store.list_checkpoints(pipeline)[-1]
+    manifest = store.load_manifest(pipeline, last.checkpoint_id)
+    assert manifest.metadata["pending_residuals"] == 1  # the source resumes from here
+    assert not manifest.metadata.get("finished")
+
+
+class _FailOnce(beam.DoFn):
+    """Fails the first time it sees ``value`` (a marker file makes it once per test)."""
+
+    def __init__(self, marker: str, value: int) -> None:
+        self.marker = marker
+        self.value = value
+
+    def process(self, kv):
+        if kv[1] == self.value and not os.path.exists(self.marker):
+            open(self.marker, "w").close()
+            raise RuntimeError("injected failure")
+        yield kv
+
+
+def test_a_failed_pipeline_restores_alone_and_the_other_never_restarts(spark, tmp_path):
+    from sparkbeam.io import WriteToFilesOnCheckpoint
+
+    marker = str(tmp_path / "failed-once")
+    p = beam.Pipeline(options=_options(tmp_path))
+    for name, fail in (("healthy", None), ("flaky", 23)):
+        records = (
+            p
+            | f"{name}Source" >> beam.Create([(name, 40)])
+            | f"{name}Read" >> beam.ParDo(EventTimeOffsets(per_round=5))
+        )
+        if fail is not None:
+            records = records | f"{name}Fail" >> beam.ParDo(_FailOnce(marker, fail))
+        _ = (
+            records
+            | f"{name}Format" >> beam.Map(lambda kv: f"{kv[0]} {kv[1]}")
+            | f"{name}Write" >> WriteToFilesOnCheckpoint(str(tmp_path / "out" / name))
+        )
+    result = p.run()
+    assert result.wait_until_finish() == PipelineState.DONE
+    assert os.path.exists(marker)  # the failure really happened
+    loops = {loop.pipeline.id: loop for loop in result.executor.loops}
+    assert sorted(loop.restores for loop in loops.values()) == [0, 1]
+    for name in ("healthy", "flaky"):
+        lines = []
+        for path in glob.glob(str(tmp_path / "out" / f"{name}-*")):
+            lines += open(path).read().split()
+        values = sorted(int(v) for v in lines if v.isdigit())
+        assert values == list(range(40)), name  # exactly once, despite the restore
