@@ -70,9 +70,25 @@ def test_counters_distributions_gauges_are_committed(spark):
     assert gauge.committed.value in {1, 2, 3, 4}
 
 
-def test_streaming_flag_is_not_silently_ignored(spark, caplog):
-    options = PipelineOptions(spark_test_options("--streaming"))
+def test_streaming_without_checkpoint_dir_checkpoints_under_the_job_name(
+    spark, caplog, tmp_path, monkeypatch
+):
+    """--streaming always has a store: ./sparkbeam-checkpoints/<job name>, named in the log."""
+    monkeypatch.chdir(tmp_path)
+    options = PipelineOptions(spark_test_options("--streaming", "--job_name=my-job"))
     with caplog.at_level("WARNING"):
-        with beam.Pipeline(runner=SparkCheckpointRunner(), options=options) as p:
-            assert_that(p | beam.Create([1, 2]) | beam.Map(lambda x: x * 2), equal_to([2, 4]))
-    assert "--streaming is not supported yet" in caplog.text
+        p = beam.Pipeline(runner=SparkCheckpointRunner(), options=options)
+        counted = p | beam.Create([1, 2]) | beam.Map(_count_and_double)
+        assert_that(counted, equal_to([2, 4]))
+        result = p.run()
+        result.wait_until_finish()
+    expected = tmp_path / "sparkbeam-checkpoints" / "my-job"
+    assert f"checkpoints go to {expected}" in caplog.text
+    assert (expected / "pipelines").is_dir()
+    (counter,) = result.metrics().query()["counters"]
+    assert counter.committed == 2  # metrics of streaming rounds are merged like batch ones
+
+
+def _count_and_double(x):
+    beam.metrics.Metrics.counter("test", "seen").inc()
+    return x * 2
