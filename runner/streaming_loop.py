@@ -1,0 +1,386 @@
+"""The rounds of one independent pipeline: restore, run a round, commit its checkpoint.
+
+Each round's watermarks are fixed from what the previous round left (see
+``watermarks``); only stages some data can reach run (``_live_stages``); the
+round's reports are applied and committed as one checkpoint (``_commit``), the
+barrier after which its sink files are published. A round that fails beyond
+Spark's task retries drops the working state and restores the last checkpoint
+(``open``), up to ``--max_restores`` times.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections import defaultdict
+from typing import Any, NamedTuple
+
+from apache_beam.portability.api import metrics_pb2
+from apache_beam.utils import timestamp
+from pyspark import StorageLevel
+from sparkbeam.runner import sink_files, watermarks
+from sparkbeam.runner.bundle_executor import StageTask
+from sparkbeam.runner.durability import FINISHED
+from sparkbeam.runner.edges import _tag
+from sparkbeam.runner.errors import StageFailedError, run_guarded
+from sparkbeam.runner.executor import _data, _is_output, _reissue_warnings
+from sparkbeam.runner.faults import crash_point
+from sparkbeam.runner.records import (
+    CommitRecord,
+    MetricsRecord,
+    SinkFilesRecord,
+    WarningRecord,
+)
+from sparkbeam.runner.startpoint_rounds import (
+    commit_round,
+    open_session,
+    outcomes,
+)
+from sparkbeam.runner.streaming_group import GroupReport
+from sparkbeam.runner.streaming_round import RoundEdges, is_report, run_stage, run_stateful
+from sparkbeam.runner.streaming_stateful import (
+    KeyedStateReport,
+    StatefulRound,
+)
+from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf.startpoints import CONSUMED_METADATA_KEY, StartpointSession
+from sparkbeam.translation.plan import EdgeKind, PipelinePlan
+
+_LOG = logging.getLogger(__name__)
+IMPULSE_DONE = "impulse"
+MAX_RESIDUALS_PER_ROUND = 50_000
+SIDE_INPUT_PREFIX = "side-input/"
+
+
+class RoundTime(NamedTuple):
+    """How long one committed round took: its Spark job, then its checkpoint commit."""
+
+    round_no: int
+    started: float  # epoch seconds, when the round's Spark job started
+    job_s: float
+    commit_s: float
+
+
+class PipelineLoop:
+    """The rounds of one independent pipeline."""
+
+    def __init__(self, executor, pipeline: PipelinePlan) -> None:
+        self.ex = executor
+        self.plan = executor.plan
+        self.pipeline = pipeline
+        ids = set(pipeline.stages)
+        self.stages = [s for s in self.plan.stages if s.id in ids]
+        self.state: Any = None  # the PipelineStore, set by open()
+        self.handlers: dict[str, StateAndTimerBundleCheckpointHandler] = {}
+        self.round_no = 0
+        self.impulse_done = False
+        self.group_holds: dict[str, int] = {}
+        self.group_keys: dict[str, int] = {}
+        self.previous: dict[str, int] = {}  # GroupByKey -> input watermark of last round
+        self.stateful: dict[str, dict] = {}  # stateful stage -> keys/timers/hold/watermark
+        self.checkpoint_id: int | None = None
+        self.side_values: dict[str, list[bytes]] = defaultdict(list)
+        self.restores = 0  # restores after a failure (not the restore at start)
+        self.rounds_run = 0
+        self.finished = False
+        self.next_timer_ms: float | None = None
+        self.startpoints: StartpointSession | None = None  # this run's, made by open()
+        self.round_times: list[RoundTime] = []  # every committed round of this run
+
+    # --- lifecycle -------------------------------------------------------------
+
+    def run(self) -> None:
+        self.ex.sc.setLocalProperty("spark.scheduler.pool", self.pipeline.id)
+        self.open()
+        while not self.finished and not self.ex.stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_round()
+            except StageFailedError as e:
+                self.restores += 1
+                if self.restores > self.ex.max_restores:
+                    raise
+                _LOG.warning(
+                    "Pipeline %s: round %d failed (%s); restoring its last checkpoint "
+                    "(restore %d of at most %d). Other pipelines keep running.",
+                    self.pipeline.id, self.round_no, e.stage, self.restores, self.ex.max_restores,
+                )  # fmt: skip
+                self.open()
+                continue
+            if not self.finished:
+                self._pause(started)
+        _LOG.info("Pipeline %s stopped after round %d", self.pipeline.id, self.round_no - 1)
+
+    def open(self) -> None:
+        """Start from the pipeline's latest checkpoint, or from nothing."""
+        if self.state is not None:
+            self.state.close()  # drop uncommitted changes of a failed round
+        self.state = self.ex.store.pipeline(self.pipeline.id)
+        info = self.ex.guard.restore(self.state, self.ex.store)  # refuses incompatible changes
+        meta = {}
+        if info is not None:
+            meta = self.ex.store.load_manifest(self.pipeline.id, info.checkpoint_id).metadata
+            if meta.get(FINISHED):
+                _LOG.info("Pipeline %s had finished; running it again", self.pipeline.id)
+                self.state.close()
+                self.state = self.ex.store.pipeline(self.pipeline.id)
+                info, meta = None, {k: v for k, v in meta.items() if k == CONSUMED_METADATA_KEY}
+        self.checkpoint_id = info.checkpoint_id if info is not None else None
+        self.round_no = int(meta.get("round", -1)) + 1
+        self.group_holds = dict(meta.get("group_holds", {}))
+        self.group_keys = dict(meta.get("group_keys", {}))
+        self.previous = dict(meta.get("group_watermarks", {}))
+        self.stateful = dict(meta.get("stateful", {}))
+        self.impulse_done = IMPULSE_DONE in self.state.completed()
+        self.handlers = {
+            s.id: StateAndTimerBundleCheckpointHandler(self.state, s.id)
+            for s in self.stages
+            if s.is_sdf_process
+        }
+        pending = sum(h.restore() for h in self.handlers.values())
+        stored: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
+        for ns, key, value in self.state.items():
+            if ns.startswith(SIDE_INPUT_PREFIX):
+                stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, value))
+        self.side_values = defaultdict(
+            list, {b: [v for _, v in sorted(kv)] for b, kv in stored.items()}
+        )
+        if info is not None:
+            _LOG.info(
+                "Pipeline %s restored checkpoint %d: round %d next, %d residual(s) pending",
+                self.pipeline.id, info.checkpoint_id, self.round_no, pending,
+            )  # fmt: skip
+        sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
+        # Startpoints fan out from the checkpoint just restored (after a failed round, too).
+        self.startpoints = open_session(
+            self.ex.store.startpoints, self.plan, self.pipeline.id, meta,
+            self.state if info is not None else None, self.ex.startpoint_max_age_s,
+        )  # fmt: skip
+
+    def _pause(self, started: float) -> None:
+        """Wait for the next round: the interval, or longer if nothing is due sooner."""
+        earliest = started + self.ex.interval_s
+        if self.next_timer_ms is None or self._watermark_moves():
+            wake = earliest
+        else:
+            due = self.next_timer_ms / 1000.0 - time.time() + time.monotonic()
+            wake = max(earliest, due)
+        self.ex.stop.wait(max(0.0, wake - time.monotonic()))
+
+    def _watermark_moves(self) -> bool:
+        marks = self._watermarks()
+        groups = any(
+            marks.group_input.get(b) != self.previous.get(b)
+            for b, keys in self.group_keys.items()
+            if keys
+        )
+        return groups or any(
+            marks.stage_input.get(s) != info.get("watermark")
+            for s, info in self.stateful.items()
+            if info.get("timers")
+        )
+
+    def _watermarks(self) -> watermarks.RoundWatermarks:
+        return watermarks.compute(
+            self.plan,
+            self.stages,
+            impulse_pending=not self.impulse_done,
+            stage_holds={
+                **{s: info.get("hold") for s, info in self.stateful.items()},
+                **{s: h.watermark_hold_micros() for s, h in self.handlers.items()},
+            },
+            group_holds=self.group_holds,
+        )
+
+    # --- one round -------------------------------------------------------------
+
+    def run_round(self) -> None:
+        sc, r = self.ex.sc, self.round_no
+        marks = self._watermarks()
+        now_ms = time.time() * 1000.0
+        due = {s: h.pop_due(now_ms, MAX_RESIDUALS_PER_ROUND) for s, h in self.handlers.items()}
+        edges = RoundEdges(self, marks)
+        live = self._live_stages(due)
+        reports, persisted, broadcasts = [], [], []
+        try:
+            for stage in self.stages:
+                if stage.id not in live:
+                    continue  # nothing can reach it this round: no Spark tasks for it
+                side_bc = sc.broadcast(self._side_inputs(stage, edges))
+                broadcasts.append(side_bc)
+                if stage.stateful:
+                    spec = StatefulRound(
+                        pipeline=self.pipeline.id,
+                        url=self.ex.url,
+                        checkpoint_id=self.checkpoint_id,
+                        round_no=r,
+                        parallelism=self.ex.parallelism,
+                        max_key_groups=self.state.max_key_groups,
+                        input_watermark=marks.stage_input[stage.id],
+                    )
+                    run = functools.partial(
+                        run_stateful, self._task(stage), spec, self.ex.components, side_bc
+                    )
+                    out = edges.keyed_input(stage, spec).mapPartitionsWithIndex(run)
+                else:
+                    inputs = [
+                        edges.read(buffer).map(functools.partial(_tag, transform))
+                        for transform, buffer in stage.inputs
+                    ]
+                    rows = [(d.transform, d.element) for d in due.get(stage.id, ())]
+                    if rows:
+                        slices = max(1, min(self.ex.parallelism, len(rows)))
+                        inputs.append(sc.parallelize(rows, slices))
+                    run = functools.partial(
+                        run_stage, self._task(stage), r, self.ex.components, side_bc,
+                        assignment=self.startpoints and self.startpoints.assignment(stage.id),
+                    )  # fmt: skip
+                    out = edges.union(inputs).mapPartitions(run)
+                out = out.persist(StorageLevel.MEMORY_AND_DISK)
+                persisted.append(out)
+                for buffer in dict.fromkeys(stage.output_buffers):
+                    edges.add_writer(
+                        buffer, out.filter(functools.partial(_is_output, buffer)).map(_data)
+                    )
+                reports.append(out.filter(is_report))
+            reports.extend(edges.group_reports)
+            persisted.extend(edges.persisted)
+            sc.setJobDescription(f"sparkbeam {self.pipeline.id} round {r}")
+            started, t0 = time.time(), time.monotonic()
+            collected = run_guarded(None, sc.union(reports).collect)
+            t1 = time.monotonic()
+            crash_point("mid-round", r)
+            self._commit(collected, marks)
+            self.round_times.append(RoundTime(r, started, t1 - t0, time.monotonic() - t1))
+            _LOG.debug("%s round %d: Spark job %.3fs", self.pipeline.id, r, t1 - t0)
+        finally:
+            for rdd in persisted:
+                rdd.unpersist(blocking=False)
+            for bc in broadcasts:
+                bc.unpersist(blocking=False)
+
+    def _live_stages(self, due: dict) -> set[str]:
+        """Stages that may see data this round: downstream of the Impulse (first round),
+        of due residuals, or of a GroupByKey that holds state."""
+        live: set[str] = set()
+        producers_live: set[str] = set()  # buffers a live stage writes
+        for stage in self.stages:
+            for buffer in stage.input_buffers + tuple(si.buffer for si in stage.side_inputs):
+                kind = self.plan.edge(buffer).kind
+                if (
+                    (kind == EdgeKind.IMPULSE and not self.impulse_done)
+                    or buffer in producers_live
+                    or (kind == EdgeKind.GROUP and self.group_keys.get(buffer))
+                ):
+                    live.add(stage.id)
+            if due.get(stage.id) or self.stateful.get(stage.id, {}).get("timers"):
+                live.add(stage.id)
+            if stage.id in live:
+                producers_live.update(stage.output_buffers)
+        return live
+
+    def _task(self, stage) -> StageTask:
+        return StageTask(self.ex.plan_key, stage, residual_budget_s=0.0)
+
+    def _side_inputs(self, stage, edges) -> dict:
+        """Side inputs accumulate over rounds (and are kept in the store for restores)."""
+        values = {}
+        for si in stage.side_inputs:
+            new = run_guarded(stage.id, edges.read(si.buffer).collect)
+            for i, chunk in enumerate(new):
+                key = f"{self.round_no:010d}/{i:08d}".encode()
+                self.state.put(SIDE_INPUT_PREFIX + si.buffer, key, chunk)
+            self.side_values[si.buffer].extend(new)
+            values[si.buffer] = list(self.side_values[si.buffer])
+        return values
+
+    def _commit(self, reports: list, marks: watermarks.RoundWatermarks) -> None:
+        """The round barrier: apply every report, then commit one checkpoint."""
+        commits, residuals = [], defaultdict(list)
+        holds: dict[str, int] = {}
+        keys: dict[str, int] = defaultdict(int)
+        stateful: dict[str, dict] = {
+            s.id: {"keys": 0, "timers": 0, "hold": watermarks.MAX}
+            for s in self.stages
+            if s.stateful
+        }
+        ran = {r.stage for r in reports if isinstance(r, KeyedStateReport)}
+        timers: list = []
+        infos: dict[str, list] = defaultdict(list)
+        _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
+        sink_files.record_pending(
+            self.state, [p for r in reports if isinstance(r, SinkFilesRecord) for p in r.pairs]
+        )
+        for rec in reports:
+            if isinstance(rec, CommitRecord):
+                commits.append(rec.message)
+            elif isinstance(rec, ResidualRecord):
+                residuals[rec.stage].append(rec)
+            elif isinstance(rec, GroupReport):
+                holds[rec.buffer] = min(holds.get(rec.buffer, watermarks.MAX), rec.hold_micros)
+                keys[rec.buffer] += rec.keys
+                timers.append(rec.next_processing_ms)
+            elif isinstance(rec, KeyedStateReport):
+                info = stateful[rec.stage]
+                info["keys"] += rec.keys
+                info["timers"] += rec.timers
+                info["hold"] = min(info["hold"], rec.hold_micros)
+                timers.append(rec.next_processing_ms)
+            elif isinstance(rec, MetricsRecord):
+                infos[rec.stage].extend(
+                    metrics_pb2.MonitoringInfo.FromString(b) for b in rec.monitoring_infos
+                )
+        for stage, records in residuals.items():
+            self.handlers[stage].add(records)
+        self.state.mark_completed(IMPULSE_DONE)
+        pending = sum(h.pending() for h in self.handlers.values())
+        timers += [h.next_fire_ms() for h in self.handlers.values()]
+        self.next_timer_ms = min((t for t in timers if t is not None), default=None)
+        for stage_id, info in stateful.items():
+            if stage_id not in ran:  # not run this round: nothing changed
+                info.update(self.stateful.get(stage_id, {}))
+            else:
+                info["watermark"] = marks.stage_input[stage_id]
+        timers_left = sum(info["timers"] for info in stateful.values())
+        self.finished = pending == 0 and not any(keys.values()) and not timers_left
+        metadata = {
+            "round": self.round_no,
+            "group_holds": holds,
+            "group_keys": dict(keys),
+            "group_watermarks": marks.group_input,
+            "stateful": stateful,
+            "pending_residuals": pending,
+            "next_timer_ms": self.next_timer_ms,
+            "watermark_micros": marks.source(),
+        }
+        if self.finished:
+            metadata[FINISHED] = True
+        cid = commit_round(  # startpoints this round consumed are deleted once it commits
+            self.startpoints,
+            outcomes(reports),
+            lambda consumed: self.state.checkpoint(
+                fingerprint=self.plan.fingerprint,
+                parallelism=self.ex.parallelism,
+                metadata={**metadata, **consumed, **self.ex.guard.metadata(self.pipeline.id)},
+                commit_messages=commits,
+            ),
+        )
+        # Committed: the round is real. Apply it to the loop and publish its files.
+        crash_point("after-commit", self.round_no)
+        sink_files.finalize_pending(self.state)
+        self.checkpoint_id = int(cid)
+        self.impulse_done = True
+        self.group_holds, self.group_keys = holds, dict(keys)
+        self.previous = dict(marks.group_input)
+        self.stateful = stateful
+        for stage, stage_infos in infos.items():
+            self.ex.add_metrics(stage, stage_infos)
+        self.rounds_run += 1
+        _LOG.info(
+            "sparkbeam %s: round %d committed as checkpoint %d; %d residual(s) pending, "
+            "%d grouped key(s), watermark %s",
+            self.pipeline.id, self.round_no, cid, pending, sum(keys.values()),
+            timestamp.Timestamp(micros=marks.source()),
+        )  # fmt: skip
+        self.round_no += 1
