@@ -1,4 +1,4 @@
-"""The ``sparkbeam`` command: ``plan``, ``checkpoints``, ``startpoints``, ``sdf-check``.
+"""The ``sparkbeam`` command: ``plan``, ``drain``, ``checkpoints``, ``startpoints``, ``sdf-check``.
 
 ``sparkbeam plan my_pipeline.py [pipeline args]`` runs the script with a
 runner that only translates and prints the ExecutionPlan (nothing executes).
@@ -41,6 +41,19 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _drain(args: argparse.Namespace) -> int:
+    """Ask the streaming job on a store to drain (it checks between rounds)."""
+    from sparkbeam.checkpoint import open_storage
+    from sparkbeam.runner.streaming import DRAIN_REQUEST
+
+    open_storage(args.checkpoint_dir).write(DRAIN_REQUEST, b"drain")
+    print(
+        f"Drain requested in {args.checkpoint_dir}: the running job truncates its pending "
+        "restrictions, fires every window and timer, commits and stops (state DRAINED)."
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkbeam", description="Beam Python pipelines on Apache Spark."
@@ -50,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("script", help="path of a Beam pipeline script")
     plan.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     plan.set_defaults(func=_plan)
+    drain = sub.add_parser("drain", help="drain the streaming job running on a checkpoint store")
+    drain.add_argument("--checkpoint_dir", required=True, help="the job's --checkpoint_dir")
+    drain.set_defaults(func=_drain)
     checkpoint_cli.add_subcommands(sub)
     checkpoint_cli.add_startpoint_subcommands(sub)
     sdf_check_cli.add_subcommands(sub)

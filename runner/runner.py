@@ -65,7 +65,8 @@ class SparkCheckpointRunner(PipelineRunner):
         if options.view_as(StandardOptions).streaming:
             from sparkbeam.runner.streaming_job import start_streaming
 
-            return start_streaming(spark, plan, options)  # rounds on driver threads
+            drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
+            return start_streaming(spark, plan, options, drain_plan)  # rounds on driver threads
         store = None
         url = spark_options.checkpoint_dir
         if url:

@@ -48,6 +48,8 @@ def get_or_create_session(options: SparkRunnerOptions, job_name: str | None = No
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.daemon.module", "sparkbeam.runner.daemon")
         .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(sys.path))
+        # Streaming runs each independent pipeline's rounds in its own scheduler pool.
+        .config("spark.scheduler.mode", "FAIR")
     )
     for key, value in conf:
         builder = builder.config(key, value)

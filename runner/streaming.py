@@ -32,6 +32,7 @@ from sparkbeam.runner.streaming_loop import PipelineLoop
 from sparkbeam.translation.plan import ExecutionPlan
 
 _LOG = logging.getLogger(__name__)
+DRAIN_REQUEST = "drain-request"
 
 
 class StreamingExecutor:
@@ -48,6 +49,7 @@ class StreamingExecutor:
         max_restores: int = 3,
         plan_key: str | None = None,
         startpoint_max_age_s: float | None = None,
+        drain_plan=None,
     ) -> None:
         self.sc = spark.sparkContext
         self.plan = plan
@@ -62,6 +64,8 @@ class StreamingExecutor:
         self.plan_key = plan_key or f"{plan.fingerprint}-{code}-stream"
         self.components = self.sc.broadcast(plan.components)
         self.stop = threading.Event()
+        self.drain_requested = threading.Event()
+        self._drain_plan = drain_plan  # callable: the plan with SDF truncation, built on drain
         self.loops = [PipelineLoop(self, p) for p in plan.pipelines]
         self._threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
@@ -100,6 +104,34 @@ class StreamingExecutor:
         self.stop.set()
         for thread in self._threads:
             thread.join()
+
+    def drain(self) -> None:
+        """Drain: truncate pending restrictions, fire every window and timer, then stop."""
+        self.drain_requested.set()
+        for thread in self._threads:
+            thread.join()
+
+    def draining(self) -> bool:
+        """Drain asked for by ``drain()`` or by ``sparkbeam drain`` (a request in the store)."""
+        if not self.drain_requested.is_set() and self.store.storage.exists(DRAIN_REQUEST):
+            _LOG.warning("Drain requested through %s/%s", self.url, DRAIN_REQUEST)
+            self.drain_requested.set()
+        return self.drain_requested.is_set()
+
+    @functools.cached_property
+    def drain_stages(self) -> dict:
+        """SDF process stages planned with truncation (Beam's drain expansion), by stage id."""
+        if self._drain_plan is None:
+            raise RuntimeError("This streaming run was started without a drain plan")
+        plan = self._drain_plan()
+        if [s.id for s in plan.stages] != [s.id for s in self.plan.stages]:
+            raise RuntimeError(
+                "The drain plan's stages differ from the running plan's; cannot drain. "
+                "Cancel the job instead (result.cancel()): its last checkpoint is kept."
+            )
+        key = f"{self.plan_key}-drain"
+        components = self.sc.broadcast(plan.components)
+        return {s.id: (key, components, s) for s in plan.stages if s.is_sdf_process}
 
     def add_metrics(self, stage: str, infos: list) -> None:
         with self._lock:

@@ -17,14 +17,19 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.startpoint_rounds import check_startpoints
-from sparkbeam.runner.streaming import StreamingExecutor
+from sparkbeam.runner.streaming import DRAIN_REQUEST, StreamingExecutor
 from sparkbeam.runner.streaming_options import SparkStreamingOptions
 from sparkbeam.translation.plan import ExecutionPlan
 
 _LOG = logging.getLogger(__name__)
 
 
-def start_streaming(spark, plan: ExecutionPlan, options: PipelineOptions) -> StreamingResult:
+def start_streaming(
+    spark, plan: ExecutionPlan, options: PipelineOptions, drain_plan=None
+) -> StreamingResult:
+    """Open the store (default: under the job name), start every pipeline's round loop.
+
+    ``drain_plan``: a callable returning the plan with SDF truncation, used on drain."""
     spark_options = options.view_as(SparkRunnerOptions)
     streaming = options.view_as(SparkStreamingOptions)
     url = spark_options.checkpoint_dir
@@ -51,6 +56,7 @@ def start_streaming(spark, plan: ExecutionPlan, options: PipelineOptions) -> Str
         checkpoint_interval_s=streaming.checkpoint_interval_s,
         max_restores=streaming.max_restores,
         startpoint_max_age_s=streaming.startpoint_max_age_s,
+        drain_plan=drain_plan,
     )
     executor.start()
     return StreamingResult(executor, store)
@@ -94,7 +100,20 @@ class StreamingResult(PipelineResult):
                 self._finish(PipelineState.CANCELLED)
         return self._state
 
+    def drain(self) -> str:
+        """Truncate pending restrictions (the SDFs' ``truncate``), fire every window and timer
+        as if the watermark were at +infinity, commit, and stop: DRAINED."""
+        self.executor.drain()
+        with self._lock:
+            if self._state == PipelineState.RUNNING:
+                self._finish(PipelineState.DRAINED)
+        return self._state
+
     def _finish(self, state: str) -> None:
+        if self.executor.drain_requested.is_set() and state == PipelineState.DONE:
+            state = PipelineState.DRAINED
+        if state == PipelineState.DRAINED:
+            self._store.storage.delete(DRAIN_REQUEST)  # served; the next run starts normally
         self._state = state
         self._store.close()
 

@@ -86,6 +86,7 @@ class PipelineLoop:
         self.finished = False
         self.next_timer_ms: float | None = None
         self.startpoints: StartpointSession | None = None  # this run's, made by open()
+        self.draining = False  # truncate pending restrictions, watermarks at +inf
         self.round_times: list[RoundTime] = []  # every committed round of this run
 
     # --- lifecycle -------------------------------------------------------------
@@ -95,6 +96,9 @@ class PipelineLoop:
         self.open()
         while not self.finished and not self.ex.stop.is_set():
             started = time.monotonic()
+            if not self.draining and self.ex.draining():
+                self.draining = True
+                _LOG.warning("Pipeline %s: draining from round %d", self.pipeline.id, self.round_no)
             try:
                 self.run_round()
             except StageFailedError as e:
@@ -182,6 +186,8 @@ class PipelineLoop:
         )
 
     def _watermarks(self) -> watermarks.RoundWatermarks:
+        if self.draining:  # every window and event-time timer fires
+            return watermarks.compute(self.plan, self.stages, False, {}, {})
         return watermarks.compute(
             self.plan,
             self.stages,
@@ -198,7 +204,7 @@ class PipelineLoop:
     def run_round(self) -> None:
         sc, r = self.ex.sc, self.round_no
         marks = self._watermarks()
-        now_ms = time.time() * 1000.0
+        now_ms = float("inf") if self.draining else time.time() * 1000.0
         due = {s: h.pop_due(now_ms, MAX_RESIDUALS_PER_ROUND) for s, h in self.handlers.items()}
         edges = RoundEdges(self, marks)
         live = self._live_stages(due)
@@ -219,9 +225,8 @@ class PipelineLoop:
                         max_key_groups=self.state.max_key_groups,
                         input_watermark=marks.stage_input[stage.id],
                     )
-                    run = functools.partial(
-                        run_stateful, self._task(stage), spec, self.ex.components, side_bc
-                    )
+                    task, components = self._task(stage)
+                    run = functools.partial(run_stateful, task, spec, components, side_bc)
                     out = edges.keyed_input(stage, spec).mapPartitionsWithIndex(run)
                 else:
                     inputs = [
@@ -232,8 +237,9 @@ class PipelineLoop:
                     if rows:
                         slices = max(1, min(self.ex.parallelism, len(rows)))
                         inputs.append(sc.parallelize(rows, slices))
+                    task, components = self._task(stage)
                     run = functools.partial(
-                        run_stage, self._task(stage), r, self.ex.components, side_bc,
+                        run_stage, task, r, components, side_bc,
                         assignment=self.startpoints and self.startpoints.assignment(stage.id),
                     )  # fmt: skip
                     out = edges.union(inputs).mapPartitions(run)
@@ -280,8 +286,12 @@ class PipelineLoop:
                 producers_live.update(stage.output_buffers)
         return live
 
-    def _task(self, stage) -> StageTask:
-        return StageTask(self.ex.plan_key, stage, residual_budget_s=0.0)
+    def _task(self, stage) -> tuple[StageTask, object]:
+        """The stage's task and components; draining, SDF stages truncate their restrictions."""
+        if self.draining and stage.is_sdf_process:
+            key, components, drained = self.ex.drain_stages[stage.id]
+            return StageTask(key, drained, residual_budget_s=0.0), components
+        return StageTask(self.ex.plan_key, stage, residual_budget_s=0.0), self.ex.components
 
     def _side_inputs(self, stage, edges) -> dict:
         """Side inputs accumulate over rounds (and are kept in the store for restores)."""

@@ -48,12 +48,17 @@ class EventTimeOffsets(beam.DoFn):
         self.per_round = per_round
         self.delay_s = delay_s
 
+    WATERMARK = _ManualWatermark()
+
     def process(
         self,
         element,
         tracker=beam.DoFn.RestrictionParam(_Positions()),
-        estimator=beam.DoFn.WatermarkEstimatorParam(_ManualWatermark()),
+        estimator=beam.DoFn.WatermarkEstimatorParam(WATERMARK),
     ):
+        yield from self.emit(element, tracker, estimator)
+
+    def emit(self, element, tracker, estimator):
         name = element[0]
         pos = tracker.current_restriction().start
         for _ in range(self.per_round):
