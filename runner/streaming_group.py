@@ -98,8 +98,12 @@ def group_round(
     ns = namespace(edge.id)
 
     incoming: dict[bytes, list] = {}
+    carried: list = []  # reports of upstream tasks, travelling with the data (streaming_round)
     for key, element in pairs:
-        incoming.setdefault(key, []).append(element)
+        if isinstance(key, tuple):
+            carried.append(element)
+        else:
+            incoming.setdefault(key, []).append(element)
     stored = {}
     if task.checkpoint_id is not None:
         stored = read_task_state(
@@ -152,6 +156,7 @@ def group_round(
         yield OutputRecord(edge.id, data)
     yield CommitRecord(commit_stage(edge.id), writer.finish())
     yield GroupReport(edge.id, partition, keys, hold, next_ms)
+    yield from carried
 
 
 def _fire_timers(driver, state, watermark, now: float) -> list:

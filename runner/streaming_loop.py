@@ -10,7 +10,6 @@ Spark's task retries drops the working state and restores the last checkpoint
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from collections import defaultdict
@@ -18,13 +17,11 @@ from typing import Any, NamedTuple
 
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.utils import timestamp
-from pyspark import StorageLevel
 from sparkbeam.runner import sink_files, watermarks
 from sparkbeam.runner.bundle_executor import StageTask
 from sparkbeam.runner.durability import FINISHED
-from sparkbeam.runner.edges import _tag
 from sparkbeam.runner.errors import StageFailedError, run_guarded
-from sparkbeam.runner.executor import _data, _is_output, _reissue_warnings
+from sparkbeam.runner.executor import _reissue_warnings
 from sparkbeam.runner.faults import crash_point
 from sparkbeam.runner.records import (
     CommitRecord,
@@ -38,10 +35,9 @@ from sparkbeam.runner.startpoint_rounds import (
     outcomes,
 )
 from sparkbeam.runner.streaming_group import GroupReport
-from sparkbeam.runner.streaming_round import RoundEdges, is_report, run_stage, run_stateful
+from sparkbeam.runner.streaming_round import RoundBuilder
 from sparkbeam.runner.streaming_stateful import (
     KeyedStateReport,
-    StatefulRound,
 )
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.startpoints import CONSUMED_METADATA_KEY, StartpointSession
@@ -206,65 +202,19 @@ class PipelineLoop:
         marks = self._watermarks()
         now_ms = float("inf") if self.draining else time.time() * 1000.0
         due = {s: h.pop_due(now_ms, MAX_RESIDUALS_PER_ROUND) for s, h in self.handlers.items()}
-        edges = RoundEdges(self, marks)
-        live = self._live_stages(due)
-        reports, persisted, broadcasts = [], [], []
+        builder = RoundBuilder(self, marks, due, self._live_stages(due))
         try:
-            for stage in self.stages:
-                if stage.id not in live:
-                    continue  # nothing can reach it this round: no Spark tasks for it
-                side_bc = sc.broadcast(self._side_inputs(stage, edges))
-                broadcasts.append(side_bc)
-                if stage.stateful:
-                    spec = StatefulRound(
-                        pipeline=self.pipeline.id,
-                        url=self.ex.url,
-                        checkpoint_id=self.checkpoint_id,
-                        round_no=r,
-                        parallelism=self.ex.parallelism,
-                        max_key_groups=self.state.max_key_groups,
-                        input_watermark=marks.stage_input[stage.id],
-                    )
-                    task, components = self._task(stage)
-                    run = functools.partial(run_stateful, task, spec, components, side_bc)
-                    out = edges.keyed_input(stage, spec).mapPartitionsWithIndex(run)
-                else:
-                    inputs = [
-                        edges.read(buffer).map(functools.partial(_tag, transform))
-                        for transform, buffer in stage.inputs
-                    ]
-                    rows = [(d.transform, d.element) for d in due.get(stage.id, ())]
-                    if rows:
-                        slices = max(1, min(self.ex.parallelism, len(rows)))
-                        inputs.append(sc.parallelize(rows, slices))
-                    task, components = self._task(stage)
-                    run = functools.partial(
-                        run_stage, task, r, components, side_bc,
-                        assignment=self.startpoints and self.startpoints.assignment(stage.id),
-                    )  # fmt: skip
-                    out = edges.union(inputs).mapPartitions(run)
-                out = out.persist(StorageLevel.MEMORY_AND_DISK)
-                persisted.append(out)
-                for buffer in dict.fromkeys(stage.output_buffers):
-                    edges.add_writer(
-                        buffer, out.filter(functools.partial(_is_output, buffer)).map(_data)
-                    )
-                reports.append(out.filter(is_report))
-            reports.extend(edges.group_reports)
-            persisted.extend(edges.persisted)
+            reports = builder.build(self._side_inputs)
             sc.setJobDescription(f"sparkbeam {self.pipeline.id} round {r}")
             started, t0 = time.time(), time.monotonic()
-            collected = run_guarded(None, sc.union(reports).collect)
+            collected = run_guarded(None, reports.collect)
             t1 = time.monotonic()
             crash_point("mid-round", r)
             self._commit(collected, marks)
             self.round_times.append(RoundTime(r, started, t1 - t0, time.monotonic() - t1))
             _LOG.debug("%s round %d: Spark job %.3fs", self.pipeline.id, r, t1 - t0)
         finally:
-            for rdd in persisted:
-                rdd.unpersist(blocking=False)
-            for bc in broadcasts:
-                bc.unpersist(blocking=False)
+            builder.cleanup()
 
     def _live_stages(self, due: dict) -> set[str]:
         """Stages that may see data this round: downstream of the Impulse (first round),
@@ -286,7 +236,7 @@ class PipelineLoop:
                 producers_live.update(stage.output_buffers)
         return live
 
-    def _task(self, stage) -> tuple[StageTask, object]:
+    def stage_task(self, stage) -> tuple[StageTask, object]:
         """The stage's task and components; draining, SDF stages truncate their restrictions."""
         if self.draining and stage.is_sdf_process:
             key, components, drained = self.ex.drain_stages[stage.id]
@@ -297,7 +247,7 @@ class PipelineLoop:
         """Side inputs accumulate over rounds (and are kept in the store for restores)."""
         values = {}
         for si in stage.side_inputs:
-            new = run_guarded(stage.id, edges.read(si.buffer).collect)
+            new = run_guarded(stage.id, edges.read(si.buffer, None).collect)
             for i, chunk in enumerate(new):
                 key = f"{self.round_no:010d}/{i:08d}".encode()
                 self.state.put(SIDE_INPUT_PREFIX + si.buffer, key, chunk)

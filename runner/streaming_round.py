@@ -1,139 +1,348 @@
-"""One streaming round's Spark operations: edges over stored state, and task bodies.
+"""One streaming round as one Spark job, with as few Python tasks as the plan allows.
 
-``RoundEdges`` builds what each buffer carries in one round of one pipeline:
-the Impulse only until its round committed, nothing (no tasks) for an edge no
-live stage wrote to, and a GroupByKey as a key-group-partitioned shuffle into
-``streaming_group.group_round`` over the state of the previous checkpoint. The
-functions below it are the bodies of the round's Spark tasks.
+``RoundBuilder`` turns the live stages of a round into RDDs: the Impulse only
+until its round committed, due residuals into their SDF stage, every
+GroupByKey a key-group-partitioned shuffle into ``streaming_group.group_round``
+over the previous checkpoint's state, every stateful stage a key-group
+shuffle into a task that loads and stages its keys' state.
+
+Each task's reports (commit messages, residuals, metrics, ...) are *carried*
+downstream with the data to one consumer — through narrow stages and through
+shuffles alike — until a stage that feeds nobody hands them to the round's
+final ``collect``. So a stage read once needs no cache and no second Python
+pass to extract its reports: a chain of stages is one Python task per
+partition. A stage read more than once (several consumers, or a side input)
+is persisted and carries its reports on exactly one path.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Iterator
+from typing import Any
 
+from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from pyspark import StorageLevel
-from sparkbeam.runner import sink_files, streaming_group, watermarks
+from sparkbeam.runner import grouping, sink_files, streaming_group, watermarks
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
-from sparkbeam.runner.edges import EdgeBuilder, _keyed
-from sparkbeam.runner.executor import _data, _is_output
-from sparkbeam.runner.records import (
-    OutputRecord,
-)
-from sparkbeam.runner.startpoint_rounds import (
-    with_startpoints,
-)
+from sparkbeam.runner.edges import _keyed
+from sparkbeam.runner.records import OutputRecord
+from sparkbeam.runner.startpoint_rounds import with_startpoints
 from sparkbeam.runner.streaming_group import GroupRound, partition_for_key
-from sparkbeam.runner.streaming_stateful import (
-    KeyedState,
-    StatefulRound,
-    sdk_keyed,
-)
+from sparkbeam.runner.streaming_stateful import KeyedState, StatefulRound, sdk_keyed
 from sparkbeam.runner.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind
 
+_REPORT = "sparkbeam-report"  # shuffle key of a carried report: (_REPORT, spread)
 
-class RoundEdges(EdgeBuilder):
-    """The edges of one round: Impulse only in the first, GroupByKey over stored state."""
 
-    def __init__(self, loop, marks: watermarks.RoundWatermarks) -> None:
-        ex = loop.ex
-        super().__init__(ex.sc, ex.plan, ex.plan_key, ex.components, ex.parallelism)
-        self.loop = loop
-        self.marks = marks
-        self.group_reports: list = []
+class RoundBuilder:
+    """Builds one round of one pipeline; ``build()`` returns the RDD of all its reports."""
+
+    def __init__(self, loop, marks: watermarks.RoundWatermarks, due: dict, live: set) -> None:
+        self.loop, self.ex, self.plan = loop, loop.ex, loop.plan
+        self.sc, self.marks, self.due = loop.ex.sc, marks, due
+        self.par = loop.ex.parallelism
+        self.stages = [s for s in loop.stages if s.id in live]
         self.persisted: list = []
-        self._groups: dict[BufferId, object] = {}
+        self.broadcasts: list = []
+        self._outs: dict[str, Any] = {}  # stage -> its output RDD
+        self._groups: dict[BufferId, Any] = {}
+        self._carrier: dict[str, tuple] = {}  # producer -> (buffer, consumer) carrying reports
+        readers: dict[BufferId, list[str]] = {}
+        for stage in self.stages:
+            for buffer in stage.input_buffers:
+                readers.setdefault(buffer, []).append(stage.id)
+        self._readers = readers
+        side = {si.buffer for s in self.stages for si in s.side_inputs}
+        self._cache_all = bool(side)  # a side input is read by its own job: keep everything
+        self._reads: dict[str, int] = {}
+        for stage in self.stages:
+            targets = [
+                (b, c) for b in dict.fromkeys(stage.output_buffers) for c in readers.get(b, ())
+            ]
+            self._reads[stage.id] = len(targets) + sum(b in side for b in stage.output_buffers)
+            if targets:
+                self._carrier[stage.id] = targets[0]
 
-    def union(self, rdds: list):
-        if not rdds:
+    # --- the round -----------------------------------------------------------------
+
+    def build(self, side_inputs) -> object:
+        """Every live stage's RDD; the union of the reports nothing carries further."""
+        finals = []
+        for stage in self.stages:
+            side_bc = self.sc.broadcast(side_inputs(stage, self))
+            self.broadcasts.append(side_bc)
+            out = self._stage(stage, side_bc)
+            if self._cache_all or self._reads[stage.id] > 1:
+                out = out.persist(StorageLevel.MEMORY_AND_DISK)
+                self.persisted.append(out)
+            self._outs[stage.id] = out
+            if stage.id not in self._carrier:
+                finals.append(out.filter(is_report))
+        for buffer, grouped in self._groups.items():
+            if not self._readers.get(buffer):  # read as a side input only
+                finals.append(grouped.filter(is_report))
+        if not finals:
             return self.sc.emptyRDD()
-        return rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
+        return finals[0] if len(finals) == 1 else self.sc.union(finals)
 
-    def keyed_input(self, stage, spec: StatefulRound):
+    def _stage(self, stage, side_bc):
+        loop = self.loop
+        task, components = loop.stage_task(stage)
+        if stage.stateful:
+            spec = StatefulRound(
+                pipeline=loop.pipeline.id,
+                url=self.ex.url,
+                checkpoint_id=loop.checkpoint_id,
+                round_no=loop.round_no,
+                parallelism=self.par,
+                max_key_groups=loop.state.max_key_groups,
+                input_watermark=self.marks.stage_input[stage.id],
+            )
+            run = functools.partial(run_stateful, task, spec, components, side_bc)
+            return self._keyed_input(stage, spec).mapPartitionsWithIndex(run)
+        inputs = [
+            self.read(buffer, stage.id).map(functools.partial(_tag, transform))
+            for transform, buffer in stage.inputs
+        ]
+        rows = [(d.transform, d.element) for d in self.due.get(stage.id, ())]
+        if rows:
+            inputs.append(self.sc.parallelize(rows, max(1, min(self.par, len(rows)))))
+        assignment = loop.startpoints and loop.startpoints.assignment(stage.id)
+        run = functools.partial(
+            run_stage, task, loop.round_no, components, side_bc, assignment=assignment
+        )
+        return self._union(inputs).mapPartitions(run)
+
+    # --- edges -----------------------------------------------------------------------
+
+    def read(self, buffer: BufferId, consumer: str | None):
+        """What ``consumer`` reads from ``buffer``: data chunks, plus the reports it carries.
+
+        ``consumer=None``: a side input (data only)."""
+        edge = self.plan.edge(buffer)
+        if edge.kind == EdgeKind.IMPULSE:
+            if self.loop.impulse_done:
+                return self.sc.emptyRDD()
+            return self.sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
+        if edge.kind == EdgeKind.GROUP:
+            grouped = self._group(edge)
+            return grouped.mapPartitions(
+                functools.partial(_select, buffer, self._carries_group(buffer, consumer))
+            )
+        writers = [
+            self._outs[s.id].mapPartitions(
+                functools.partial(_select, buffer, self._carrier.get(s.id) == (buffer, consumer))
+            )
+            for s in self.stages
+            if buffer in s.output_buffers and s.id in self._outs
+        ]
+        source = self._union(writers)
+        if edge.kind == EdgeKind.MATERIALIZE or not writers:
+            return source
+        if edge.kind == EdgeKind.RESHUFFLE:
+            key, comps = self.ex.plan_key, self.ex.components
+            read_coder = edge.read_coder or edge.write_coder
+            return (
+                source.mapPartitionsWithIndex(
+                    lambda i, items: _carrying_pairs(
+                        items, i, lambda blobs: _spread(comps, key, edge.write_coder, i, blobs)
+                    )
+                )
+                .partitionBy(self.par)
+                .values()
+                .mapPartitions(lambda items: _carrying(items, grouping.chunk))
+                .mapPartitions(
+                    lambda items: _carrying(
+                        items,
+                        lambda blobs: _reencode(comps, key, edge.write_coder, read_coder, blobs),
+                    )
+                )
+            )
+        raise NotImplementedError(f"edge kind {edge.kind} in streaming")
+
+    def _carries_group(self, buffer: BufferId, consumer: str | None) -> bool:
+        readers = self._readers.get(buffer, [])
+        return consumer is not None and bool(readers) and readers[0] == consumer
+
+    def _group(self, edge):
+        """The GroupByKey of one round, shuffled by key group (one RDD per edge)."""
+        if edge.id in self._groups:
+            return self._groups[edge.id]
+        loop, par = self.loop, self.par
+        max_kg = loop.state.max_key_groups
+        task = GroupRound(
+            plan_key=self.ex.plan_key,
+            edge=edge,
+            pipeline=loop.pipeline.id,
+            url=self.ex.url,
+            checkpoint_id=loop.checkpoint_id,
+            round_no=loop.round_no,
+            parallelism=par,
+            max_key_groups=max_kg,
+            input_watermark=self.marks.group_input.get(edge.id, watermarks.MAX),
+            previous_watermark=loop.previous.get(edge.id, watermarks.MIN),
+        )
+        writers = [
+            self._outs[s.id].mapPartitions(
+                functools.partial(_select, edge.id, self._carrier.get(s.id, (None,))[0] == edge.id)
+            )
+            for s in self.stages
+            if edge.id in s.output_buffers and s.id in self._outs
+        ]
+        key, comps = self.ex.plan_key, self.ex.components
+        partitioner = functools.partial(_partition, parallelism=par, max_key_groups=max_kg)
+        grouped = (
+            self._union(writers)
+            .mapPartitionsWithIndex(
+                lambda i, items: _carrying_pairs(
+                    items,
+                    (_REPORT, i),
+                    lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs),
+                )
+            )
+            .partitionBy(par, partitioner)
+            .mapPartitionsWithIndex(
+                lambda i, pairs: streaming_group.group_round(task, comps.value, i, pairs)
+            )
+        )
+        if len(self._readers.get(edge.id, [])) > 1 or self._cache_all:
+            grouped = grouped.persist(StorageLevel.MEMORY_AND_DISK)
+            self.persisted.append(grouped)
+        self._groups[edge.id] = grouped
+        return grouped
+
+    def _keyed_input(self, stage, spec: StatefulRound):
         """A stateful stage's input, partitioned so partition ``p`` holds subtask ``p``'s keys.
 
         All inputs are keyed first and shuffled together: partition index = subtask."""
-        key, comps = self.plan_key, self.components
+        key, comps = self.ex.plan_key, self.ex.components
         keyed = [
-            self.read(buffer).mapPartitions(
+            self.read(buffer, stage.id).mapPartitionsWithIndex(
                 functools.partial(_keyed_rows, comps, key, stage, transform)
             )
             for transform, buffer in stage.inputs
             if self.plan.edge(buffer).kind != EdgeKind.IMPULSE
         ]
         partitioner = functools.partial(
-            partition_for_key, parallelism=spec.parallelism, max_key_groups=spec.max_key_groups
+            _partition, parallelism=spec.parallelism, max_key_groups=spec.max_key_groups
         )
-        return self.union(keyed).partitionBy(spec.parallelism, partitioner)
+        return self._union(keyed).partitionBy(spec.parallelism, partitioner)
 
-    def read(self, buffer: BufferId):
-        edge = self.plan.edge(buffer)
-        if edge.kind == EdgeKind.IMPULSE:
-            if self.loop.impulse_done:
-                return self.sc.emptyRDD()
-            return super().read(buffer)
-        if edge.kind != EdgeKind.GROUP:
-            if not self.writers.get(buffer):
-                return self.sc.emptyRDD()  # no tasks for an edge nothing wrote to
-            return super().read(buffer)
-        if buffer not in self._groups:
-            self._groups[buffer] = self._group(edge)
-        return self._groups[buffer]
+    def _union(self, rdds: list):
+        if not rdds:
+            return self.sc.emptyRDD()
+        return rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
 
-    def _group(self, edge):
-        loop, par = self.loop, self.parallelism
-        max_kg = loop.state.max_key_groups
-        current = self.marks.group_input.get(edge.id, watermarks.MAX)
-        task = GroupRound(
-            plan_key=self.plan_key,
-            edge=edge,
-            pipeline=loop.pipeline.id,
-            url=loop.ex.url,
-            checkpoint_id=loop.checkpoint_id,
-            round_no=loop.round_no,
-            parallelism=par,
-            max_key_groups=max_kg,
-            input_watermark=current,
-            previous_watermark=loop.previous.get(edge.id, watermarks.MIN),
-        )
-        writers = self.writers.get(edge.id, [])
-        key, comps = self.plan_key, self.components
-        grouped = (
-            self.union(writers)
-            .mapPartitions(lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs))
-            .partitionBy(
-                par, functools.partial(partition_for_key, parallelism=par, max_key_groups=max_kg)
-            )
-            .mapPartitionsWithIndex(
-                lambda i, pairs: streaming_group.group_round(task, comps.value, i, pairs)
-            )
-            .persist(StorageLevel.MEMORY_AND_DISK)
-        )
-        self.persisted.append(grouped)
-        self.group_reports.append(grouped.filter(is_report))
-        return grouped.filter(functools.partial(_is_output, edge.id)).map(_data)
+    def cleanup(self) -> None:
+        for rdd in self.persisted:
+            rdd.unpersist(blocking=False)
+        for bc in self.broadcasts:
+            bc.unpersist(blocking=False)
 
 
-def _keyed_rows(components, plan_key: str, stage, transform: str, blobs):
-    register_plan(plan_key, components.value)
-    for key, element in sdk_keyed(plan_key, stage, transform, blobs):
-        yield key, (transform, element)
-
-
-def run_stateful(task: StageTask, spec: StatefulRound, components, side_bc, index: int, pairs):
-    keyed = KeyedState(spec, task.plan_key, task.stage, index)
-    rows = (row for _, row in pairs)
-    records = run_stage_partition(task, components.value, side_bc.value, rows, keyed_state=keyed)
-    return sink_files.collect_sink_files(records, task.stage.id, spec.round_no)
-
-
-def run_stage(task: StageTask, round_no: int, components, side_bc, rows, assignment=None):
-    records = with_startpoints(
-        task.stage, components.value, assignment, rows,
-        lambda rows: run_stage_partition(task, components.value, side_bc.value, rows),
-    )  # fmt: skip
-    return sink_files.collect_sink_files(records, task.stage.id, round_no)
+# --- task side: small, picklable by reference ------------------------------------------
 
 
 def is_report(record) -> bool:
     return not isinstance(record, (OutputRecord, bytes))
+
+
+def _is_data_row(row) -> bool:
+    return type(row) is tuple  # (transform, bytes); reports are NamedTuples
+
+
+def _tag(transform: str, item):
+    return (transform, item) if isinstance(item, bytes) else item
+
+
+def _select(buffer: str, carry: bool, records: Iterable) -> Iterator:
+    """A buffer's data chunks from a stage's records, plus its reports if this path carries."""
+    for record in records:
+        if isinstance(record, OutputRecord):
+            if record.buffer == buffer:
+                yield record.data
+        elif carry:
+            yield record
+
+
+def _carrying(items: Iterable, fn) -> Iterator:
+    """``fn`` over the data chunks of ``items``; carried reports pass through after."""
+    reports: list = []
+
+    def data():
+        for item in items:
+            if isinstance(item, bytes):
+                yield item
+            else:
+                reports.append(item)
+
+    yield from fn(data())
+    yield from reports
+
+
+def _carrying_pairs(items: Iterable, report_key, fn) -> Iterator:
+    """Like ``_carrying`` for a shuffle: reports travel as ``(report_key, report)`` pairs."""
+    for out in _carrying(items, fn):
+        yield out if type(out) is tuple else (report_key, out)
+
+
+def _partition(key, parallelism: int, max_key_groups: int) -> int:
+    if isinstance(key, tuple):  # a carried report: any partition will do
+        return key[1] % parallelism
+    return partition_for_key(key, parallelism, max_key_groups)
+
+
+def _spread(comps, plan_key: str, coder: str, index: int, blobs):
+    register_plan(plan_key, comps.value)
+    return grouping.reshuffle_elements(index, blobs, plan_key, coder)
+
+
+def _reencode(comps, plan_key: str, src: str, dst: str, blobs):
+    register_plan(plan_key, comps.value)
+    return grouping.reencode(blobs, plan_key, src, dst)
+
+
+def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, items):
+    register_plan(plan_key, components.value)
+    carried: list = []
+
+    def data():
+        for item in items:
+            if isinstance(item, bytes):
+                yield item
+            else:
+                carried.append(item)
+
+    for key, element in sdk_keyed(plan_key, stage, transform, data()):
+        yield key, (transform, element)
+    for report in carried:
+        yield (_REPORT, index), report
+
+
+def _split_carried(rows: Iterable, carried: list) -> Iterator:
+    for row in rows:
+        if _is_data_row(row):
+            yield row
+        else:
+            carried.append(row)
+
+
+def run_stateful(task: StageTask, spec: StatefulRound, components, side_bc, index: int, pairs):
+    carried: list = []
+    keyed = KeyedState(spec, task.plan_key, task.stage, index)
+    rows = _split_carried((row for _, row in pairs), carried)
+    records = run_stage_partition(task, components.value, side_bc.value, rows, keyed_state=keyed)
+    yield from sink_files.collect_sink_files(records, task.stage.id, spec.round_no)
+    yield from carried
+
+
+def run_stage(task: StageTask, round_no: int, components, side_bc, rows, assignment=None):
+    carried: list = []
+    records = with_startpoints(
+        task.stage, components.value, assignment, _split_carried(rows, carried),
+        lambda rows: run_stage_partition(task, components.value, side_bc.value, rows),
+    )  # fmt: skip
+    yield from sink_files.collect_sink_files(records, task.stage.id, round_no)
+    yield from carried
