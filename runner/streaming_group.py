@@ -18,7 +18,9 @@ the key groups differently.
 
 from __future__ import annotations
 
+import math
 import pickle
+import struct
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -118,7 +120,16 @@ def group_round(
     out = create_OutputStream()
     hold, next_ms, keys = MAX_MICROS, None, 0
 
+    now_ms = now * 1000.0
     for key in sorted(set(incoming) | set(stored)):
+        if key not in incoming:
+            wake, real_ms, key_hold = read_header(stored[key])
+            if wake > watermark.micros and real_ms > now_ms:
+                keys += 1  # nothing due for this key: its state is not even unpickled
+                hold = min(hold, key_hold)
+                if real_ms != math.inf:
+                    next_ms = real_ms if next_ms is None else min(next_ms, real_ms)
+                continue
         state = load_state(stored.get(key))
         fired: list = []
         elements = [
@@ -139,7 +150,7 @@ def group_round(
                     out,
                     True,
                 )
-        blob = dump_state(state)
+        blob = dump_state(state, windowing.allowed_lateness)
         if blob is None:
             if key in stored:
                 writer.delete(ns, key)
@@ -195,11 +206,17 @@ def _next_processing_timer(state) -> float | None:
     return min(times) * 1000.0 if times else None
 
 
-def dump_state(state) -> bytes | None:
+_HEADER = struct.Struct(">qdq")  # next event-time wake (micros), next processing timer (ms), hold
+
+
+def dump_state(state, allowed_lateness) -> bytes | None:
     """The bytes of one key's trigger state, or None when nothing is left to keep.
 
     Element values inside are already encoded, so only windows, timestamps and
-    trigger bookkeeping are pickled — never user objects.
+    trigger bookkeeping are pickled — never user objects. A fixed header says
+    when the key next needs a round (an event-time timer, a window to forget,
+    a processing-time timer) and its watermark hold, so idle keys are skipped
+    without unpickling.
     """
     if not state.state and not state.timers and not _has_windows(state):
         return None
@@ -208,7 +225,26 @@ def dump_state(state) -> bytes | None:
         {w: dict(t) for w, t in state.timers.items()},
         dict(state.global_state),
     )
-    return pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
+    wakes = [
+        ts.micros
+        for timers in state.timers.values()
+        for (_, domain, _), ts in timers.items()
+        if domain != trigger.TimeDomain.REAL_TIME
+    ]
+    windows = state.global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag) or {}
+    wakes += [(w.max_timestamp() + allowed_lateness).micros + 1 for w in windows]
+    real = _next_processing_timer(state)
+    header = _HEADER.pack(
+        min(wakes, default=MAX_MICROS),
+        math.inf if real is None else real,
+        state.get_earliest_hold().micros,
+    )
+    return header + pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def read_header(blob: bytes) -> tuple[int, float, int]:
+    """(next event-time wake micros, next processing timer ms or inf, hold micros)."""
+    return _HEADER.unpack_from(blob)
 
 
 def _has_windows(state) -> bool:
@@ -219,7 +255,7 @@ def load_state(blob: bytes | None):
     state = trigger.InMemoryUnmergedState()
     if blob is None:
         return state
-    tags, timers, global_state = pickle.loads(blob)
+    tags, timers, global_state = pickle.loads(blob[_HEADER.size :])
     for window, values in tags.items():
         state.state[window].update(values)
     for window, values in timers.items():
