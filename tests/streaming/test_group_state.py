@@ -1,0 +1,50 @@
+"""A streaming GroupByKey's per-key state bytes (pure; no Spark): header and round trip."""
+
+from __future__ import annotations
+
+import math
+
+from apache_beam.runners.direct.clock import RealClock
+from apache_beam.transforms import trigger, window
+from apache_beam.transforms.core import Windowing
+from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+from sparkbeam.runner.streaming_group import dump_state, load_state, read_header
+
+
+def _driver(lateness=0):
+    return trigger.GeneralTriggerDriver(
+        Windowing(window.FixedWindows(10), allowed_lateness=Duration(seconds=lateness)),
+        RealClock(),
+    )
+
+
+def _element(ts):
+    return WindowedValue(b"v", Timestamp(ts), [window.IntervalWindow(0, 10)])
+
+
+def test_header_names_the_window_end_timer_and_the_hold():
+    state = trigger.InMemoryUnmergedState()
+    list(_driver().process_elements(state, [_element(3)], Timestamp(0), Timestamp(0)))
+    blob = dump_state(state, Duration(0))
+    wake, real_ms, hold = read_header(blob)
+    assert wake == Timestamp(10).micros  # the default trigger's timer at the window end
+    assert real_ms == math.inf
+    assert hold <= Timestamp(10).micros
+    again = load_state(blob)
+    assert dict(again.timers) == dict(state.timers)
+    assert {w: dict(t) for w, t in again.state.items()} == {
+        w: dict(t) for w, t in state.state.items()
+    }
+
+
+def test_fired_and_expired_window_leaves_no_state():
+    from sparkbeam.runner.streaming_group import _collect_garbage, _fire_timers
+
+    state = trigger.InMemoryUnmergedState()
+    driver = _driver()
+    list(driver.process_elements(state, [_element(3)], Timestamp(0), Timestamp(0)))
+    fired = _fire_timers(driver, state, Timestamp(20), 0.0)
+    assert [wv.value for wv in fired] == [[b"v"]]
+    _collect_garbage(state, Timestamp(20), Duration(0))
+    assert dump_state(state, Duration(0)) is None
