@@ -266,3 +266,27 @@ def test_periodic_impulse_fires_on_schedule_into_windows(spark, tmp_path):
         )
         assert_that(counts, equal_to([("tick", 1)] * 4))  # one per 1-second window
     assert time.time() >= start + 3  # the delays were honoured, not skipped
+
+
+@pytest.mark.slow
+def test_match_continuously_sees_a_file_created_while_running(spark, tmp_path):
+    """Beam's fileio.MatchContinuously: PeriodicImpulse plus a stateful dedup DoFn."""
+    import threading
+
+    from apache_beam.io import fileio
+    from apache_beam.utils.timestamp import Timestamp
+
+    watched = tmp_path / "in"
+    watched.mkdir()
+    (watched / "a.txt").write_text("1\n")
+    later = threading.Timer(3.0, lambda: (watched / "b.txt").write_text("2\n"))
+    later.start()
+    stop = Timestamp.of(time.time() + 8)
+    with beam.Pipeline(options=_options(tmp_path)) as p:
+        names = (
+            p
+            | fileio.MatchContinuously(str(watched / "*.txt"), interval=1.0, stop_timestamp=stop)
+            | beam.Map(lambda m: os.path.basename(m.path))
+        )
+        assert_that(names, equal_to(["a.txt", "b.txt"]))  # each once: dedup state survived
+    later.join()
