@@ -3,13 +3,21 @@
 from __future__ import annotations
 
 import math
+import random
 
+import pytest
 from apache_beam.runners.direct.clock import RealClock
 from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import Windowing
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
-from sparkbeam.runner.streaming_group import dump_state, load_state, read_header
+from sparkbeam.runner.streaming_group import (
+    OnTimePanes,
+    TriggerPanes,
+    dump_state,
+    load_state,
+    read_header,
+)
 
 
 def _driver(lateness=0):
@@ -48,3 +56,42 @@ def test_fired_and_expired_window_leaves_no_state():
     assert [wv.value for wv in fired] == [[b"v"]]
     _collect_garbage(state, Timestamp(20), Duration(0))
     assert dump_state(state, Duration(0)) is None
+
+
+@pytest.mark.parametrize(
+    "window_fn", [window.FixedWindows(5), window.SlidingWindows(10, 5)], ids=["fixed", "sliding"]
+)
+def test_on_time_fast_path_fires_the_same_panes_as_beams_trigger_driver(window_fn):
+    """Random rounds with data behind, at and ahead of the watermark: identical panes."""
+    windowing = Windowing(window_fn)
+    assert OnTimePanes.applies(windowing)
+    results = []
+    for panes in (OnTimePanes(), TriggerPanes(windowing)):
+        rng = random.Random(7)
+        blob, out, previous = None, [], Timestamp(0)
+        for r in range(1, 12):
+            watermark = Timestamp(r * 4)
+            elements = []
+            for i in range(6):
+                ts = Timestamp(rng.randint(r * 4 - 8, r * 4 + 8))
+                windows = window_fn.assign(window.WindowFn.AssignContext(ts))
+                elements.append(WindowedValue(b"%d-%d" % (r, i), ts, windows))
+            fired, blob = panes.step(blob, elements, previous, watermark, 0.0)
+            out += [(sorted(f.value), f.timestamp, f.windows, f.pane_info) for f in fired]
+            previous = watermark
+        fired, blob = panes.step(blob, [], previous, Timestamp(10**6), 0.0)
+        out += [(sorted(f.value), f.timestamp, f.windows, f.pane_info) for f in fired]
+        assert blob is None  # everything fired, nothing kept
+        results.append(sorted(out, key=repr))
+    assert len(results[0]) > 10
+    assert results[0] == results[1]
+
+
+def test_other_windowing_takes_the_general_driver():
+    early = Windowing(
+        window.FixedWindows(5),
+        triggerfn=trigger.AfterWatermark(early=trigger.AfterCount(2)),
+        accumulation_mode=trigger.AccumulationMode.DISCARDING,
+    )
+    assert not OnTimePanes.applies(early)
+    assert not OnTimePanes.applies(Windowing(window.Sessions(5)))
