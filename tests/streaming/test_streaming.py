@@ -290,3 +290,49 @@ def test_match_continuously_sees_a_file_created_while_running(spark, tmp_path):
         )
         assert_that(names, equal_to(["a.txt", "b.txt"]))  # each once: dedup state survived
     later.join()
+
+
+class _FlushAfterAWhile(beam.DoFn):
+    """Stateful: counts per key, emits the count from a processing-time timer 0.3 s later."""
+
+    COUNT = userstate.ReadModifyWriteStateSpec("count", VarIntCoder())
+    FLUSH = userstate.TimerSpec("flush", userstate.TimeDomain.REAL_TIME)
+
+    def process(
+        self,
+        kv,
+        count=beam.DoFn.StateParam(COUNT),
+        flush=beam.DoFn.TimerParam(FLUSH),
+    ):
+        seen = count.read() or 0
+        if seen == 0:
+            flush.set(time.time() + 0.3)
+        count.write(seen + 1)
+
+    @userstate.on_timer(FLUSH)
+    def on_flush(
+        self,
+        key=beam.DoFn.KeyParam,
+        count=beam.DoFn.StateParam(COUNT),
+        fire_at=beam.DoFn.TimestampParam,
+    ):
+        yield key, count.read(), time.time() - fire_at.micros / 1e6  # lateness of the firing
+        count.clear()
+
+
+def test_processing_time_timers_fire_in_a_later_round_after_their_time(spark, tmp_path):
+    with beam.Pipeline(options=_options(tmp_path)) as p:
+        flushed = (
+            p
+            | beam.Create([("a", 12), ("b", 6)])
+            | beam.ParDo(EventTimeOffsets(per_round=3, delay_s=0.2))
+            | beam.ParDo(_FlushAfterAWhile())
+        )
+        counts = flushed | beam.Map(lambda kv: kv[:2]) | beam.CombinePerKey(sum)
+        assert_that(counts, equal_to([("a", 12), ("b", 6)]), label="all counted once")
+        fired = flushed | beam.Map(lambda kv: kv[2] >= 0)  # never before the timer's time
+        assert_that(
+            fired | beam.Filter(lambda ok: not ok) | beam.combiners.Count.Globally(),
+            equal_to([0]),
+            label="no timer fired early",
+        )
