@@ -10,7 +10,7 @@ Two workloads, each run by each system in a fresh subprocess of this Python
     SDF at run time, so Spark's start-up does not eat the wait. Systems:
       * ``direct``              -- ``--runner=DirectRunner`` (Beam's FnApiRunner);
       * ``sparkbeam``           -- ``--runner=SparkCheckpointRunner`` with the default
-                                   ``--residual_budget_s`` (5 s: the first residuals
+                                   ``--residual_budget_s`` (30 s: the first residuals
                                    are re-fed inside the task, later ones by the
                                    driver in new Spark jobs, "rounds");
       * ``sparkbeam-intask``    -- ``--residual_budget_s=3600``: every residual is

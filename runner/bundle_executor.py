@@ -55,7 +55,7 @@ class StageTask:
     # A residual due within this many seconds of the task's start is re-fed by
     # the task itself (sleeping, no CPU); later ones go to the driver's
     # checkpoint handler as durable state under a timer. 0: always the driver.
-    residual_budget_s: float = 5.0
+    residual_budget_s: float = 30.0
     # SDF stages only: runner-initiated splits of long-running bundles (dynamic
     # rebalancing); what a split moves out goes to the driver for the next round.
     splits: SplitPolicy = SplitPolicy()

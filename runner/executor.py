@@ -77,7 +77,7 @@ class PlanExecutor:
         parallelism: int | None = None,
         store=None,
         checkpoint_url: str | None = None,
-        residual_budget_s: float = 5.0,
+        residual_budget_s: float = 30.0,
         split_policy: SplitPolicy | None = None,
         startpoint_max_age_s: float | None = None,
     ) -> None:

@@ -49,12 +49,13 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
         parser.add_argument(
             "--residual_budget_s",
             type=float,
-            default=5.0,
+            default=30.0,
             help="A splittable DoFn residual due within this many seconds of its task's "
             "start is re-fed by that task after its delay (sleeping, no CPU); later ones "
             "become durable state under a timer in the checkpoint store and are re-fed by "
             "the driver. 0 sends every residual to the store. Ignored (0) when "
-            "--checkpoint_dir is set. Default: 5.0.",
+            "--checkpoint_dir is set. Default: 30 (a polling SDF then costs one Spark job "
+            "per 30 s of waiting, not one per poll).",
         )
         parser.add_argument(
             "--sdf_split_after_s",
