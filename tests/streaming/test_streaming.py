@@ -336,3 +336,36 @@ def test_processing_time_timers_fire_in_a_later_round_after_their_time(spark, tm
             equal_to([0]),
             label="no timer fired early",
         )
+
+
+def test_side_input_from_a_bounded_create_serves_every_later_round(spark, tmp_path):
+    with beam.Pipeline(options=_options(tmp_path)) as p:
+        offset = p | "Offset" >> beam.Create([1000, 2000])
+        shifted = (
+            p
+            | beam.Create([("a", 12)])
+            | beam.ParDo(EventTimeOffsets(per_round=4))  # three rounds of records
+            | beam.Map(lambda kv, extra: kv[1] + sum(extra), extra=beam.pvalue.AsList(offset))
+        )
+        assert_that(shifted, equal_to([3000 + i for i in range(12)]))
+
+
+def test_chained_group_by_keys_fire_in_order_through_their_holds(spark, tmp_path):
+    """Count per key and window, then sum those counts per window: the second GroupByKey
+    must wait for the first one's panes (its input watermark follows the first's holds)."""
+    sources = [("a", 30), ("b", 20), ("c", 25)]
+    with beam.Pipeline(options=_options(tmp_path)) as p:
+        per_window = (
+            p
+            | beam.Create(sources)
+            | beam.ParDo(EventTimeOffsets(per_round=5))
+            | beam.WindowInto(window.FixedWindows(10))
+            | "PerKey" >> beam.combiners.Count.PerKey()
+            | beam.Map(lambda kv: ("all", kv[1]))
+            | "PerWindow" >> beam.CombinePerKey(sum)
+            | beam.ParDo(_WithPane())
+        )
+        # Windows [0,10) and [10,20): all three sources; [20,30): a (10) and c (5).
+        assert_that(
+            per_window, equal_to([(0, 30, "ON_TIME"), (10, 30, "ON_TIME"), (20, 15, "ON_TIME")])
+        )
