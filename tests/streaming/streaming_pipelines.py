@@ -10,30 +10,10 @@ import argparse
 import time
 
 import apache_beam as beam
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
-from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.transforms import window
-from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
 from apache_beam.utils.timestamp import Duration, Timestamp
 
-
-class _Positions(RestrictionProvider):
-    def initial_restriction(self, element):
-        return OffsetRange(0, element[1])
-
-    def create_tracker(self, restriction):
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element, restriction):
-        return restriction.size()
-
-
-class _ManualWatermark(WatermarkEstimatorProvider):
-    def initial_estimator_state(self, element, restriction):
-        return None
-
-    def create_watermark_estimator(self, state):
-        return ManualWatermarkEstimator(state)
+from examples.streaming_recovery import ManualWatermark, Positions
 
 
 class EventTimeOffsets(beam.DoFn):
@@ -48,12 +28,12 @@ class EventTimeOffsets(beam.DoFn):
         self.per_round = per_round
         self.delay_s = delay_s
 
-    WATERMARK = _ManualWatermark()
+    WATERMARK = ManualWatermark()
 
     def process(
         self,
         element,
-        tracker=beam.DoFn.RestrictionParam(_Positions()),
+        tracker=beam.DoFn.RestrictionParam(Positions()),
         estimator=beam.DoFn.WatermarkEstimatorParam(WATERMARK),
     ):
         yield from self.emit(element, tracker, estimator)
