@@ -165,6 +165,26 @@ def discard_staging(directory: str, keep: Iterable[str] = ()) -> int:
         return 0
 
 
+def discard_stage_files(directory: str, stage_ids: Iterable[str]) -> int:
+    """Best effort: delete the staged files of ``stage_ids`` in ``directory``. Returns how many.
+
+    For a streaming pipeline that restored its last checkpoint: every file its stages staged
+    that the checkpoint names is finalized by then, so what is left belongs to a round that
+    never committed. Staged names carry the stage (``...-<round>-<stage>-<partition>-...``),
+    so other pipelines' files in the same directory are left alone.
+    """
+    tags = tuple(f"-{s}-" for s in stage_ids)
+    try:
+        matched = FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list
+        garbage = [m.path for m in matched if any(t in FileSystems.split(m.path)[1] for t in tags)]
+        if garbage:
+            FileSystems.delete(garbage)
+        return len(garbage)
+    except Exception as e:  # noqa: BLE001 - leftover garbage must not fail a restore
+        _LOG.warning("Could not clean sink staging directory %r: %s", directory, e)
+        return 0
+
+
 def staging_dirs(pairs: Iterable[tuple[str, str]]) -> set[str]:
     """The staging directories the staged files of ``pairs`` live in."""
     return {FileSystems.split(staged)[0] for staged, _ in pairs}

@@ -47,6 +47,7 @@ _LOG = logging.getLogger(__name__)
 IMPULSE_DONE = "impulse"
 MAX_RESIDUALS_PER_ROUND = 50_000
 SIDE_INPUT_PREFIX = "side-input/"
+STAGING_DIRS = "sink-staging-dirs"
 
 
 class RoundTime(NamedTuple):
@@ -152,6 +153,9 @@ class PipelineLoop:
                 self.pipeline.id, info.checkpoint_id, self.round_no, pending,
             )  # fmt: skip
         sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
+        stage_ids = [s.id for s in self.stages]
+        for _, directory, _ in self.state.items(STAGING_DIRS):  # files no checkpoint names
+            sink_files.discard_stage_files(directory.decode(), stage_ids)
         # Startpoints fan out from the checkpoint just restored (after a failed round, too).
         self.startpoints = open_session(
             self.ex.store.startpoints, self.plan, self.pipeline.id, meta,
@@ -269,9 +273,10 @@ class PipelineLoop:
         timers: list = []
         infos: dict[str, list] = defaultdict(list)
         _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
-        sink_files.record_pending(
-            self.state, [p for r in reports if isinstance(r, SinkFilesRecord) for p in r.pairs]
-        )
+        pairs = [p for r in reports if isinstance(r, SinkFilesRecord) for p in r.pairs]
+        sink_files.record_pending(self.state, pairs)
+        for directory in sink_files.staging_dirs(pairs):  # cleaned of uncommitted files on restore
+            self.state.put(STAGING_DIRS, directory.encode(), b"")
         for rec in reports:
             if isinstance(rec, CommitRecord):
                 commits.append(rec.message)

@@ -116,7 +116,8 @@ class _WriteStagedFn(beam.DoFn):
         else:
             name = f"direct-{uuid.uuid4().hex}"
         final = f"{self.path_prefix}-{name}{self.suffix}"
-        staged = sink_files.staging_path(directory, f"{base}-{uuid.uuid4().hex}")
+        # The final name (it names the stage) plus a fresh id: each attempt stages its own file.
+        staged = sink_files.staging_path(directory, f"{base}-{name}.{uuid.uuid4().hex}")
         self._write(staged, final)
         self._lines = []
         if not sink_files.stage(staged, final):

@@ -72,6 +72,9 @@ def test_killed_driver_resumes_with_no_loss_and_no_duplicates(tmp_path, crash_at
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
     partial = _visible_lines(tmp_path)
     assert partial != _expected()  # the kill really interrupted the job
+    staged_at_kill = glob.glob(str(tmp_path / "out" / ".sparkbeam-staging" / "*"))
     resumed = _run(tmp_path, after)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _visible_lines(tmp_path) == _expected()
+    # Files staged by the killed round never became visible, and the restore removed them.
+    assert not glob.glob(str(tmp_path / "out" / ".sparkbeam-staging" / "*")), staged_at_kill
