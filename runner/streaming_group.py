@@ -171,6 +171,7 @@ class TriggerPanes:
     def __init__(self, windowing) -> None:
         self.driver = trigger.GeneralTriggerDriver(windowing, RealClock())
         self.lateness = windowing.allowed_lateness
+        self.accumulating = windowing.accumulation_mode == trigger.AccumulationMode.ACCUMULATING
 
     def step(self, blob, elements, previous, watermark, now: float):
         """(fired panes, the key's new state bytes or None) after one round."""
@@ -179,6 +180,7 @@ class TriggerPanes:
         if elements:
             fired.extend(self.driver.process_elements(state, elements, previous, previous))
         fired.extend(_fire_timers(self.driver, state, watermark, now))
+        fired.extend(_closing_panes(state, watermark, self.lateness, self.accumulating))
         _collect_garbage(state, watermark, self.lateness)
         return fired, dump_state(state, self.lateness)
 
@@ -242,6 +244,38 @@ def _fire_timers(driver, state, watermark, now: float) -> list:
             return fired
         for window, (name, domain, ts, _tag) in expired:
             fired.extend(driver.process_timer(window, name, domain, ts, state, watermark))
+
+
+def _closing_panes(state, watermark, allowed_lateness, accumulating: bool) -> list:
+    """A last pane for each expiring window that still holds elements no pane has carried.
+
+    Beam's Python driver forgets them (a window whose trigger never fired before the window
+    expired, e.g. ``Repeatedly(AfterProcessingTime(...))`` when the input ends); the Beam model
+    fires them as the final pane. Accumulating windows that already fired are left alone: their
+    buffer holds what earlier panes carried.
+    """
+    window_ids = state.global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag)
+    if not window_ids:
+        return []
+    adapter = trigger.MergeableStateAdapter(state)
+    driver = trigger.GeneralTriggerDriver
+    panes = []
+    for window in list(window_ids):
+        if watermark <= window.max_timestamp() + allowed_lateness:
+            continue
+        values = adapter.get_state(window, driver.ELEMENTS)
+        index = adapter.get_state(window, driver.INDEX)
+        if not values or adapter.get_state(window, driver.TOMBSTONE) or (accumulating and index):
+            continue
+        nonspeculative = adapter.get_state(window, driver.NONSPECULATIVE_INDEX)
+        timing = (
+            windowed_value.PaneInfoTiming.ON_TIME
+            if nonspeculative == 0
+            else windowed_value.PaneInfoTiming.LATE
+        )
+        pane = windowed_value.PaneInfo(index == 0, True, timing, index, nonspeculative)
+        panes.append(WindowedValue(values, window.max_timestamp(), (window,), pane))
+    return panes
 
 
 def _collect_garbage(state, watermark, allowed_lateness) -> None:

@@ -369,3 +369,28 @@ def test_chained_group_by_keys_fire_in_order_through_their_holds(spark, tmp_path
         assert_that(
             per_window, equal_to([(0, 30, "ON_TIME"), (10, 30, "ON_TIME"), (20, 15, "ON_TIME")])
         )
+
+
+def test_elements_no_pane_carried_fire_as_the_final_pane_when_the_input_ends(spark, tmp_path):
+    """A processing-time trigger that never came due: the window's elements are not dropped
+    when the input ends (watermark at +inf) — they fire as the final, ON_TIME pane."""
+    with beam.Pipeline(options=_options(tmp_path)) as p:
+        counts = (
+            p
+            | beam.Create([("k", 40)])
+            | beam.ParDo(EventTimeOffsets(per_round=8))
+            | beam.WindowInto(
+                window.GlobalWindows(),
+                trigger=trigger.Repeatedly(trigger.AfterProcessingTime(3600)),
+                accumulation_mode=trigger.AccumulationMode.DISCARDING,
+            )
+            | beam.combiners.Count.PerKey()
+            | beam.ParDo(_LastPane())
+        )
+        assert_that(counts, equal_to([("k", 40, True, "ON_TIME")]))
+
+
+class _LastPane(beam.DoFn):
+    def process(self, kv, pane=beam.DoFn.PaneInfoParam):
+        timing = {0: "EARLY", 1: "ON_TIME", 2: "LATE"}[pane.timing]
+        yield kv[0], kv[1], pane.is_last, timing
