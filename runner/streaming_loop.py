@@ -17,7 +17,7 @@ from typing import Any, NamedTuple
 
 from apache_beam.portability.api import metrics_pb2
 from apache_beam.utils import timestamp
-from sparkbeam.runner import sink_files, watermarks
+from sparkbeam.runner import sink_files, streaming_pushback, watermarks
 from sparkbeam.runner.bundle_executor import StageTask
 from sparkbeam.runner.durability import FINISHED
 from sparkbeam.runner.errors import StageFailedError, run_guarded
@@ -83,6 +83,7 @@ class PipelineLoop:
         self.finished = False
         self.next_timer_ms: float | None = None
         self.startpoints: StartpointSession | None = None  # this run's, made by open()
+        self.pushed_back: set[str] = set()  # stages with main input held for side inputs
         self.draining = False  # truncate pending restrictions, watermarks at +inf
         self.round_times: list[RoundTime] = []  # every committed round of this run
 
@@ -134,6 +135,7 @@ class PipelineLoop:
         self.previous = dict(meta.get("group_watermarks", {}))
         self.stateful = dict(meta.get("stateful", {}))
         self.impulse_done = IMPULSE_DONE in self.state.completed()
+        self._scan_pushback()
         self.handlers = {
             s.id: StateAndTimerBundleCheckpointHandler(self.state, s.id)
             for s in self.stages
@@ -172,6 +174,12 @@ class PipelineLoop:
             wake = max(earliest, due)
         self.ex.stop.wait(max(0.0, wake - time.monotonic()))
 
+    def _scan_pushback(self) -> None:
+        """Which stages have main input pushed back (only stages with side inputs can)."""
+        self.pushed_back = set()
+        if any(s.side_inputs for s in self.stages):
+            self.pushed_back = set(streaming_pushback.pending(self.state))
+
     def _watermark_moves(self) -> bool:
         marks = self._watermarks()
         groups = any(
@@ -188,15 +196,26 @@ class PipelineLoop:
     def _watermarks(self) -> watermarks.RoundWatermarks:
         if self.draining:  # every window and event-time timer fires
             return watermarks.compute(self.plan, self.stages, False, {}, {})
+        holds = {
+            **{s: info.get("hold") for s, info in self.stateful.items()},
+            **{s: h.watermark_hold_micros() for s, h in self.handlers.items()},
+        }
+        marks = watermarks.compute(
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
+        )
+        # A stage that holds (or may hold) its main input back until its side inputs are
+        # ready holds its output watermark at -inf meanwhile (streaming_pushback).
+        waiting = {
+            s.id
+            for s in self.stages
+            if s.id in self.pushed_back
+            or (s.side_inputs and not streaming_pushback.ready(s, self.side_values, marks))
+        }
+        if not waiting:
+            return marks
+        holds.update({s: watermarks.MIN for s in waiting})
         return watermarks.compute(
-            self.plan,
-            self.stages,
-            impulse_pending=not self.impulse_done,
-            stage_holds={
-                **{s: info.get("hold") for s, info in self.stateful.items()},
-                **{s: h.watermark_hold_micros() for s, h in self.handlers.items()},
-            },
-            group_holds=self.group_holds,
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
         )
 
     # --- one round -------------------------------------------------------------
@@ -214,7 +233,7 @@ class PipelineLoop:
             collected = run_guarded(None, reports.collect)
             t1 = time.monotonic()
             crash_point("mid-round", r)
-            self._commit(collected, marks)
+            self._commit(collected, marks, builder.held)
             self.round_times.append(RoundTime(r, started, t1 - t0, time.monotonic() - t1))
             _LOG.debug("%s round %d: Spark job %.3fs", self.pipeline.id, r, t1 - t0)
         finally:
@@ -234,7 +253,11 @@ class PipelineLoop:
                     or (kind == EdgeKind.GROUP and self.group_keys.get(buffer))
                 ):
                     live.add(stage.id)
-            if due.get(stage.id) or self.stateful.get(stage.id, {}).get("timers"):
+            if (
+                due.get(stage.id)
+                or self.stateful.get(stage.id, {}).get("timers")
+                or stage.id in self.pushed_back
+            ):
                 live.add(stage.id)
             if stage.id in live:
                 producers_live.update(stage.output_buffers)
@@ -251,15 +274,17 @@ class PipelineLoop:
         """Side inputs accumulate over rounds (and are kept in the store for restores)."""
         values = {}
         for si in stage.side_inputs:
-            new = run_guarded(stage.id, edges.read(si.buffer, None).collect)
-            for i, chunk in enumerate(new):
-                key = f"{self.round_no:010d}/{i:08d}".encode()
-                self.state.put(SIDE_INPUT_PREFIX + si.buffer, key, chunk)
-            self.side_values[si.buffer].extend(new)
+            if si.buffer not in edges.side_inputs_read:  # once per round, however many readers
+                edges.side_inputs_read.add(si.buffer)
+                new = run_guarded(stage.id, edges.read(si.buffer, None).collect)
+                for i, chunk in enumerate(new):
+                    key = f"{self.round_no:010d}/{i:08d}".encode()
+                    self.state.put(SIDE_INPUT_PREFIX + si.buffer, key, chunk)
+                self.side_values[si.buffer].extend(new)
             values[si.buffer] = list(self.side_values[si.buffer])
         return values
 
-    def _commit(self, reports: list, marks: watermarks.RoundWatermarks) -> None:
+    def _commit(self, reports: list, marks: watermarks.RoundWatermarks, held=()) -> None:
         """The round barrier: apply every report, then commit one checkpoint."""
         commits, residuals = [], defaultdict(list)
         holds: dict[str, int] = {}
@@ -308,7 +333,13 @@ class PipelineLoop:
             else:
                 info["watermark"] = marks.stage_input[stage_id]
         timers_left = sum(info["timers"] for info in stateful.values())
-        self.finished = pending == 0 and not any(keys.values()) and not timers_left
+        holding = [
+            r for r in reports if isinstance(r, CommitRecord) and r.stage.startswith("hold:")
+        ]
+        pushback_left = bool(self.pushed_back & set(held)) or any(r.message.files for r in holding)
+        self.finished = (
+            pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
+        )
         metadata = {
             "round": self.round_no,
             "group_holds": holds,
@@ -336,6 +367,7 @@ class PipelineLoop:
         sink_files.finalize_pending(self.state)
         self.checkpoint_id = int(cid)
         self.impulse_done = True
+        self._scan_pushback()
         self.group_holds, self.group_keys = holds, dict(keys)
         self.previous = dict(marks.group_input)
         self.stateful = stateful

@@ -29,6 +29,7 @@ from sparkbeam.runner.edges import _keyed
 from sparkbeam.runner.records import OutputRecord
 from sparkbeam.runner.startpoint_rounds import with_startpoints
 from sparkbeam.runner.streaming_group import GroupRound, partition_for_key
+from sparkbeam.runner.streaming_pushback import hold_rows, ready, take
 from sparkbeam.runner.streaming_stateful import KeyedState, StatefulRound, sdk_keyed
 from sparkbeam.runner.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind
@@ -46,6 +47,8 @@ class RoundBuilder:
         self.stages = [s for s in loop.stages if s.id in live]
         self.persisted: list = []
         self.broadcasts: list = []
+        self.side_inputs_read: set[BufferId] = set()
+        self.held: set[str] = set()  # stages whose main input waits for their side inputs
         self._outs: dict[str, Any] = {}  # stage -> its output RDD
         self._groups: dict[BufferId, Any] = {}
         self._carrier: dict[str, tuple] = {}  # producer -> (buffer, consumer) carrying reports
@@ -107,8 +110,16 @@ class RoundBuilder:
             for transform, buffer in stage.inputs
         ]
         rows = [(d.transform, d.element) for d in self.due.get(stage.id, ())]
+        held = stage.side_inputs and not ready(stage, loop.side_values, self.marks)
+        if not held and stage.id in loop.pushed_back:
+            rows += take(loop.state, stage.id)  # its side inputs are ready now
         if rows:
             inputs.append(self.sc.parallelize(rows, max(1, min(self.par, len(rows)))))
+        if held:  # side inputs not ready: keep the main input for a later round
+            self.held.add(stage.id)
+            url, pipeline, kgs = self.ex.url, loop.pipeline.id, loop.state.max_key_groups
+            hold = functools.partial(hold_rows, url, pipeline, stage.id, loop.round_no, kgs)
+            return self._union(inputs).mapPartitions(hold)
         assignment = loop.startpoints and loop.startpoints.assignment(stage.id)
         run = functools.partial(
             run_stage, task, loop.round_no, components, side_bc, assignment=assignment

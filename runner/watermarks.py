@@ -29,6 +29,7 @@ class RoundWatermarks:
     stage_input: dict[str, int] = field(default_factory=dict)
     stage_output: dict[str, int] = field(default_factory=dict)
     group_input: dict[str, int] = field(default_factory=dict)
+    buffer_output: dict[str, int] = field(default_factory=dict)  # what readers of a buffer see
 
     def source(self) -> int:
         """The lowest output watermark in the pipeline (for progress lines)."""
@@ -52,12 +53,14 @@ def compute(
     def read(buffer: BufferId) -> int:
         edge = plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
-            return MIN if impulse_pending else MAX
-        upstream = min((marks.stage_output[s] for s in writers.get(buffer, ())), default=MAX)
-        if edge.kind == EdgeKind.GROUP:
-            marks.group_input[buffer] = upstream
-            return min(upstream, group_holds.get(buffer, MAX))
-        return upstream
+            wm = MIN if impulse_pending else MAX
+        else:
+            wm = min((marks.stage_output[s] for s in writers.get(buffer, ())), default=MAX)
+            if edge.kind == EdgeKind.GROUP:
+                marks.group_input[buffer] = wm
+                wm = min(wm, group_holds.get(buffer, MAX))
+        marks.buffer_output[buffer] = wm
+        return wm
 
     for stage in stages:
         inputs = [read(b) for b in stage.input_buffers]

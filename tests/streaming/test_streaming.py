@@ -394,3 +394,21 @@ class _LastPane(beam.DoFn):
     def process(self, kv, pane=beam.DoFn.PaneInfoParam):
         timing = {0: "EARLY", 1: "ON_TIME", 2: "LATE"}[pane.timing]
         yield kv[0], kv[1], pane.is_last, timing
+
+
+def test_write_to_text_waits_for_its_side_inputs_and_writes_everything(spark, tmp_path):
+    """Beam's WriteToText finalizes through side inputs that fill only when its GroupByKey
+    fires: the finalize step must wait for them (pushed back), not run on empty ones."""
+    words = [f"w{i % 7}" for i in range(50)]
+    with beam.Pipeline(options=_options(tmp_path)) as p:
+        _ = (
+            p
+            | beam.Create(words)
+            | beam.combiners.Count.PerElement()
+            | beam.MapTuple(lambda w, n: f"{w}: {n}")
+            | beam.io.WriteToText(str(tmp_path / "text" / "counts"))
+        )
+    written = sorted(
+        line for path in glob.glob(str(tmp_path / "text" / "counts-*")) for line in open(path)
+    )
+    assert written == sorted(f"w{i}: {words.count(f'w{i}')}\n" for i in range(7))
