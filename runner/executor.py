@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import importlib
 import logging
-import re
 import uuid
 import warnings
 from collections import defaultdict
@@ -33,7 +32,7 @@ from sparkbeam.runner.durability import (
     stage_outputs_durably,
 )
 from sparkbeam.runner.edges import EdgeBuilder
-from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.metrics import merge_monitoring_infos
 from sparkbeam.runner.records import (
     CommitRecord,
@@ -64,7 +63,6 @@ from sparkbeam.sdf.startpoints import StartpointSession
 from sparkbeam.translation.plan import ExecutionPlan, StagePlan
 
 _LOG = logging.getLogger(__name__)
-_STAGE_TAG = re.compile(r"\[(stage-\d+)\]")
 
 
 class PlanExecutor:
@@ -335,13 +333,7 @@ class PlanExecutor:
 
     def _guarded(self, stage: StagePlan | None, action):
         """Run a Spark action; a task failure becomes StageFailedError naming the stage."""
-        try:
-            return action()
-        except Exception as e:  # noqa: BLE001 - rewrapped with the stage named
-            text = str(e)
-            match = _STAGE_TAG.search(text)
-            failed = match.group(1) if match else (stage.id if stage else "<unknown>")
-            raise StageFailedError(failed, _user_traceback(text)) from None
+        return run_guarded(stage.id if stage else None, action)
 
     def _cleanup(self) -> None:
         for rdd in self._persisted:
@@ -381,12 +373,3 @@ def _reissue_warnings(records) -> None:
         except (ImportError, AttributeError):
             category = RuntimeWarning
         warnings.warn(f"[{record.stage}] {record.message}", category, stacklevel=2)
-
-
-def _user_traceback(text: str) -> str:
-    """The Python worker's traceback from a Spark failure, without JVM frames."""
-    marker = "UserCodeError: "
-    if marker in text:
-        text = text[text.rindex(marker) + len(marker) :]
-    lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("at ")]
-    return "\n".join(lines).strip()
