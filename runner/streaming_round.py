@@ -25,7 +25,7 @@ from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from pyspark import StorageLevel
 from sparkbeam.runner import grouping, sink_files, streaming_group, watermarks
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
-from sparkbeam.runner.edges import _keyed
+from sparkbeam.runner.edges import _keyed, _reencode, _spread
 from sparkbeam.runner.records import OutputRecord
 from sparkbeam.runner.startpoint_rounds import with_startpoints
 from sparkbeam.runner.streaming_group import GroupRound, partition_for_key
@@ -158,7 +158,9 @@ class RoundBuilder:
             return (
                 source.mapPartitionsWithIndex(
                     lambda i, items: _carrying_pairs(
-                        items, i, lambda blobs: _spread(comps, key, edge.write_coder, i, blobs)
+                        items,
+                        i,
+                        lambda blobs: _spread(comps.value, key, edge.write_coder, i, blobs),
                     )
                 )
                 .partitionBy(self.par)
@@ -167,7 +169,9 @@ class RoundBuilder:
                 .mapPartitions(
                     lambda items: _carrying(
                         items,
-                        lambda blobs: _reencode(comps, key, edge.write_coder, read_coder, blobs),
+                        lambda blobs: _reencode(
+                            comps.value, key, edge.write_coder, read_coder, blobs
+                        ),
                     )
                 )
             )
@@ -305,31 +309,15 @@ def _partition(key, parallelism: int, max_key_groups: int) -> int:
     return partition_for_key(key, parallelism, max_key_groups)
 
 
-def _spread(comps, plan_key: str, coder: str, index: int, blobs):
-    register_plan(plan_key, comps.value)
-    return grouping.reshuffle_elements(index, blobs, plan_key, coder)
-
-
-def _reencode(comps, plan_key: str, src: str, dst: str, blobs):
-    register_plan(plan_key, comps.value)
-    return grouping.reencode(blobs, plan_key, src, dst)
-
-
 def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, items):
+    """(SDK state key, (transform, element)) per element; carried reports pass as pairs."""
     register_plan(plan_key, components.value)
-    carried: list = []
 
-    def data():
-        for item in items:
-            if isinstance(item, bytes):
-                yield item
-            else:
-                carried.append(item)
+    def keyed(blobs):
+        for key, element in sdk_keyed(plan_key, stage, transform, blobs):
+            yield key, (transform, element)
 
-    for key, element in sdk_keyed(plan_key, stage, transform, data()):
-        yield key, (transform, element)
-    for report in carried:
-        yield (_REPORT, index), report
+    return _carrying_pairs(items, (_REPORT, index), keyed)
 
 
 def _split_carried(rows: Iterable, carried: list) -> Iterator:
