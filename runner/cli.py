@@ -44,9 +44,23 @@ def _plan(args: argparse.Namespace) -> int:
 def _drain(args: argparse.Namespace) -> int:
     """Ask the streaming job on a store to drain (it checks between rounds)."""
     from sparkbeam.checkpoint import open_storage
+    from sparkbeam.checkpoint.lock import read_lock
     from sparkbeam.runner.streaming import DRAIN_REQUEST
 
-    open_storage(args.checkpoint_dir).write(DRAIN_REQUEST, b"drain")
+    storage = open_storage(args.checkpoint_dir)
+    holder = read_lock(storage)
+    if holder is None:
+        print(
+            f"No job holds the store {args.checkpoint_dir}: nothing to drain. Start the "
+            "streaming job first, or check --checkpoint_dir.",
+            file=sys.stderr,
+        )
+        return 2
+    storage.write(DRAIN_REQUEST, b"drain")
+    print(
+        f"Drain requested of job {holder.get('job_name')!r} "
+        f"(pid {holder.get('pid')} on {holder.get('host')})."
+    )
     print(
         f"Drain requested in {args.checkpoint_dir}: the running job truncates its pending "
         "restrictions, fires every window and timer, commits and stops (state DRAINED)."

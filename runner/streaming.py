@@ -65,6 +65,9 @@ class StreamingExecutor:
         self.components = self.sc.broadcast(plan.components)
         self.stop = threading.Event()
         self.drain_requested = threading.Event()
+        if store.storage.exists(DRAIN_REQUEST):  # left from before this job held the store
+            _LOG.warning("Ignoring a drain request left in %s from an earlier job", self.url)
+            store.storage.delete(DRAIN_REQUEST)
         self._drain_plan = drain_plan  # callable: the plan with SDF truncation, built on drain
         self.loops = [PipelineLoop(self, p) for p in plan.pipelines]
         self._threads: list[threading.Thread] = []

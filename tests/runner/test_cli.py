@@ -34,3 +34,11 @@ def test_help_lists_every_subcommand():
     assert proc.returncode == 0
     for sub in ("plan", "checkpoints", "sdf-check"):
         assert sub in proc.stdout
+
+
+def test_drain_without_a_running_job_is_refused_and_writes_nothing(tmp_path, capsys):
+    from sparkbeam.runner import cli
+
+    assert cli.main(["drain", f"--checkpoint_dir={tmp_path}"]) == 2
+    assert "No job holds the store" in capsys.readouterr().err
+    assert not (tmp_path / "drain-request").exists()

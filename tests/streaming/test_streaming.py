@@ -412,3 +412,13 @@ def test_write_to_text_waits_for_its_side_inputs_and_writes_everything(spark, tm
         line for path in glob.glob(str(tmp_path / "text" / "counts-*")) for line in open(path)
     )
     assert written == sorted(f"w{i}: {words.count(f'w{i}')}\n" for i in range(7))
+
+
+def test_a_drain_request_left_from_an_earlier_job_is_ignored(spark, tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "drain-request").write_bytes(b"drain")
+    sources = [("a", 20)]
+    p = beam.Pipeline(options=_options(tmp_path))
+    assert_that(windowed_counts(p, sources), equal_to(expected_counts(sources)))
+    result = p.run()
+    assert result.wait_until_finish() == PipelineState.DONE  # ran to the end, not drained
