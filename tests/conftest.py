@@ -37,3 +37,15 @@ def get_test_session():
 def spark():
     session = get_test_session()
     yield session
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """moto's standalone S3 server on 127.0.0.1 with one bucket; stopped (by PID) at the end."""
+    from tests.servers import start_s3_server, stop_process_group
+
+    server = start_s3_server(tmp_path_factory.mktemp("s3-server"))
+    try:
+        yield server
+    finally:
+        stop_process_group(server.proc)

@@ -1,0 +1,121 @@
+"""Real test servers on 127.0.0.1, started and stopped (by PID) by the fixture that owns them.
+
+Owns: moto's standalone S3 server (``moto_server``, from the test extras) with one bucket.
+The Spark standalone cluster lives in ``tests/cluster/``. Each server is a subprocess in its
+own process group, killed with its group when the fixture ends, so ``ps`` shows none after a
+test run.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+BUCKET = "sparkbeam-test"
+ACCESS_KEY = "testing"
+SECRET_KEY = "testing"
+REGION = "us-east-1"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_process_group(proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    """SIGTERM the process group of ``proc``, then SIGKILL what is left."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout)
+
+
+@dataclass
+class S3Server:
+    """A running moto S3 endpoint and the flags/env that point Beam and boto3 at it."""
+
+    endpoint_url: str
+    bucket: str
+    proc: subprocess.Popen
+
+    def url(self, *parts: str) -> str:
+        """``s3://<bucket>/<parts...>``."""
+        return "/".join([f"s3://{self.bucket}", *[p.strip("/") for p in parts]])
+
+    def pipeline_flags(self) -> list[str]:
+        """Beam's S3Options flags for this endpoint (pipelines and the sparkbeam CLI)."""
+        return [
+            f"--s3_endpoint_url={self.endpoint_url}",
+            f"--s3_access_key_id={ACCESS_KEY}",
+            f"--s3_secret_access_key={SECRET_KEY}",
+            f"--s3_region_name={REGION}",
+        ]
+
+    def env(self) -> dict[str, str]:
+        """boto3's standard environment for this endpoint (for processes that read it)."""
+        return {
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_ENDPOINT_URL_S3": self.endpoint_url,
+        }
+
+    def client(self):
+        import boto3
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+            region_name=REGION,
+        )
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """Every object key under ``prefix`` in the bucket."""
+        pages = (
+            self.client()
+            .get_paginator("list_objects_v2")
+            .paginate(Bucket=self.bucket, Prefix=prefix)
+        )
+        return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+
+def start_s3_server(log_dir: Path) -> S3Server:
+    """Start ``moto_server`` on a free 127.0.0.1 port and create the test bucket."""
+    port = free_port()
+    exe = Path(sys.executable).with_name("moto_server")
+    cmd = [str(exe), "-H", "127.0.0.1", "-p", str(port)]
+    log = open(log_dir / "moto_server.log", "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_process_group(proc)
+                raise RuntimeError(
+                    f"moto_server did not start on {endpoint}; see {log_dir / 'moto_server.log'}"
+                ) from None
+            time.sleep(0.2)
+    server = S3Server(endpoint, BUCKET, proc)
+    server.client().create_bucket(Bucket=BUCKET)
+    return server
