@@ -15,6 +15,7 @@ from collections import defaultdict
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from sparkbeam.runner import grouping
+from sparkbeam.runner.spark_labels import call_site, shuffle_label, stage_label
 from sparkbeam.runner.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
 
@@ -46,14 +47,18 @@ class EdgeBuilder:
         if stage.stateful and self.plan.edge(buffer).kind != EdgeKind.IMPULSE:
             # All elements of a key meet in one partition: its user state and timers.
             coder = dict(stage.input_coders)[transform]
-            key, comps = self.plan_key, self.components
-            rdd = (
-                rdd.mapPartitions(lambda blobs: _keyed(comps.value, key, coder, blobs))
-                .partitionBy(self.parallelism, grouping.stable_partition)
-                .values()
-                .mapPartitions(grouping.chunk)
-            )
+            with call_site(self.sc, f"keyed input of {stage_label(stage)}"):
+                rdd = self._keyed_by(rdd, coder)
         return rdd
+
+    def _keyed_by(self, rdd, coder: str):
+        key, comps = self.plan_key, self.components
+        return (
+            rdd.mapPartitions(lambda blobs: _keyed(comps.value, key, coder, blobs))
+            .partitionBy(self.parallelism, grouping.stable_partition)
+            .values()
+            .mapPartitions(grouping.chunk)
+        )
 
     def read(self, buffer: BufferId):
         edge = self.plan.edge(buffer)
@@ -66,9 +71,15 @@ class EdgeBuilder:
             source = writers[0]
         else:
             source = self.sc.union(writers)
-        key, comps = self.plan_key, self.components
         if edge.kind == EdgeKind.MATERIALIZE:
             return source
+        if edge.kind in (EdgeKind.GROUP, EdgeKind.RESHUFFLE):
+            with call_site(self.sc, shuffle_label(self.plan, buffer)):
+                return self._shuffle(edge, source)
+        raise NotImplementedError(f"edge kind {edge.kind}")
+
+    def _shuffle(self, edge, source):
+        key, comps = self.plan_key, self.components
         if edge.kind == EdgeKind.GROUP:
             return (
                 source.mapPartitions(

@@ -1,6 +1,10 @@
 """Errors the runner raises to users: each names what failed and what to do."""
 
+import logging
+import os
 import re
+
+_LOG = logging.getLogger(__name__)
 
 
 class PipelineOptionsError(ValueError):
@@ -14,32 +18,58 @@ class SparkSessionError(RuntimeError):
 class StageFailedError(RuntimeError):
     """User code failed inside a Beam stage running on Spark.
 
-    The message names the stage; the SDK's traceback in it names the failing
-    step ("while running 'MyStep'") and carries the user's Python frames, not
-    the JVM's.
+    The message is a short block: the Beam stage and its transforms, the failing
+    transform, the user's own frames of the traceback, and what to do. Beam's and
+    sparkbeam's frames, the JVM's and Spark's repeated task attempts are logged at
+    DEBUG (logger ``sparkbeam.runner.errors``); ``user_traceback`` keeps the worker's
+    whole Python traceback.
     """
 
-    def __init__(self, stage: str, user_traceback: str) -> None:
-        super().__init__(
-            f"Beam stage {stage!r} failed on Spark; fix the user code named below and rerun.\n"
-            f"User traceback (from the Python worker):\n{user_traceback}"
-        )
+    def __init__(self, stage: str, user_traceback: str, transforms: str = "") -> None:
         self.stage = stage
         self.user_traceback = user_traceback
+        self.transform = failing_transform(user_traceback)
+        stage_text = f"{stage!r} ({transforms})" if transforms else repr(stage)
+        lines = [f"Beam stage {stage_text} failed on Spark."]
+        if self.transform:
+            lines.append(f"  Transform: {self.transform!r}")
+        lines.append(f"  Error: {last_error(user_traceback)}")
+        frames = user_frames(user_traceback)
+        if frames:
+            lines.append("  User traceback (most recent call last):")
+            lines.extend("  " + ln for ln in frames)
+        what = f"the code of {self.transform!r}" if self.transform else "the user code above"
+        lines.append(
+            f"  What to do: fix {what} and rerun; the full trace is logged at DEBUG "
+            "(logging.getLogger('sparkbeam').setLevel(logging.DEBUG))."
+        )
+        super().__init__("\n".join(lines))
 
 
 _STAGE_TAG = re.compile(r"\[(stage-\d+)\]")
+_STEP = re.compile(r"\[while running '([^']+)'\]")
+_FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
+_LIBRARY = re.compile(r"(^|/)(apache_beam|pyspark|py4j|sparkbeam)/|^<frozen ")
+# sparkbeam's own folders (an editable install has no "sparkbeam/" in their paths)
+_OWN = tuple(
+    os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d, "")
+    for d in ("runner", "sdf", "translation", "checkpoint")
+)
 
 
-def run_guarded(stage_id: str | None, action):
-    """Run a Spark action; a task failure becomes StageFailedError naming the stage."""
+def run_guarded(stage_id: str | None, action, describe=None):
+    """Run a Spark action; a task failure becomes StageFailedError naming the stage.
+
+    ``describe(stage_id)``: the stage's transforms, for the message."""
     try:
         return action()
     except Exception as e:  # noqa: BLE001 - rewrapped with the stage named
         text = str(e)
+        _LOG.debug("Spark action failed:\n%s", text)
         match = _STAGE_TAG.search(text)
         failed = match.group(1) if match else (stage_id or "<unknown>")
-        raise StageFailedError(failed, user_traceback(text)) from None
+        transforms = describe(failed) if describe is not None else ""
+        raise StageFailedError(failed, user_traceback(text), transforms) from None
 
 
 def user_traceback(text: str) -> str:
@@ -49,6 +79,41 @@ def user_traceback(text: str) -> str:
         text = text[text.rindex(marker) + len(marker) :]
     lines = [ln for ln in text.splitlines() if not ln.lstrip().startswith("at ")]
     return "\n".join(lines).strip()
+
+
+def failing_transform(traceback_text: str) -> str | None:
+    """The step Beam names in "[while running 'Step']", if any."""
+    match = _STEP.search(traceback_text)
+    return match.group(1) if match else None
+
+
+def last_error(traceback_text: str) -> str:
+    """The last "Type: message" line of a traceback, without Beam's step annotation."""
+    for line in reversed(traceback_text.splitlines()):
+        if line and not line.startswith((" ", "\t", "Traceback", "During", "The above")):
+            return _STEP.sub("", _STAGE_TAG.sub("", line)).strip()
+    return traceback_text.strip().splitlines()[-1] if traceback_text.strip() else "?"
+
+
+def user_frames(traceback_text: str) -> list[str]:
+    """The frames (and their source lines) outside Beam, Spark, py4j and sparkbeam, once each."""
+    out: list[str] = []
+    seen: set[str] = set()
+    keep = False
+    for line in traceback_text.splitlines():
+        frame = _FRAME.match(line)
+        if frame:
+            path = frame.group(1)
+            library = _LIBRARY.search(path) or path.startswith(_OWN)
+            keep = not library and line.strip() not in seen
+            if keep:
+                seen.add(line.strip())
+                out.append(line.rstrip())
+        elif keep and line.startswith("    ") and line.strip().strip("^~ "):
+            out.append(line.rstrip())
+        elif not line.startswith("    "):
+            keep = False
+    return out
 
 
 class IncompatiblePipelineError(ValueError):

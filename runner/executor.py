@@ -22,6 +22,7 @@ from typing import Any
 from apache_beam.portability.api import metrics_pb2
 from pyspark import StorageLevel
 from sparkbeam.checkpoint import MemoryStorage, open_store
+from sparkbeam.runner import progress
 from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.bundle_splits import SplitPolicy
 from sparkbeam.runner.compatibility import RestoreGuard
@@ -48,6 +49,13 @@ from sparkbeam.runner.sink_files import (
     finalize_pending,
     record_pending,
     staging_dirs,
+)
+from sparkbeam.runner.spark_labels import (
+    call_site,
+    describe_job,
+    job_group,
+    name_rdd,
+    stage_label,
 )
 from sparkbeam.runner.stage_rounds import StageRounds
 from sparkbeam.runner.startpoint_rounds import (
@@ -85,6 +93,8 @@ class PlanExecutor:
         self.parallelism = parallelism or self.sc.defaultParallelism
         self.components = self.sc.broadcast(plan.components)
         self.edges = EdgeBuilder(self.sc, plan, self.plan_key, self.components, self.parallelism)
+        self.group = job_group(plan)  # the Spark job group of every job of this run
+        self._labels = {s.id: stage_label(s) for s in plan.stages}
         self._broadcasts: list = [self.components]
         self._persisted: list = []
         self._lazy: list[tuple[StagePlan, Any]] = []  # stages whose reports are pending
@@ -140,7 +150,7 @@ class PlanExecutor:
                 probe.close()
                 continue  # a finished batch job: run again from scratch
             self._pipeline_states[pipeline.id] = probe
-            _LOG.info("Restored %s from checkpoint %s", pipeline.id, info.checkpoint_id)
+            progress.batch_resumed(pipeline.id, info.checkpoint_id)
 
     def _open_startpoints(self) -> None:
         """Before any stage runs: fan each pipeline's startpoints out from its checkpoint."""
@@ -197,7 +207,8 @@ class PlanExecutor:
         if stage.is_sdf_process:
             rdds = self._run_in_rounds(stage, side_bc, state, completed)
         else:
-            rdd = self._stage_rdd(stage, self.edges.stage_input(stage), side_bc, 0)
+            with call_site(self.sc, self._labels[stage.id]):
+                rdd = self._stage_rdd(stage, self.edges.stage_input(stage), side_bc, 0)
             self._lazy.append((stage, rdd))
             rdds = [rdd]
         for buffer in dict.fromkeys(stage.output_buffers):
@@ -209,8 +220,10 @@ class PlanExecutor:
     def _side_inputs(self, stage: StagePlan):
         values = {}
         for si in stage.side_inputs:
-            self.sc.setJobDescription(f"sparkbeam {stage.id}: side input {si.tag}")
-            values[si.buffer] = self._guarded(stage, self.edges.read(si.buffer).collect)
+            label = f"{self._labels[stage.id]} (side input {si.tag})"
+            describe_job(self.sc, self.group, label)
+            with call_site(self.sc, label):
+                values[si.buffer] = self._guarded(stage, self.edges.read(si.buffer).collect)
         side_bc = self.sc.broadcast(values)
         self._broadcasts.append(side_bc)
         return side_bc
@@ -238,6 +251,7 @@ class PlanExecutor:
             return records
 
         rdd = input_rdd.mapPartitions(run).persist(StorageLevel.MEMORY_AND_DISK)
+        name_rdd(rdd, f"{self._labels[stage.id]} (round {round_no})")
         self._persisted.append(rdd)
         return rdd
 
@@ -245,9 +259,11 @@ class PlanExecutor:
         handler = StateAndTimerBundleCheckpointHandler(state, stage.id)
 
         def launch(rdd, round_no):
-            rdd = self._stage_rdd(stage, rdd, side_bc, round_no)
-            self.sc.setJobDescription(f"sparkbeam {stage.id} round {round_no}")
-            reports = self._guarded(stage, rdd.filter(_is_report).collect)
+            label = f"{self._labels[stage.id]} (round {round_no})"
+            describe_job(self.sc, self.group, label)
+            with call_site(self.sc, label):
+                rdd = self._stage_rdd(stage, rdd, side_bc, round_no)
+                reports = self._guarded(stage, rdd.filter(_is_report).collect)
             self._take_reports(stage, reports, handler)
             return rdd
 
@@ -299,9 +315,11 @@ class PlanExecutor:
         """One Spark job that runs every stage not run yet and gathers all reports."""
         if not self._lazy:
             return
-        self.sc.setJobDescription(f"sparkbeam: {len(self._lazy)} stage(s)")
-        union = self.sc.union([rdd.filter(_is_report) for _, rdd in self._lazy])
-        reports = self._guarded(None, union.collect)
+        label = "; ".join(self._labels[stage.id] for stage, _ in self._lazy)
+        describe_job(self.sc, self.group, label)
+        with call_site(self.sc, label):
+            union = self.sc.union([rdd.filter(_is_report) for _, rdd in self._lazy])
+            reports = self._guarded(None, union.collect)
         by_stage: dict[str, list] = defaultdict(list)
         for r in reports:
             by_stage[r.stage].append(r)
@@ -333,7 +351,7 @@ class PlanExecutor:
 
     def _guarded(self, stage: StagePlan | None, action):
         """Run a Spark action; a task failure becomes StageFailedError naming the stage."""
-        return run_guarded(stage.id if stage else None, action)
+        return run_guarded(stage.id if stage else None, action, self._labels.get)
 
     def _cleanup(self) -> None:
         for rdd in self._persisted:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from apache_beam.options import pipeline_options
 from sparkbeam.runner.errors import PipelineOptionsError
 
@@ -99,10 +101,13 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
 
     def master_url(self) -> str:
         """--spark_master_url if given, else local[*]."""
+        return self.explicit_master_url() or DEFAULT_MASTER
+
+    def explicit_master_url(self) -> str | None:
+        """--spark_master_url as the user gave it; None when not given (Beam's default)."""
         given = self.view_as(pipeline_options.SparkRunnerOptions).spark_master_url
-        explicit = any(str(f).startswith("--spark_master_url") for f in self._flags or ())
-        if not given or (given == _BEAM_DEFAULT_MASTER and not explicit):
-            return DEFAULT_MASTER
+        if not given or (given == _BEAM_DEFAULT_MASTER and not _given(self, "spark_master_url")):
+            return None
         return given
 
     def spark_conf_pairs(self) -> list[tuple[str, str]]:
@@ -117,3 +122,44 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
                 )
             pairs.append((key.strip(), value.strip()))
         return pairs
+
+
+def _given(options: pipeline_options.PipelineOptions, name: str) -> bool:
+    """Whether ``--name`` is among the flags the options were parsed from."""
+    flag = f"--{name}"
+    return any(str(f) == flag or str(f).startswith(flag + "=") for f in options._flags or ())
+
+
+# (flag, smallest allowed value, whether the smallest itself is allowed, what it means)
+_BOUNDS = (
+    ("checkpoint_interval_s", 0.0, False, "seconds between the starts of two rounds"),
+    ("materialization_interval_s", 0.0, False, "seconds between full state snapshots"),
+    ("max_restores", 0, True, "restores of a failed pipeline (0: fail at once)"),
+    ("residual_budget_s", 0.0, True, "seconds (0: every residual goes to the store)"),
+    ("sdf_split_after_s", 0.0, True, "seconds (0: no runner-initiated splits)"),
+    ("startpoint_max_age_s", 0.0, False, "seconds"),
+)
+
+
+def check_option_values(options: pipeline_options.PipelineOptions) -> None:
+    """Refuse an out-of-range sparkbeam option with one line naming it (before any Spark work)."""
+    from sparkbeam.runner.streaming_options import SparkStreamingOptions
+
+    views = (options.view_as(SparkRunnerOptions), options.view_as(SparkStreamingOptions))
+    parallelism = options.view_as(pipeline_options.FlinkRunnerOptions).parallelism
+    unset = parallelism == -1 and not _given(options, "parallelism")  # Beam's default: unset
+    if parallelism is not None and parallelism < 1 and not unset:
+        raise PipelineOptionsError(
+            f"--parallelism={parallelism!r} must be a whole number of at least 1 (the number "
+            "of partitions after a shuffle); leave it out to use Spark's default parallelism."
+        )
+    for name, low, inclusive, meaning in _BOUNDS:
+        value = next((getattr(v, name) for v in views if hasattr(v, name)), None)
+        if value is None:
+            continue
+        bad = math.isnan(value) or value < low or (value == low and not inclusive)
+        if bad:
+            bound = f"at least {low:g}" if inclusive else f"more than {low:g}"
+            raise PipelineOptionsError(
+                f"--{name}={value!r} must be {bound} ({meaning}); fix the flag and rerun."
+            )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 from apache_beam.options.pipeline_options import (
     DebugOptions,
@@ -13,13 +14,15 @@ from apache_beam.options.pipeline_options import (
 )
 from apache_beam.options.value_provider import RuntimeValueProvider
 from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
-from apache_beam.runners.runner import PipelineRunner, PipelineState
+from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 from apache_beam.transforms import environments
 from sparkbeam.checkpoint import open_store
+from sparkbeam.runner import progress
 from sparkbeam.runner.executor import PlanExecutor
-from sparkbeam.runner.options import SparkRunnerOptions
+from sparkbeam.runner.options import SparkRunnerOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
 from sparkbeam.runner.session import get_or_create_session
+from sparkbeam.runner.streaming_job import start_streaming
 from sparkbeam.runner.streaming_options import SparkStreamingOptions
 from sparkbeam.translation import translate
 
@@ -51,40 +54,48 @@ class SparkCheckpointRunner(PipelineRunner):
         super().__init__()
         self._is_drain = is_drain
 
-    def run_pipeline(self, pipeline, options: PipelineOptions) -> SparkPipelineResult:
+    def run_pipeline(self, pipeline, options: PipelineOptions) -> PipelineResult:
+        progress.make_visible()
+        # Step 1: check what sparkbeam can be asked for (one-line errors, before any Spark).
+        check_option_values(options)
         RuntimeValueProvider.set_runtime_options({})
         debug = options.view_as(DebugOptions)
         debug.experiments = list({*(debug.experiments or []), "beam_fn_api"})
-        spark_options = options.view_as(SparkRunnerOptions)
-        # Step 1: the portable proto.
         proto = portable_proto(pipeline, options)
-        # Step 2: plan it (checks requirements; raises naming what is unsupported).
+        # Step 2: plan it (raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
-        # Step 3: run it on Spark.
-        spark = get_or_create_session(spark_options, options.view_as(GoogleCloudOptions).job_name)
+        # Step 3: execute it on Spark: streaming on driver threads, batch here.
+        spark = get_or_create_session(
+            options.view_as(SparkRunnerOptions), options.view_as(GoogleCloudOptions).job_name
+        )
         if options.view_as(StandardOptions).streaming:
-            from sparkbeam.runner.streaming_job import start_streaming
-
             drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
-            return start_streaming(spark, plan, options, drain_plan)  # rounds on driver threads
-        store = None
-        url = spark_options.checkpoint_dir
-        if url:
-            store = open_store(url, job_name=spark.sparkContext.appName)
-        try:
-            executor = PlanExecutor(
-                spark,
-                plan,
-                spark_options.shuffle_parallelism(),
-                store=store,
-                checkpoint_url=url,
-                residual_budget_s=spark_options.residual_budget_s,
-                split_policy=spark_options.sdf_split_policy(),
-                startpoint_max_age_s=options.view_as(SparkStreamingOptions).startpoint_max_age_s,
-            )
-            executor.run()
-        finally:
-            if store is not None:
-                store.close()
+            return start_streaming(spark, plan, options, drain_plan)  # a live result
+        executor = run_batch(spark, plan, options)
         # Step 4: the result, with metrics merged from every stage.
         return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)
+
+
+def run_batch(spark, plan, options: PipelineOptions) -> PlanExecutor:
+    """Run a batch plan to the end (with its checkpoint store, if one is given)."""
+    spark_options = options.view_as(SparkRunnerOptions)
+    started = time.monotonic()
+    url = spark_options.checkpoint_dir
+    store = open_store(url, job_name=spark.sparkContext.appName) if url else None
+    try:
+        executor = PlanExecutor(
+            spark,
+            plan,
+            spark_options.shuffle_parallelism(),
+            store=store,
+            checkpoint_url=url,
+            residual_budget_s=spark_options.residual_budget_s,
+            split_policy=spark_options.sdf_split_policy(),
+            startpoint_max_age_s=options.view_as(SparkStreamingOptions).startpoint_max_age_s,
+        )
+        executor.run()
+    finally:
+        if store is not None:
+            store.close()
+    progress.batch_done(len(plan.stages), time.monotonic() - started, executor.resumed)
+    return executor

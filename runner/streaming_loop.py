@@ -16,8 +16,7 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 from apache_beam.portability.api import metrics_pb2
-from apache_beam.utils import timestamp
-from sparkbeam.runner import sink_files, streaming_pushback, watermarks
+from sparkbeam.runner import progress, session_conf, sink_files, streaming_pushback, watermarks
 from sparkbeam.runner.bundle_executor import StageTask
 from sparkbeam.runner.durability import FINISHED
 from sparkbeam.runner.errors import StageFailedError, run_guarded
@@ -29,6 +28,7 @@ from sparkbeam.runner.records import (
     SinkFilesRecord,
     WarningRecord,
 )
+from sparkbeam.runner.spark_labels import call_site, describe_job, job_group, stage_label
 from sparkbeam.runner.startpoint_rounds import (
     commit_round,
     open_session,
@@ -86,12 +86,18 @@ class PipelineLoop:
         self.pushed_back: set[str] = set()  # stages with main input held for side inputs
         self.draining = False  # truncate pending restrictions, watermarks at +inf
         self.round_times: list[RoundTime] = []  # every committed round of this run
+        self.progress = progress.PipelineProgress(pipeline.id)
+        self.group = job_group(self.plan, pipeline.id)
+        self.edge_pcollections = {e.pcollection for e in self.plan.edges}
 
     # --- lifecycle -------------------------------------------------------------
 
     def run(self) -> None:
-        self.ex.sc.setLocalProperty("spark.scheduler.pool", self.pipeline.id)
+        pool = session_conf.scheduler_pool(self.ex.sc)
+        if pool:  # every pipeline's rounds share sparkbeam's declared FAIR pool
+            self.ex.sc.setLocalProperty("spark.scheduler.pool", pool)
         self.open()
+        self.progress.opened(self.ex.url, self.checkpoint_id, self.round_no, self._pending())
         while not self.finished and not self.ex.stop.is_set():
             started = time.monotonic()
             if not self.draining and self.ex.draining():
@@ -112,7 +118,11 @@ class PipelineLoop:
                 continue
             if not self.finished:
                 self._pause(started)
-        _LOG.info("Pipeline %s stopped after round %d", self.pipeline.id, self.round_no - 1)
+        how = "finished" if self.finished else "stopped"
+        self.progress.ended(how, self.checkpoint_id, self._pending())
+
+    def _pending(self) -> int:
+        return sum(h.pending() for h in self.handlers.values())
 
     def open(self) -> None:
         """Start from the pipeline's latest checkpoint, or from nothing."""
@@ -150,7 +160,7 @@ class PipelineLoop:
             list, {b: [v for _, v in sorted(kv)] for b, kv in stored.items()}
         )
         if info is not None:
-            _LOG.info(
+            _LOG.debug(
                 "Pipeline %s restored checkpoint %d: round %d next, %d residual(s) pending",
                 self.pipeline.id, info.checkpoint_id, self.round_no, pending,
             )  # fmt: skip
@@ -225,12 +235,18 @@ class PipelineLoop:
         marks = self._watermarks()
         now_ms = float("inf") if self.draining else time.time() * 1000.0
         due = {s: h.pop_due(now_ms, MAX_RESIDUALS_PER_ROUND) for s, h in self.handlers.items()}
-        builder = RoundBuilder(self, marks, due, self._live_stages(due))
+        live = self._live_stages(due)
+        builder = RoundBuilder(self, marks, due, live)
+        labels = {s.id: stage_label(s) for s in self.stages}
+        label = f"{self.pipeline.id} round {r}: " + "; ".join(
+            labels[s.id] for s in self.stages if s.id in live
+        )
+        describe_job(sc, self.group, label)
         try:
-            reports = builder.build(self._side_inputs)
-            sc.setJobDescription(f"sparkbeam {self.pipeline.id} round {r}")
-            started, t0 = time.time(), time.monotonic()
-            collected = run_guarded(None, reports.collect)
+            with call_site(sc, label):
+                reports = builder.build(self._side_inputs)
+                started, t0 = time.time(), time.monotonic()
+                collected = run_guarded(None, reports.collect, labels.get)
             t1 = time.monotonic()
             crash_point("mid-round", r)
             self._commit(collected, marks, builder.held)
@@ -374,10 +390,6 @@ class PipelineLoop:
         for stage, stage_infos in infos.items():
             self.ex.add_metrics(stage, stage_infos)
         self.rounds_run += 1
-        _LOG.info(
-            "sparkbeam %s: round %d committed as checkpoint %d; %d residual(s) pending, "
-            "%d grouped key(s), watermark %s",
-            self.pipeline.id, self.round_no, cid, pending, sum(keys.values()),
-            timestamp.Timestamp(micros=marks.source()),
-        )  # fmt: skip
+        moved = progress.records((i for v in infos.values() for i in v), self.edge_pcollections)
+        self.progress.round_committed(self.round_no, int(cid), moved, pending, marks.source())
         self.round_no += 1

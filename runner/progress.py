@@ -1,0 +1,122 @@
+"""Progress lines an operator reads at the default log level.
+
+sparkbeam's loggers are children of ``sparkbeam``. When the program configured no logging
+(the root logger has no handler), ``make_visible`` gives ``sparkbeam`` its own stderr
+handler at INFO, so a run says whether it starts fresh or resumes, how its rounds go (one
+line every ``EVERY_S`` seconds; every round at DEBUG) and how it ended. A program that
+configured logging keeps its own levels: ``logging.getLogger("sparkbeam").setLevel("INFO")``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from apache_beam.utils import timestamp
+
+EVERY_S = 5.0
+ELEMENT_COUNT = "beam:metric:element_count:v1"
+_LOG = logging.getLogger("sparkbeam.progress")
+_HANDLER_FLAG = "_sparkbeam_progress_handler"
+
+
+def make_visible() -> None:
+    """Without any logging configuration, sparkbeam's INFO lines go to stderr."""
+    root, logger = logging.getLogger(), logging.getLogger("sparkbeam")
+    ours = [h for h in logger.handlers if getattr(h, _HANDLER_FLAG, False)]
+    if root.handlers:  # the program configured logging (maybe since the last run): use it
+        for handler in ours:
+            logger.removeHandler(handler)
+            logger.propagate = True
+        return
+    if ours or logger.handlers:
+        return
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(asctime)s sparkbeam: %(message)s", "%H:%M:%S"))
+    setattr(handler, _HANDLER_FLAG, True)
+    logger.addHandler(handler)
+    logger.propagate = False
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
+
+
+def records(infos, pcollections: set[str]) -> int:
+    """Elements that crossed the given PCollections, from Beam's element-count metrics."""
+    total = 0
+    for info in infos:
+        if info.urn == ELEMENT_COUNT and info.labels.get("PCOLLECTION") in pcollections:
+            total += _varint(info.payload)
+    return total
+
+
+def _varint(payload: bytes) -> int:
+    value, shift = 0, 0
+    for byte in payload:
+        value |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            break
+    return value
+
+
+class PipelineProgress:
+    """The progress lines of one independent pipeline's rounds."""
+
+    def __init__(self, pipeline: str) -> None:
+        self.pipeline = pipeline
+        self.started = time.monotonic()
+        self.last_line = float("-inf")
+        self.records = 0
+        self.rounds = 0
+
+    def opened(self, url: str, checkpoint_id: int | None, round_no: int, pending: int) -> None:
+        if checkpoint_id is None:
+            _LOG.info("%s: starting fresh (no checkpoint in %s)", self.pipeline, url)
+        else:
+            _LOG.info(
+                "resuming %s from checkpoint %d (round %d next), %d pending residual(s)",
+                self.pipeline, checkpoint_id, round_no, pending,
+            )  # fmt: skip
+
+    def round_committed(
+        self, round_no: int, checkpoint_id: int, records: int, pending: int, watermark_micros
+    ) -> None:
+        """Count the round; one INFO line every ``EVERY_S`` seconds, each round at DEBUG."""
+        self.rounds += 1
+        self.records += records
+        now = time.monotonic()
+        level = logging.DEBUG
+        if now - self.last_line >= EVERY_S:
+            level, self.last_line = logging.INFO, now
+        _LOG.log(
+            level,
+            "%s: round %d committed (checkpoint %d); %d round(s), %d record(s) so far, "
+            "watermark %s, %d pending residual(s)",
+            self.pipeline, round_no, checkpoint_id, self.rounds, self.records,
+            _watermark(watermark_micros), pending,
+        )  # fmt: skip
+
+    def ended(self, how: str, checkpoint_id: int | None, pending: int) -> None:
+        _LOG.info(
+            "%s %s: %d round(s), %d record(s) in %.1fs; last checkpoint %s, %d pending residual(s)",
+            self.pipeline, how, self.rounds, self.records, time.monotonic() - self.started,
+            checkpoint_id, pending,
+        )  # fmt: skip
+
+
+def batch_done(stages: int, elapsed_s: float, resumed: dict[str, int]) -> None:
+    extra = f"; resumed {len(resumed)} stage(s) from their checkpoint" if resumed else ""
+    _LOG.info("done: %d stage(s) in %.1fs%s", stages, elapsed_s, extra)
+
+
+def batch_resumed(pipeline: str, checkpoint_id: int) -> None:
+    _LOG.info("resuming %s from checkpoint %d", pipeline, checkpoint_id)
+
+
+def _watermark(micros) -> str:
+    if micros is None:
+        return "-"
+    try:
+        return str(timestamp.Timestamp(micros=micros))
+    except (ValueError, OverflowError):
+        return str(micros)
