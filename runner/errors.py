@@ -29,6 +29,7 @@ class StageFailedError(RuntimeError):
         self.stage = stage
         self.user_traceback = user_traceback
         self.transform = failing_transform(user_traceback)
+        transforms = transforms.removeprefix(f"{stage}: ")
         stage_text = f"{stage!r} ({transforms})" if transforms else repr(stage)
         lines = [f"Beam stage {stage_text} failed on Spark."]
         if self.transform:

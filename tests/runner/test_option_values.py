@@ -1,0 +1,55 @@
+"""Out-of-range option values are refused before any Spark work, in one line naming the flag."""
+
+from __future__ import annotations
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from sparkbeam.runner import SparkCheckpointRunner
+from sparkbeam.runner.errors import PipelineOptionsError
+from sparkbeam.runner.options import check_option_values
+
+
+@pytest.mark.parametrize(
+    "flag, match",
+    [
+        ("--parallelism=0", r"--parallelism=0 must be a whole number of at least 1"),
+        ("--parallelism=-7", r"--parallelism=-7 must be a whole number of at least 1"),
+        ("--parallelism=-1", r"--parallelism=-1 must be"),
+        ("--checkpoint_interval_s=-1", r"--checkpoint_interval_s=-1.0 must be more than 0"),
+        ("--checkpoint_interval_s=0", r"--checkpoint_interval_s=0.0 must be more than 0"),
+        ("--materialization_interval_s=0", r"--materialization_interval_s=0.0 must be more"),
+        ("--max_restores=-1", r"--max_restores=-1 must be at least 0"),
+        ("--residual_budget_s=-0.5", r"--residual_budget_s=-0.5 must be at least 0"),
+        ("--sdf_split_after_s=-2", r"--sdf_split_after_s=-2.0 must be at least 0"),
+        ("--startpoint_max_age_s=-5", r"--startpoint_max_age_s=-5.0 must be more than 0"),
+        ("--residual_budget_s=nan", r"--residual_budget_s=nan must be at least 0"),
+    ],
+)
+def test_bad_value_is_refused_in_one_line(flag, match):
+    with pytest.raises(PipelineOptionsError, match=match) as info:
+        check_option_values(PipelineOptions([flag]))
+    assert "\n" not in str(info.value)
+
+
+def test_run_refuses_before_spark_starts():
+    """The runner checks first: no session, no job — the error names the flag."""
+    p = beam.Pipeline(
+        runner=SparkCheckpointRunner(),
+        options=PipelineOptions(["--parallelism=0", "--spark_master_url=local[2]"]),
+    )
+    _ = p | beam.Create([1]) | beam.Map(lambda x: x)
+    with pytest.raises(PipelineOptionsError, match=r"--parallelism=0"):
+        p.run()
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--parallelism=3", "--checkpoint_interval_s=0.05", "--max_restores=0"],
+        ["--residual_budget_s=0", "--sdf_split_after_s=0", "--materialization_interval_s=1"],
+    ],
+)
+def test_good_values_pass(flags):
+    check_option_values(PipelineOptions(flags))
