@@ -1,0 +1,116 @@
+"""The Spark session: spark-submit's master and name win, a disagreeing
+--spark_master_url is refused naming both, an unreachable master fails fast in one line,
+and a session whose py4j link broke is replaced."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+import pyspark
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from sparkbeam.runner.errors import SparkSessionError
+from sparkbeam.runner.options import SparkRunnerOptions
+from sparkbeam.runner.session import get_or_create_session, probe_master
+
+from tests.conftest import TEST_MASTER
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def _env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def submitted():
+    """spark-submit --master local[2] --name ...: one run, then a disagreeing master."""
+    spark_home = os.path.dirname(pyspark.__file__)
+    cmd = [
+        os.path.join(spark_home, "bin", "spark-submit"),
+        "--master", "local[2]", "--name", "submitted-by-test",
+        "--conf", "spark.ui.enabled=false",
+        os.path.join(HERE, "submitted_app.py"), "--spark_master_url=local[3]",
+    ]  # fmt: skip
+    env = dict(_env(), SPARK_HOME=spark_home, PYSPARK_DRIVER_PYTHON=sys.executable)
+    done = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_spark_submit_master_and_name_are_used(submitted):
+    assert "MASTER=local[2]" in submitted  # not sparkbeam's default local[*]
+    assert "APP_NAME=submitted-by-test" in submitted  # not the job name or 'sparkbeam'
+
+
+@pytest.mark.slow
+def test_disagreeing_master_under_spark_submit_names_both(submitted):
+    (line,) = [ln for ln in submitted.splitlines() if ln.startswith("ERROR:")]
+    assert "SparkSessionError" in line
+    assert "'local[3]'" in line and "spark-submit's master 'local[2]'" in line
+
+
+@pytest.mark.spark
+def test_disagreeing_master_with_active_session_names_both(spark):
+    options = PipelineOptions(["--spark_master_url=local[3]"]).view_as(SparkRunnerOptions)
+    with pytest.raises(SparkSessionError, match=rf"'local\[3\]'.*'{spark.sparkContext.master}'"):
+        get_or_create_session(options)
+    same = PipelineOptions([f"--spark_master_url={TEST_MASTER}"]).view_as(SparkRunnerOptions)
+    assert get_or_create_session(same) is spark
+
+
+def test_unreachable_master_fails_fast_in_one_line():
+    port = _closed_port()
+    started = time.monotonic()
+    with pytest.raises(SparkSessionError, match=r"not reachable.*[Cc]onnection refused") as info:
+        probe_master(f"spark://127.0.0.1:{port}")
+    assert time.monotonic() - started < 5
+    assert "\n" not in str(info.value)
+
+
+def test_unreachable_master_through_the_runner_is_one_line():
+    """A fresh process: no JVM is started, no Java frames, the cause first."""
+    code = (
+        "import apache_beam as beam\n"
+        "from apache_beam.options.pipeline_options import PipelineOptions\n"
+        "p = beam.Pipeline(options=PipelineOptions(['--runner=SparkCheckpointRunner',"
+        f" '--spark_master_url=spark://127.0.0.1:{_closed_port()}']))\n"
+        "_ = p | beam.Create([1])\n"
+        "p.run()\n"
+    )
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("sparkbeam.runner.errors.SparkSessionError: Spark master")
+    assert "onnection refused" in last
+    assert "at org.apache" not in done.stderr and "Java 17" not in done.stderr
+    assert time.monotonic() - started < 120  # imports only; was 70 s of JVM retries
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_pipeline_runs_after_an_interrupted_action():
+    """An action interrupted mid-call (as by a test timeout) breaks the py4j link; the next
+    pipeline in the process still runs. In a subprocess: the shared session stays intact."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(HERE, "interrupted_app.py"), TEST_MASTER],
+        env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "BROKEN: " in done.stdout  # the link really was broken
+    assert "PIPELINE=ok" in done.stdout
