@@ -47,7 +47,8 @@ def get_or_create_session(options: SparkRunnerOptions, job_name: str | None = No
         check_master_url(explicit)
     active = live_active_session()
     if active is not None:
-        _check_same_master(explicit, active.sparkContext.master, "the active SparkSession")
+        source = "spark-submit" if _under_spark_submit() else "the active SparkSession"
+        _check_same_master(explicit, active.sparkContext.master, source)
         session_conf.configure_running(active)
         return active
     submitted = submitted_conf()
@@ -65,11 +66,15 @@ def submitted_conf() -> dict[str, str] | None:
     spark-submit starts the JVM first and passes its gateway to Python in
     ``PYSPARK_GATEWAY_PORT``; its ``--master``/``--name``/``--conf`` are the JVM's system
     properties, which ``SparkConf()`` loads."""
-    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+    if not _under_spark_submit():
         return None
     from pyspark import SparkConf
 
     return dict(SparkConf().getAll())
+
+
+def _under_spark_submit() -> bool:
+    return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
 def _check_same_master(explicit: str | None, actual: str | None, source: str) -> None:

@@ -9,7 +9,8 @@ is the barrier of a Chandy-Lamport snapshot, since nothing of the round is in
 flight any more. Then the round's sink files become visible.
 
 Each pipeline (connected component of the plan) has its own driver thread,
-Spark scheduler pool, round counter and checkpoint chain. When one of its
+Spark job group, round counter and checkpoint chain; the pipelines' rounds share
+sparkbeam's FAIR scheduler pool, so concurrent rounds get fair shares. When one of its
 rounds fails beyond Spark's task retries, only that pipeline drops its working
 state and restores its last checkpoint; the others never notice. A restarted
 driver restores every pipeline from its latest checkpoint. A pipeline ends

@@ -51,15 +51,18 @@ def submitted():
 
 @pytest.mark.slow
 def test_spark_submit_master_and_name_are_used(submitted):
+    assert "RAN=ok" not in submitted
     assert "MASTER=local[2]" in submitted  # not sparkbeam's default local[*]
     assert "APP_NAME=submitted-by-test" in submitted  # not the job name or 'sparkbeam'
 
 
 @pytest.mark.slow
 def test_disagreeing_master_under_spark_submit_names_both(submitted):
-    (line,) = [ln for ln in submitted.splitlines() if ln.startswith("ERROR:")]
-    assert "SparkSessionError" in line
-    assert "'local[3]'" in line and "spark-submit's master 'local[2]'" in line
+    errors = [ln for ln in submitted.splitlines() if ln.startswith("ERROR:")]
+    assert len(errors) == 2  # before the session exists, and after
+    for line in errors:
+        assert "SparkSessionError" in line
+        assert "'local[3]'" in line and "spark-submit's master 'local[2]'" in line
 
 
 @pytest.mark.spark
