@@ -10,16 +10,27 @@ puts the same text in the job group and description, so the UI, the REST API and
 from __future__ import annotations
 
 import contextlib
+import re
 import threading
 
-MAX_LABEL = 240
+MAX_LABEL = 400
+_ARGS = re.compile(r"\([^()]*\)")
 _LOCK = threading.Lock()
 
 
 def stage_label(stage) -> str:
     """``stage-3: Count/CombinePerKey + Format + Write`` (shortened if very long)."""
-    names = " + ".join(dict.fromkeys(stage.transforms)) or stage.name
+    full = stage.transforms or tuple(stage.name.strip("()").split(")+("))
+    names = " + ".join(dict.fromkeys(_short_name(t) for t in full))
     return _short(f"{stage.id}: {names}")
+
+
+def _short_name(transform: str) -> str:
+    """The first two levels of a transform name, without arguments: ``Count/CombinePerKey``."""
+    bare = _ARGS.sub("", transform)
+    while bare != transform:
+        transform, bare = bare, _ARGS.sub("", bare)
+    return "/".join(bare.split("/")[:2])
 
 
 def shuffle_label(plan, buffer) -> str:

@@ -51,7 +51,8 @@ def test_batch_jobs_and_stages_are_named_after_beam_transforms(spark):
     text = " | ".join(names)
     assert "Count/CombinePerKey" in text and "Format" in text, text
     assert "stage-" in text
-    assert ".py:" not in text, text  # no sparkbeam source lines as stage names
+    for source in ("edges.py", "executor.py", "errors.py", "rdd.py"):
+        assert source not in text, text  # no sparkbeam/pyspark source lines as stage names
 
 
 def test_streaming_rounds_are_named_after_pipeline_and_transforms(spark, tmp_path):
