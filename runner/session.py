@@ -68,8 +68,9 @@ def submitted_conf() -> dict[str, str] | None:
     properties, which ``SparkConf()`` loads."""
     if not _under_spark_submit():
         return None
-    from pyspark import SparkConf
+    from pyspark import SparkConf, SparkContext
 
+    SparkContext._ensure_initialized()  # connect to spark-submit's JVM: SparkConf() reads it
     return dict(SparkConf().getAll())
 
 
