@@ -1,10 +1,9 @@
 """Progress lines an operator reads at the default log level.
 
-sparkbeam's loggers are children of ``sparkbeam``. When the program configured no logging
-(the root logger has no handler), ``make_visible`` gives ``sparkbeam`` its own stderr
-handler at INFO, so a run says whether it starts fresh or resumes, how its rounds go (one
-line every ``EVERY_S`` seconds; every round at DEBUG) and how it ended. A program that
-configured logging keeps its own levels: ``logging.getLogger("sparkbeam").setLevel("INFO")``.
+sparkbeam's loggers are children of ``sparkbeam``, which ``make_visible`` sets to INFO
+unless the program set its level, so a run says whether it starts fresh or resumes, how
+its rounds go (one line every ``EVERY_S`` seconds; every round at DEBUG) and how it ended.
+Silence them with ``logging.getLogger("sparkbeam").setLevel(logging.WARNING)``.
 """
 
 from __future__ import annotations
@@ -21,10 +20,16 @@ _HANDLER_FLAG = "_sparkbeam_progress_handler"
 
 
 def make_visible() -> None:
-    """Without any logging configuration, sparkbeam's INFO lines go to stderr."""
+    """sparkbeam's INFO lines reach the operator unless the program set sparkbeam's level.
+
+    Beam's own imports give the root logger a stderr handler at WARNING, so the
+    ``sparkbeam`` logger is set to INFO (when its level is unset) and its lines flow to
+    the root's handlers; without any root handler, sparkbeam adds its own on stderr."""
     root, logger = logging.getLogger(), logging.getLogger("sparkbeam")
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.INFO)
     ours = [h for h in logger.handlers if getattr(h, _HANDLER_FLAG, False)]
-    if root.handlers:  # the program configured logging (maybe since the last run): use it
+    if root.handlers:  # the program (or Beam) configured logging, maybe since the last run
         for handler in ours:
             logger.removeHandler(handler)
             logger.propagate = True
@@ -36,8 +41,6 @@ def make_visible() -> None:
     setattr(handler, _HANDLER_FLAG, True)
     logger.addHandler(handler)
     logger.propagate = False
-    if logger.level == logging.NOTSET:
-        logger.setLevel(logging.INFO)
 
 
 def records(infos, pcollections: set[str]) -> int:

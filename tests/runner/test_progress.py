@@ -15,6 +15,7 @@ from tests.conftest import TEST_MASTER
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
+_P = r"sparkbeam[\w.]*: ?"  # through Beam's root handler, or sparkbeam's own
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -33,18 +34,18 @@ def test_streaming_run_says_fresh_then_resumed_with_progress_and_summary(tmp_pat
     app = ["-m", "tests.runner.progress_app", str(tmp_path / "ckpt"), TEST_MASTER]
     first = _run(app, crash_at="after-commit:0")
     assert first.returncode == -9, first.stderr[-3000:]
-    assert re.search(r"sparkbeam: pipeline-\S+: starting fresh \(no checkpoint in ", first.stderr)
-    assert re.search(r"sparkbeam: pipeline-\S+: round 0 committed \(checkpoint \d+\)", first.stderr)
+    assert re.search(_P + r"pipeline-\S+: starting fresh \(no checkpoint in ", first.stderr)
+    assert re.search(_P + r"pipeline-\S+: round 0 committed \(checkpoint \d+\)", first.stderr)
 
     second = _run(app)
     assert second.returncode == 0, second.stderr[-3000:]
     err = second.stderr
     assert re.search(
-        r"sparkbeam: resuming pipeline-\S+ from checkpoint \d+ \(round 1 next\), "
+        _P + r"resuming pipeline-\S+ from checkpoint \d+ \(round 1 next\), "
         r"0 pending residual\(s\)",
         err,
     ), err[-3000:]
-    assert re.search(r"sparkbeam: pipeline-\S+ finished: \d+ round\(s\), \d+ record\(s\)", err)
+    assert re.search(_P + r"pipeline-\S+ finished: \d+ round\(s\), \d+ record\(s\)", err)
     for run in (first, second):
         assert "has not been configured" not in run.stderr  # the FAIR pool is declared
         assert "FairSchedulableBuilder" not in run.stderr
