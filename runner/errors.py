@@ -39,7 +39,10 @@ def run_guarded(stage_id: str | None, action):
         text = str(e)
         match = _STAGE_TAG.search(text)
         failed = match.group(1) if match else (stage_id or "<unknown>")
-        raise StageFailedError(failed, user_traceback(text)) from None
+        from sparkbeam.runner.shipping import missing_module_error
+
+        user = user_traceback(text)
+        raise missing_module_error(failed, user) or StageFailedError(failed, user) from None
 
 
 def user_traceback(text: str) -> str:

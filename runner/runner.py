@@ -20,6 +20,8 @@ from sparkbeam.runner.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.result import SparkPipelineResult
 from sparkbeam.runner.session import get_or_create_session
+from sparkbeam.runner.shipping import ship_user_code
+from sparkbeam.runner.storage_check import check_shared_storage
 from sparkbeam.runner.streaming_options import SparkStreamingOptions
 from sparkbeam.translation import translate
 
@@ -61,7 +63,9 @@ class SparkCheckpointRunner(PipelineRunner):
         # Step 2: plan it (checks requirements; raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
         # Step 3: run it on Spark.
+        check_shared_storage(spark_options)  # a cluster's executors must reach the store
         spark = get_or_create_session(spark_options, options.view_as(GoogleCloudOptions).job_name)
+        ship_user_code(spark, options)  # the user's modules and packages reach the executors
         if options.view_as(StandardOptions).streaming:
             from sparkbeam.runner.streaming_job import start_streaming
 

@@ -37,7 +37,9 @@ def get_or_create_session(options: SparkRunnerOptions, job_name: str | None = No
     master = options.master_url()
     check_master_url(master)
     conf = options.spark_conf_pairs()
-    # Executors' Python must be this interpreter: it has Beam and sparkbeam.
+    # Executors' Python must be this interpreter: it has Beam and sparkbeam. The driver's
+    # sys.path is not passed on (on a cluster those paths do not exist): the user's own
+    # code reaches executors through runner.shipping.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     builder = (
@@ -47,7 +49,6 @@ def get_or_create_session(options: SparkRunnerOptions, job_name: str | None = No
         .config("spark.sql.shuffle.partitions", str(options.shuffle_parallelism() or 8))
         .config("spark.python.worker.reuse", "true")
         .config("spark.python.daemon.module", "sparkbeam.runner.daemon")
-        .config("spark.executorEnv.PYTHONPATH", os.pathsep.join(sys.path))
         # Streaming runs each independent pipeline's rounds in its own scheduler pool.
         .config("spark.scheduler.mode", "FAIR")
     )
