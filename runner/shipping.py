@@ -41,6 +41,7 @@ from sparkbeam.runner.errors import StageFailedError
 
 _LOG = logging.getLogger(__name__)
 _SHIPPED: dict[str, set[str]] = {}  # Spark application id -> file names already added
+_PACKAGE_SUFFIXES = (".whl", ".tar.gz", ".tar", ".zip")
 _SKIP_DIRS = {"__pycache__", ".git", ".venv", "venv", ".tox", ".mypy_cache", ".pytest_cache"}
 
 
@@ -185,7 +186,7 @@ def staged_packages(options, work: Path) -> list[Path]:
         return []
     only = PipelineOptions(
         setup_file=setup.setup_file,
-        extra_packages=list(setup.extra_packages or []),
+        extra_packages=list(setup.extra_packages or []) or None,
         requirements_file=setup.requirements_file,
         requirements_cache="skip",  # PyPI requirements are not downloaded: see module doc
     )
@@ -206,37 +207,73 @@ def staged_packages(options, work: Path) -> list[Path]:
                 "it are shipped).",
                 setup.requirements_file,
             )
-        else:
+        elif dst.endswith(_PACKAGE_SUFFIXES):  # not Beam's bookkeeping (extra_packages.txt)
             shipped.append(_as_zip(Path(src), dst, work))
     return shipped
 
 
 def _as_zip(src: Path, name: str, work: Path) -> Path:
-    """A pure-Python wheel (built from an sdist if needed) as a zip for sys.path."""
-    wheel = src
-    if not name.endswith(".whl"):
-        wheel = _build_wheel(src, work)
-    if not wheel.name.endswith("-none-any.whl"):
-        raise UserCodeShippingError(
-            f"Package {name!r} has compiled code ({wheel.name}); sparkbeam ships only "
-            "pure-Python packages. Install it in the executors' Python instead."
-        )
-    copy = work / "wheels" / wheel.name
-    copy.parent.mkdir(exist_ok=True)
-    shutil.copyfile(wheel, copy)
-    stem = wheel.name.split("-")[0]
-    return _hash_named(copy, stem, ".zip")
+    """A pure-Python package as a zip for sys.path: a wheel as is, an sdist built first."""
+    stem = src.name.split("-")[0]
+    if name.endswith(".whl") or src.name.endswith(".whl"):
+        if not src.name.endswith("-none-any.whl"):
+            raise UserCodeShippingError(
+                f"Package {src.name!r} has compiled code; sparkbeam ships only pure-Python "
+                "packages. Install it in the executors' Python instead."
+            )
+        copy = work / "wheels" / src.name
+        copy.parent.mkdir(exist_ok=True)
+        shutil.copyfile(src, copy)
+        return _hash_named(copy, stem, ".zip")
+    wheel = _pip_wheel(src, work)
+    if wheel is not None:
+        return _as_zip(wheel, wheel.name, work)
+    lib = _setup_build_py(src, work)
+    return _zip_paths(work, stem, {p.name: p for p in lib.iterdir()})
 
 
-def _build_wheel(sdist: Path, work: Path) -> Path:
-    """``pip wheel`` an sdist (no deps, no isolation: the driver's setuptools, no network)."""
+def _pip_wheel(sdist: Path, work: Path) -> Path | None:
+    """``pip wheel`` an sdist (no deps, no isolation: the driver's build tools, no network)."""
     out = work / "built"
-    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation"]
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q"]
     proc = subprocess.run(
         [*cmd, "--wheel-dir", str(out), str(sdist)], capture_output=True, text=True
     )
     wheels = sorted(out.glob("*.whl")) if out.exists() else []
-    if proc.returncode != 0 or not wheels:
-        last = (proc.stderr.strip().splitlines() or ["no wheel built"])[-1]
-        raise UserCodeShippingError(f"Could not build a wheel from {sdist.name!r}: {last}")
-    return wheels[0]
+    if proc.returncode == 0 and wheels:
+        return wheels[0]
+    _LOG.info("pip wheel %s failed (%s); trying setup.py build_py", sdist.name, _error_line(proc))
+    return None
+
+
+def _setup_build_py(sdist: Path, work: Path) -> Path:
+    """The sdist's pure-Python modules via ``setup.py build_py`` (no wheel tooling needed)."""
+    unpacked = work / "sdist"
+    shutil.unpack_archive(sdist, unpacked)
+    setups = sorted(unpacked.glob("*/setup.py"))
+    if not setups:
+        raise UserCodeShippingError(
+            f"Could not build {sdist.name!r}: pip wheel failed and it has no setup.py. "
+            "Install 'wheel' (and the project's build backend) in the driver's Python."
+        )
+    if any(p.suffix in (".c", ".cc", ".cpp", ".pyx") for p in setups[0].parent.rglob("*")):
+        raise UserCodeShippingError(
+            f"Package {sdist.name!r} has compiled code; sparkbeam ships only pure-Python "
+            "packages. Install it in the executors' Python instead."
+        )
+    lib = work / "build_lib"
+    proc = subprocess.run(
+        [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)],
+        cwd=setups[0].parent,
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode != 0 or not lib.exists():
+        raise UserCodeShippingError(f"Could not build {sdist.name!r}: {_error_line(proc)}")
+    return lib
+
+
+def _error_line(proc: subprocess.CompletedProcess) -> str:
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    return (errors or lines or ["no output"])[0]
