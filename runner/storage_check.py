@@ -41,13 +41,20 @@ def effective_master(options) -> str:
 
 
 def check_shared_storage(options) -> None:
-    """Raise SharedStorageError if --checkpoint_dir is local while the master is a cluster."""
-    check_store_path(
-        "--checkpoint_dir",
-        options.checkpoint_dir,
-        effective_master(options),
-        bool(getattr(options, "shared_filesystem", False)),
-    )
+    """Raise SharedStorageError if --checkpoint_dir is local while the master is a cluster.
+
+    A streaming run without --checkpoint_dir uses ``./sparkbeam-checkpoints/<job>``
+    (local), so it is checked as that path.
+    """
+    from apache_beam.options.pipeline_options import StandardOptions
+    from sparkbeam.runner.streaming_options import DEFAULT_CHECKPOINT_ROOT
+
+    flag, url = "--checkpoint_dir", options.checkpoint_dir
+    if not url and options.view_as(StandardOptions).streaming:
+        flag = "--checkpoint_dir (unset; the --streaming default)"
+        url = os.path.abspath(DEFAULT_CHECKPOINT_ROOT)
+    shared = bool(getattr(options, "shared_filesystem", False))
+    check_store_path(flag, url, effective_master(options), shared)
 
 
 def check_store_path(flag: str, url: str | None, master: str, shared: bool) -> None:

@@ -73,7 +73,9 @@ def test_setup_file_package_runs_on_executors(tmp_path):
 @pytest.mark.slow
 def test_module_missing_on_executors_says_how_to_ship_it(tmp_path):
     pkg = tmp_path / "app" / "tinypkg"
-    proc, _ = run_user_pipeline(tmp_path, f"--lib_dir={pkg}", "--dofn_module=tinydofns")
+    # lib_dir is on the driver's sys.path only: it passed when that path leaked to executors.
+    retries = "--spark_conf=spark.task.maxFailures=1"  # fail on the first attempt
+    proc, _ = run_user_pipeline(tmp_path, f"--lib_dir={pkg}", "--dofn_module=tinydofns", retries)
     assert proc.returncode != 0
     assert "ModuleNotOnExecutorsError" in proc.stderr, proc.stderr[-4000:]
     assert "module 'tinydofns' is not installed on the executors" in proc.stderr

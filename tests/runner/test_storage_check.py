@@ -63,6 +63,16 @@ def test_options_flag_parses():
     assert shared.shared_filesystem is True
 
 
+_SUBMIT_STREAMING = """
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+options = PipelineOptions(["--runner=SparkCheckpointRunner", "--streaming",
+    "--spark_master_url=yarn"])
+with beam.Pipeline(options=options) as p:
+    p | beam.Create([1, 2])
+"""
+
+
 _SUBMIT = """
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -84,6 +94,22 @@ def test_pipeline_with_cluster_master_fails_at_submission(tmp_path):
     assert last.startswith("sparkbeam.runner.storage_check.SharedStorageError: --checkpoint_dir")
     assert "'relative-ckpt' is a relative path" in last and "spark://unreachable" in last
     assert "Could not start Spark" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_streaming_default_store_is_refused_on_a_cluster(tmp_path):
+    # Without --checkpoint_dir a streaming run would use ./sparkbeam-checkpoints/<job>: local.
+    proc = subprocess.run(
+        [sys.executable, "-c", _SUBMIT_STREAMING],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "SharedStorageError: --checkpoint_dir (unset; the --streaming default)" in last
+    assert "sparkbeam-checkpoints' is a local path, but master 'yarn'" in last
 
 
 @pytest.mark.spark
