@@ -112,3 +112,28 @@ def test_main_folder_modules_finds_own_modules_not_installed_ones(tmp_path, monk
     # sparkbeam's own source tree is an installed (editable) distribution: never shipped.
     repo = Path(__file__).resolve().parents[2]
     assert "sparkbeam" not in main_folder_modules(repo)
+
+
+@pytest.mark.slow
+def test_setup_file_and_extra_package_become_importable_zips(tmp_path):
+    import zipfile
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from sparkbeam.runner.shipping import staged_packages
+
+    app = stage_user_pipeline(tmp_path / "app").parent
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(dist)],
+        cwd=app / "tinypkg",
+        check=True,
+        capture_output=True,
+    )
+    (sdist,) = dist.glob("*.tar.gz")
+    for flag in (f"--setup_file={app / 'tinypkg' / 'setup.py'}", f"--extra_package={sdist}"):
+        work = tmp_path / flag[2:7]
+        work.mkdir()
+        (zipped,) = staged_packages(PipelineOptions([flag]), work)
+        assert zipped.name.startswith("tinydofns-") and zipped.suffix == ".zip"
+        assert "tinydofns/__init__.py" in zipfile.ZipFile(zipped).namelist()
+    assert staged_packages(PipelineOptions([]), tmp_path) == []
