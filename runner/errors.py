@@ -70,7 +70,11 @@ def run_guarded(stage_id: str | None, action, describe=None):
         match = _STAGE_TAG.search(text)
         failed = match.group(1) if match else (stage_id or "<unknown>")
         transforms = describe(failed) if describe is not None else ""
-        raise StageFailedError(failed, user_traceback(text), transforms) from None
+        from sparkbeam.runner.shipping import missing_module_error
+
+        user = user_traceback(text)
+        missing = missing_module_error(failed, user)
+        raise missing or StageFailedError(failed, user, transforms) from None
 
 
 def user_traceback(text: str) -> str:

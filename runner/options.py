@@ -44,6 +44,15 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             "Beam's FileSystems reaches). With it, every SDF round is committed there and a "
             "killed batch job resumes its pending residuals when rerun. Default: none.",
         )
+        parser.add_argument(
+            "--shared_filesystem",
+            action="store_true",
+            default=False,
+            help="Declare that an absolute local --checkpoint_dir is on a filesystem every "
+            "Spark executor mounts at the same path (NFS...). Without it a cluster master "
+            "(spark://, yarn, k8s://) refuses a local path; a relative path is always refused "
+            "there. Default: off.",
+        )
         cls._add_sdf_args(parser)
 
     @classmethod

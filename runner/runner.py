@@ -22,6 +22,8 @@ from sparkbeam.runner.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
 from sparkbeam.runner.session import get_or_create_session
+from sparkbeam.runner.shipping import ship_user_code
+from sparkbeam.runner.storage_check import check_shared_storage
 from sparkbeam.runner.streaming_job import start_streaming
 from sparkbeam.runner.streaming_options import SparkStreamingOptions
 from sparkbeam.translation import translate
@@ -65,9 +67,10 @@ class SparkCheckpointRunner(PipelineRunner):
         # Step 2: plan it (raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
         # Step 3: execute it on Spark: streaming on driver threads, batch here.
-        spark = get_or_create_session(
-            options.view_as(SparkRunnerOptions), options.view_as(GoogleCloudOptions).job_name
-        )
+        spark_options = options.view_as(SparkRunnerOptions)
+        check_shared_storage(spark_options)  # a cluster's executors must reach the store
+        spark = get_or_create_session(spark_options, options.view_as(GoogleCloudOptions).job_name)
+        ship_user_code(spark, options)  # the user's modules and packages reach the executors
         if options.view_as(StandardOptions).streaming:
             drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
             return start_streaming(spark, plan, options, drain_plan)  # a live result

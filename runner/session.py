@@ -60,6 +60,15 @@ def get_or_create_session(options: SparkRunnerOptions, job_name: str | None = No
     return _build(options, master, options.spark_app_name or job_name or "sparkbeam", {})
 
 
+def target_master(options: SparkRunnerOptions) -> str:
+    """The master a run will use: the live session's, spark-submit's, else the option's."""
+    active = live_active_session()
+    if active is not None:
+        return active.sparkContext.master
+    submitted = submitted_conf() or {}
+    return submitted.get("spark.master") or options.explicit_master_url() or DEFAULT_MASTER
+
+
 def submitted_conf() -> dict[str, str] | None:
     """spark-submit's conf (master, app name, ...) when this driver runs under it, else None.
 

@@ -13,7 +13,6 @@ import atexit
 import functools
 import logging
 import os
-import sys
 import tempfile
 
 POOL = "sparkbeam"
@@ -53,7 +52,6 @@ def default_conf(parallelism: int | None) -> dict[str, str]:
         "spark.sql.shuffle.partitions": str(parallelism or 8),
         "spark.python.worker.reuse": "true",
         "spark.python.daemon.module": "sparkbeam.runner.daemon",
-        "spark.executorEnv.PYTHONPATH": os.pathsep.join(sys.path),
         # Pipelines' rounds share one FAIR pool: concurrent rounds get fair shares.
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": allocation_file(),

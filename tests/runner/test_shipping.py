@@ -1,0 +1,139 @@
+"""The user's code reaches executors that do not have it (issue 11.3).
+
+Cluster tests run tests/runner/user_code/user_main.py in a subprocess on
+local-cluster (separate executor JVMs and Python workers), started from a
+folder and a PYTHONPATH that lack the user's modules.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.runner.shipping import (
+    ModuleNotOnExecutorsError,
+    main_folder_modules,
+    missing_module_error,
+)
+
+from tests.runner.user_code import stage_user_pipeline
+
+MASTER = "local-cluster[1,1,1024]"
+
+
+def run_user_pipeline(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
+    main = stage_user_pipeline(tmp_path / "app")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    out = tmp_path / "out.jsonl"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYTHONPATH"] = str(elsewhere)  # executors inherit it: it lacks the user's code
+    cmd = [sys.executable, str(main), "--output", str(out), *args]
+    cmd += ["--runner=SparkCheckpointRunner", f"--spark_master_url={MASTER}"]
+    proc = subprocess.run(cmd, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    return proc, out
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_dofn_from_a_module_next_to_the_main_script_runs_on_executors(tmp_path):
+    proc, out = run_user_pipeline(tmp_path)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["x"], r["y"]) for r in rows) == [(x, 7 * x) for x in range(10)]
+    # Imported from the shipped zip, and the driver's sys.path did not leak.
+    assert all(".zip" in r["module_file"] for r in rows), rows[0]
+    assert all(r["leaked"] == [] for r in rows), rows[0]
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_setup_file_package_runs_on_executors(tmp_path):
+    pkg = tmp_path / "app" / "tinypkg"
+    proc, out = run_user_pipeline(
+        tmp_path,
+        f"--setup_file={pkg / 'setup.py'}",
+        f"--lib_dir={pkg}",
+        "--dofn_module=tinydofns",
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted((r["x"], r["y"]) for r in rows) == [(x, 11 * x) for x in range(10)]
+    assert all("tinydofns-" in r["module_file"] for r in rows), rows[0]
+    assert all(r["leaked"] == [] for r in rows), rows[0]
+
+
+@pytest.mark.cluster
+@pytest.mark.slow
+def test_module_missing_on_executors_says_how_to_ship_it(tmp_path):
+    pkg = tmp_path / "app" / "tinypkg"
+    # lib_dir is on the driver's sys.path only: it passed when that path leaked to executors.
+    retries = "--spark_conf=spark.task.maxFailures=1"  # fail on the first attempt
+    proc, _ = run_user_pipeline(tmp_path, f"--lib_dir={pkg}", "--dofn_module=tinydofns", retries)
+    assert proc.returncode != 0
+    assert "ModuleNotOnExecutorsError" in proc.stderr, proc.stderr[-4000:]
+    assert "module 'tinydofns' is not installed on the executors" in proc.stderr
+    assert "--setup_file" in proc.stderr and "spark.submit.pyFiles" in proc.stderr
+    assert "fix the user code" not in proc.stderr
+
+
+def test_missing_module_error_names_the_module_and_the_flags():
+    tb = "Traceback...\nModuleNotFoundError: No module named 'mylib.probe'"
+    err = missing_module_error("stage-2", tb)
+    assert isinstance(err, ModuleNotOnExecutorsError) and isinstance(err, StageFailedError)
+    with pytest.raises(ModuleNotOnExecutorsError, match=r"'stage-2'.*module 'mylib.probe'.*"):
+        raise err
+    assert err.module == "mylib.probe" and "--extra_package" in str(err)
+    assert missing_module_error("stage-2", "ValueError: boom") is None
+
+
+def test_main_folder_modules_finds_own_modules_not_installed_ones(tmp_path, monkeypatch):
+    (tmp_path / "ownpkg_xyz").mkdir()
+    (tmp_path / "ownpkg_xyz" / "__init__.py").write_text("")
+    (tmp_path / "ownmod_xyz.py").write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import ownmod_xyz  # noqa: F401
+    import ownpkg_xyz  # noqa: F401
+
+    try:
+        found = main_folder_modules(tmp_path)
+    finally:
+        del sys.modules["ownmod_xyz"], sys.modules["ownpkg_xyz"]
+    assert found == {
+        "ownpkg_xyz": tmp_path / "ownpkg_xyz",
+        "ownmod_xyz": tmp_path / "ownmod_xyz.py",
+    }
+    # sparkbeam's own source tree is an installed (editable) distribution: never shipped.
+    repo = Path(__file__).resolve().parents[2]
+    assert "sparkbeam" not in main_folder_modules(repo)
+
+
+@pytest.mark.slow
+def test_setup_file_and_extra_package_become_importable_zips(tmp_path):
+    import zipfile
+
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from sparkbeam.runner.shipping import staged_packages
+
+    app = stage_user_pipeline(tmp_path / "app").parent
+    dist = tmp_path / "dist"
+    subprocess.run(
+        [sys.executable, "setup.py", "-q", "sdist", "--dist-dir", str(dist)],
+        cwd=app / "tinypkg",
+        check=True,
+        capture_output=True,
+    )
+    (sdist,) = dist.glob("*.tar.gz")
+    for flag in (f"--setup_file={app / 'tinypkg' / 'setup.py'}", f"--extra_package={sdist}"):
+        work = tmp_path / flag[2:7]
+        work.mkdir()
+        (zipped,) = staged_packages(PipelineOptions([flag]), work)
+        assert zipped.name.startswith("tinydofns-") and zipped.suffix == ".zip"
+        assert "tinydofns/__init__.py" in zipfile.ZipFile(zipped).namelist()
+    assert staged_packages(PipelineOptions([]), tmp_path) == []

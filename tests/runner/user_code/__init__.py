@@ -1,0 +1,34 @@
+"""A user's pipeline whose DoFns live in the user's own code, for shipping tests.
+
+``stage_user_pipeline(dest)`` copies it into ``dest`` (a folder no executor
+has) and returns the main script's path. Run it in a subprocess:
+``python <main> --output OUT [--dofn_module M] [--lib_dir D] <Beam flags>``.
+
+- ``mylib/`` (package, next to the main script): shipped by sparkbeam as an
+  own-folder module; ``--dofn_module mylib.probe`` (default).
+- ``tinypkg/`` (``setup.py`` + package ``tinydofns``): ship it with
+  ``--setup_file <dest>/tinypkg/setup.py --lib_dir <dest>/tinypkg
+  --dofn_module tinydofns``.
+- ``--lib_dir`` adds a folder to the driver's sys.path only: without a flag
+  that ships it, executors fail with ModuleNotOnExecutorsError.
+
+Each output line is JSON: {"x", "y", "module_file", "leaked"} where ``leaked``
+lists the driver-only sys.path folders the executor's Python could see.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def stage_user_pipeline(dest: Path) -> Path:
+    """Copy the user's pipeline (main script, mylib/, tinypkg/) to ``dest``; return the main."""
+    dest.mkdir(parents=True, exist_ok=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.egg-info", "build", "dist")
+    shutil.copytree(HERE / "mylib", dest / "mylib", ignore=ignore)
+    shutil.copytree(HERE / "tinypkg", dest / "tinypkg", ignore=ignore)
+    shutil.copyfile(HERE / "user_main.py", dest / "user_main.py")
+    return dest / "user_main.py"
