@@ -16,6 +16,7 @@ from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
 from apache_beam.runners.runner import PipelineRunner, PipelineState
 from apache_beam.transforms import environments
 from sparkbeam.checkpoint import open_store
+from sparkbeam.runner.durability import refuse_finished_rerun
 from sparkbeam.runner.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.result import SparkPipelineResult
@@ -70,8 +71,15 @@ class SparkCheckpointRunner(PipelineRunner):
         store = None
         url = spark_options.checkpoint_dir
         if url:
-            store = open_store(url, job_name=spark.sparkContext.appName)
+            store = open_store(
+                url,
+                job_name=spark.sparkContext.appName,
+                break_lock=options.view_as(SparkStreamingOptions).break_lock,
+            )
         try:
+            if store is not None:  # a finished job runs again only with --fresh
+                fresh = options.view_as(SparkStreamingOptions).fresh
+                refuse_finished_rerun(store, [p.id for p in plan.pipelines], fresh)
             executor = PlanExecutor(
                 spark,
                 plan,
