@@ -40,18 +40,27 @@ class IncompatibleCheckpointError(ValueError):
 
 
 class StoreLockedError(RuntimeError):
-    """Another job holds the store's write lock."""
+    """Another job holds the store's write lock (or its lock file is unreadable)."""
 
-    def __init__(self, url: str, holder: dict):
+    def __init__(self, url: str, holder: dict, unreadable: str | None = None):
         self.url = url
         self.holder = dict(holder)
+        if unreadable is not None:
+            super().__init__(
+                f"Checkpoint store {url!r} is locked by an unreadable lock file {unreadable!r} "
+                "(empty or not a lock: a job crashed while taking it), so its holder is "
+                "unknown. If no job uses this store, reopen with break_lock=True (CLI: "
+                "--break_lock; pipeline option --break_lock)."
+            )
+            return
         who = (
             f"job {holder.get('job_name')!r} (host {holder.get('host')!r}, "
             f"pid {holder.get('pid')!r}, since {holder.get('created_iso')!r})"
         )
         super().__init__(
             f"Checkpoint store {url!r} is locked by {who}. Stop that job first; if it is gone "
-            "(a crash on another host), reopen with break_lock=True (CLI: --break_lock)."
+            "(a crash on another host), reopen with break_lock=True (CLI: --break_lock; "
+            "pipeline option --break_lock)."
         )
 
 

@@ -15,6 +15,7 @@ until a manifest names it, and the manifest is written last, so a torn write is 
 
 from __future__ import annotations
 
+import errno
 import os
 import socket
 import threading
@@ -73,7 +74,14 @@ class Storage(ABC):
 
 
 class LocalStorage(Storage):
-    """A local directory; writes are temp file + fsync + rename + directory fsync."""
+    """A local directory; writes are temp file + fsync + rename + directory fsync.
+
+    `create_exclusive` writes a synced temp file and hard-links it to the final name (the
+    link fails if the name exists), so the file appears complete or not at all -- a crash
+    cannot leave an empty lock file. `delete` also removes the directories it empties, up to
+    (not including) the root, so per-round directories do not pile up; writers recreate a
+    directory that a concurrent delete removed.
+    """
 
     def __init__(self, root: str):
         super().__init__()
@@ -90,25 +98,59 @@ class LocalStorage(Storage):
         with open(self._path(path), "rb") as f:
             return f.read()
 
+    def _temp(self, directory: str, data: bytes) -> str:
+        """A synced temp file holding ``data`` in ``directory`` (created if needed)."""
+        for attempt in range(_DIR_RETRIES):
+            os.makedirs(directory, exist_ok=True)
+            tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                break
+            except FileNotFoundError:  # a concurrent delete removed the empty directory
+                if attempt == _DIR_RETRIES - 1:
+                    raise
+        try:
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return tmp
+
     def _write(self, path: str, data: bytes) -> None:
         final = self._path(path)
-        directory = os.path.dirname(final)
-        os.makedirs(directory, exist_ok=True)
-        tmp = os.path.join(directory, f"{TMP_PREFIX}{uuid.uuid4().hex}")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        tmp = self._temp(os.path.dirname(final), data)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, final)
-        _fsync_dir(directory)
+            os.replace(tmp, final)
+        except BaseException:
+            _unlink(tmp)
+            raise
+        _fsync_dir(os.path.dirname(final))
 
     def create_exclusive(self, path: str, data: bytes) -> bool:
         final = self._path(path)
-        os.makedirs(os.path.dirname(final), exist_ok=True)
+        directory = os.path.dirname(final)
+        tmp = self._temp(directory, data)
+        try:
+            os.link(tmp, final)
+        except FileExistsError:
+            return False
+        except OSError as e:  # a filesystem without hard links: exclusive create + write
+            if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+                raise
+            return self._create_unlinked(final, data)
+        finally:
+            _unlink(tmp)
+        _fsync_dir(directory)
+        self.bytes_written += len(data)
+        return True
+
+    def _create_unlinked(self, final: str, data: bytes) -> bool:
         try:
             fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
@@ -131,10 +173,20 @@ class LocalStorage(Storage):
         return sorted(out)
 
     def delete(self, path: str) -> None:
+        full = self._path(path)
         try:
-            os.remove(self._path(path))
+            os.remove(full)
         except FileNotFoundError:
-            pass
+            return
+        directory = os.path.dirname(full)
+        while directory.startswith(self.root + os.sep):
+            try:
+                os.rmdir(directory)
+            except FileNotFoundError:
+                pass  # removed meanwhile: go on with its parent
+            except OSError:
+                return  # not empty
+            directory = os.path.dirname(directory)
 
     def exists(self, path: str) -> bool:
         return os.path.isfile(self._path(path))
@@ -144,6 +196,16 @@ class LocalStorage(Storage):
 
     def mtime(self, path: str) -> float:
         return os.path.getmtime(self._path(path))
+
+
+_DIR_RETRIES = 5
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
 
 
 def _fsync_dir(directory: str) -> None:

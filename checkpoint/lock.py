@@ -1,7 +1,9 @@
 """The store's write lock: one job writes a store at a time.
 
 Owns: the lock file ``_LOCK.json`` in the store root (host, pid, job name, time, a random
-token), taking it, detecting a stale lock left by a dead process on this host, and releasing it.
+token), written atomically, taking it, detecting a stale lock left by a dead process on this
+host, treating an unreadable lock file (empty or garbage: a crash of an older version, or of a
+backend without atomic create) as a lock of an unknown holder, and releasing it.
 Leaves to others: what the lock protects (`store`). Readers (``checkpoints list``/``show``/
 ``verify``) never take it.
 """
@@ -19,6 +21,10 @@ from sparkbeam.checkpoint.errors import StoreLockedError
 from sparkbeam.checkpoint.filesystem import Storage
 
 LOCK_FILE = "_LOCK.json"
+UNREADABLE = object()
+"""`_read_holder`'s answer for an empty or garbage lock file: a lock of an unknown holder."""
+_ATTEMPTS = 3
+_UNREADABLE_WAIT_S = 0.2
 log = logging.getLogger(__name__)
 
 
@@ -51,30 +57,31 @@ class StoreLock:
         """Take the lock or raise `StoreLockedError` naming the holder.
 
         A lock whose holder is a dead process on this host is stale and taken over with a
-        warning; ``break_lock=True`` takes over any lock (use only when the holder is gone).
+        warning; ``break_lock=True`` takes over any lock (use only when the holder is gone),
+        including an unreadable one -- an empty or garbage file, whose holder is unknown.
         """
         data = json.dumps(self.holder).encode()
-        for _ in range(3):
+        for attempt in range(_ATTEMPTS):
             if self.storage.create_exclusive(LOCK_FILE, data):
                 break
-            current = read_lock(self.storage)
+            current = _read_holder(self.storage)
             if current is None:
-                continue  # released meanwhile, or unreadable: try again
-            stale = (
-                current.get("host") == self.holder["host"]
-                and isinstance(current.get("pid"), int)
-                and current["pid"] != os.getpid()
-                and not _pid_alive(current["pid"])
-            )
-            if not (stale or break_lock):
-                raise StoreLockedError(self.storage.url, current)
+                continue  # released meanwhile: try again
+            if current is UNREADABLE and not break_lock:
+                if attempt < _ATTEMPTS - 1:
+                    time.sleep(_UNREADABLE_WAIT_S)  # a backend without atomic create
+                    continue
+                raise StoreLockedError(self.storage.url, {}, unreadable=LOCK_FILE)
+            holder = {} if current is UNREADABLE else current
+            if not (self._stale(holder) or break_lock):
+                raise StoreLockedError(self.storage.url, holder)
             log.warning(
                 "Taking over the lock of checkpoint store %r from %s job %r (pid %r on %r).",
                 self.storage.url,
-                "dead" if stale else "forcibly broken",
-                current.get("job_name"),
-                current.get("pid"),
-                current.get("host"),
+                "dead" if self._stale(holder) else "forcibly broken",
+                holder.get("job_name"),
+                holder.get("pid"),
+                holder.get("host"),
             )
             self.storage.delete(LOCK_FILE)
         else:
@@ -82,6 +89,15 @@ class StoreLock:
         if (read_lock(self.storage) or {}).get("token") != self.holder["token"]:
             raise StoreLockedError(self.storage.url, read_lock(self.storage) or {})
         self.held = True
+
+    def _stale(self, holder: dict) -> bool:
+        """The holder is a dead process on this host."""
+        return (
+            holder.get("host") == self.holder["host"]
+            and isinstance(holder.get("pid"), int)
+            and holder["pid"] != os.getpid()
+            and not _pid_alive(holder["pid"])
+        )
 
     def release(self) -> None:
         if self.held and (read_lock(self.storage) or {}).get("token") == self.holder["token"]:
@@ -91,8 +107,16 @@ class StoreLock:
 
 def read_lock(storage: Storage) -> dict | None:
     """The current holder, or None if the store is not locked (or the file is unreadable)."""
+    holder = _read_holder(storage)
+    return None if holder is UNREADABLE else holder
+
+
+def _read_holder(storage: Storage) -> dict | None | object:
+    """The holder, None if there is no lock file, `UNREADABLE` if it is empty or garbage."""
     try:
         d = json.loads(storage.read(LOCK_FILE))
-    except (FileNotFoundError, ValueError):
+    except FileNotFoundError:
         return None
-    return d if isinstance(d, dict) else None
+    except ValueError:  # empty, torn, not UTF-8 or not JSON
+        return UNREADABLE
+    return d if isinstance(d, dict) else UNREADABLE

@@ -18,6 +18,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineS
 from apache_beam.transforms import environments
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner import progress
+from sparkbeam.runner.durability import refuse_finished_rerun
 from sparkbeam.runner.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
@@ -84,8 +85,15 @@ def run_batch(spark, plan, options: PipelineOptions) -> PlanExecutor:
     spark_options = options.view_as(SparkRunnerOptions)
     started = time.monotonic()
     url = spark_options.checkpoint_dir
-    store = open_store(url, job_name=spark.sparkContext.appName) if url else None
+    streaming_options = options.view_as(SparkStreamingOptions)
+    store = None
+    if url:
+        store = open_store(
+            url, job_name=spark.sparkContext.appName, break_lock=streaming_options.break_lock
+        )
     try:
+        if store is not None:  # a finished job runs again only with --fresh
+            refuse_finished_rerun(store, [p.id for p in plan.pipelines], streaming_options.fresh)
         executor = PlanExecutor(
             spark,
             plan,
@@ -94,7 +102,7 @@ def run_batch(spark, plan, options: PipelineOptions) -> PlanExecutor:
             checkpoint_url=url,
             residual_budget_s=spark_options.residual_budget_s,
             split_policy=spark_options.sdf_split_policy(),
-            startpoint_max_age_s=options.view_as(SparkStreamingOptions).startpoint_max_age_s,
+            startpoint_max_age_s=streaming_options.startpoint_max_age_s,
         )
         executor.run()
     finally:

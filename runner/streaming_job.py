@@ -15,6 +15,7 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiMetrics
 from apache_beam.runners.runner import PipelineResult, PipelineState
 from sparkbeam.checkpoint import open_store
+from sparkbeam.runner.durability import refuse_finished_rerun
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.startpoint_rounds import check_startpoints
 from sparkbeam.runner.streaming import DRAIN_REQUEST, StreamingExecutor
@@ -41,9 +42,11 @@ def start_streaming(
         url,
         job_name=spark.sparkContext.appName,
         materialization_interval_s=streaming.materialization_interval_s,
+        break_lock=streaming.break_lock,
     )
     try:
         check_startpoints(store.startpoints, plan)  # a bad one fails run(), not a loop thread
+        refuse_finished_rerun(store, [p.id for p in plan.pipelines], streaming.fresh)
     except BaseException:
         store.close()
         raise

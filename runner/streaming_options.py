@@ -53,6 +53,23 @@ class SparkStreamingOptions(pipeline_options.PipelineOptions):
             "pending this many seconds after it was set is reported as a warning when the job "
             "starts or restores (never silently dropped). Default: 604800 (7 days).",
         )
+        parser.add_argument(
+            "--break_lock",
+            action="store_true",
+            default=False,
+            help="With a checkpoint store (--checkpoint_dir, or --streaming): take the store's "
+            "write lock even if another job holds it, or its lock file is unreadable (a crash "
+            "while taking it). Only when no other job uses the store. Default: off.",
+        )
+        parser.add_argument(
+            "--fresh",
+            action="store_true",
+            default=False,
+            help="With a checkpoint store: run a job whose last checkpoint is finished again "
+            "from the beginning (it writes its output again: give it a new --output). An "
+            "unfinished run still resumes. Without it, rerunning a finished job fails. "
+            "Default: off.",
+        )
 
     def default_checkpoint_dir(self, job_name: str) -> str:
         """``./sparkbeam-checkpoints/<job name>``: one directory per job name."""
