@@ -77,7 +77,7 @@ class S3Recovery:
     killed: Driver
     at_kill: dict[str, dict[int, int]]
     partial: list[str]
-    resumed: Driver
+    resumed: Driver | None  # None when the first run did not die by the kill (nothing to resume)
     at_end: dict[str, dict[int, int]]
 
 
@@ -92,7 +92,9 @@ def s3_recovery(standalone_cluster, s3_server, tmp_path_factory) -> S3Recovery:
     killed = run_driver(cmd, tmp, tmp / "logs", "killed", env=crash)
     at_kill = _s3_manifests(s3_server, prefix)
     partial = example.visible_lines(str(output))
-    resumed = run_driver(cmd, tmp, tmp / "logs", "resumed")
+    resumed = None
+    if killed.proc.returncode == -signal.SIGKILL:
+        resumed = run_driver(cmd, tmp, tmp / "logs", "resumed")
     at_end = _s3_manifests(s3_server, prefix)
     return S3Recovery(store, prefix, output, killed, at_kill, partial, resumed, at_end)
 
@@ -103,7 +105,7 @@ def test_killed_driver_resumes_from_s3_checkpoint(s3_recovery):
     assert r.killed.proc.returncode == -signal.SIGKILL, r.killed.tail()
     assert r.at_kill, f"no checkpoint manifest on S3 under {r.store}\n{r.killed.tail()}"
     assert r.partial != example.expected_lines(_sources(S3_SOURCES))  # the kill interrupted it
-    assert r.resumed.proc.returncode == 0, r.resumed.tail()
+    assert r.resumed is not None and r.resumed.proc.returncode == 0, r.resumed.tail()
     assert example.check(str(r.output), _sources(S3_SOURCES)) == ([], [])
     assert example.visible_lines(str(r.output)) == example.expected_lines(_sources(S3_SOURCES))
     for pipeline, before in r.at_kill.items():
@@ -126,6 +128,7 @@ def _cli(s3, *args: str) -> subprocess.CompletedProcess:
 def test_cli_lists_and_verifies_the_s3_chain(s3_recovery, s3_server):
     """(f) ``sparkbeam checkpoints list|verify`` on the S3 store show the resumed chain."""
     r = s3_recovery
+    assert r.resumed is not None and r.resumed.proc.returncode == 0, r.killed.tail()
     listed = _cli(s3_server, "list", f"--checkpoint_dir={r.store}")
     assert listed.returncode == 0, listed.stderr[-3000:]
     infos = json.loads(listed.stdout)
