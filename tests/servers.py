@@ -1,7 +1,9 @@
 """Real test servers on 127.0.0.1, started and stopped (by PID) by the fixture that owns them.
 
-Owns: moto's standalone S3 server (``moto_server``, from the test extras) with one bucket.
-The Spark standalone cluster lives in ``tests/cluster/``. Each server is a subprocess in its
+Owns: moto's standalone S3 server (``moto_server``, from the test extras) with one bucket,
+and the marker that proves servers are gone: every server process (and what it starts) gets
+``SPARKBEAM_TEST_SERVERS=<this test run>`` in its environment, which `leftover_processes` looks
+for. The Spark standalone cluster lives in ``tests/cluster/``. Each server is a subprocess in its
 own process group, killed with its group when the fixture ends, so ``ps`` shows none after a
 test run.
 """
@@ -15,6 +17,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +25,10 @@ BUCKET = "sparkbeam-test"
 ACCESS_KEY = "testing"
 SECRET_KEY = "testing"
 REGION = "us-east-1"
+
+MARKER_ENV = "SPARKBEAM_TEST_SERVERS"
+ROLE_ENV = "SPARKBEAM_TEST_ROLE"
+RUN_TOKEN = uuid.uuid4().hex  # one per test process: tells its servers from another run's
 
 
 def free_port() -> int:
@@ -43,6 +50,40 @@ def stop_process_group(proc: subprocess.Popen, timeout: float = 10.0) -> None:
         except ProcessLookupError:
             pass
         proc.wait(timeout)
+
+
+def server_env(role: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this environment) plus this run's marker and the process's role."""
+    env = dict(os.environ if base is None else base)
+    env[MARKER_ENV] = RUN_TOKEN
+    env[ROLE_ENV] = role
+    return env
+
+
+def leftover_processes(
+    role: str | None = None, role_prefix: tuple[str, ...] = ()
+) -> list[tuple[int, str]]:
+    """(pid, command line) of live processes carrying this run's marker, optionally by role."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/environ", "rb") as f:
+                env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+            with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+        if env.get(MARKER_ENV.encode()) != RUN_TOKEN.encode():
+            continue
+        this_role = env.get(ROLE_ENV.encode(), b"").decode()
+        if role is not None and this_role != role:
+            continue
+        if role_prefix and not this_role.startswith(role_prefix):
+            continue
+        found.append((int(entry.name), cmdline))
+    return found
 
 
 @dataclass
@@ -102,7 +143,9 @@ def start_s3_server(log_dir: Path) -> S3Server:
     exe = Path(sys.executable).with_name("moto_server")
     cmd = [str(exe), "-H", "127.0.0.1", "-p", str(port)]
     log = open(log_dir / "moto_server.log", "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=server_env("s3")
+    )
     endpoint = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 30
     while True:
