@@ -17,6 +17,7 @@ from apache_beam.runners.runner import PipelineRunner, PipelineState
 from apache_beam.transforms import environments
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.executor import PlanExecutor
+from sparkbeam.runner.filesystem_options import use_options_in_jobs
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.result import SparkPipelineResult
 from sparkbeam.runner.session import get_or_create_session
@@ -62,11 +63,13 @@ class SparkCheckpointRunner(PipelineRunner):
         plan = translate(proto, is_drain=self._is_drain)
         # Step 3: run it on Spark.
         spark = get_or_create_session(spark_options, options.view_as(GoogleCloudOptions).job_name)
+        fs_options = use_options_in_jobs(spark.sparkContext, options)  # s3://... in every task
         if options.view_as(StandardOptions).streaming:
             from sparkbeam.runner.streaming_job import start_streaming
 
             drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
-            return start_streaming(spark, plan, options, drain_plan)  # rounds on driver threads
+            # rounds on driver threads
+            return start_streaming(spark, plan, options, drain_plan, fs_options)
         store = None
         url = spark_options.checkpoint_dir
         if url:

@@ -23,6 +23,7 @@ from sparkbeam.runner.durability import FINISHED
 from sparkbeam.runner.errors import StageFailedError, run_guarded
 from sparkbeam.runner.executor import _reissue_warnings
 from sparkbeam.runner.faults import crash_point
+from sparkbeam.runner.filesystem_options import use_in_jobs
 from sparkbeam.runner.records import (
     CommitRecord,
     MetricsRecord,
@@ -91,6 +92,7 @@ class PipelineLoop:
 
     def run(self) -> None:
         self.ex.sc.setLocalProperty("spark.scheduler.pool", self.pipeline.id)
+        use_in_jobs(self.ex.sc, self.ex.filesystem_options)  # s3://... options in every task
         self.open()
         while not self.finished and not self.ex.stop.is_set():
             started = time.monotonic()
