@@ -7,6 +7,7 @@ source positions, startpoints, retention, verification. Imports nothing of Beam 
 """
 
 from sparkbeam.checkpoint.errors import (
+    CheckpointConflictError,
     CheckpointCorruptError,
     CheckpointNotFoundError,
     IncompatibleCheckpointError,
@@ -74,6 +75,7 @@ __all__ = [
     "Storage",
     "StoreClosedError",
     "StoreLockedError",
+    "CheckpointConflictError",
     "VerificationResult",
     "key_group",
     "key_group_range",

@@ -6,8 +6,11 @@ standalone `main` (``python -m sparkbeam.checkpoint.cli checkpoints list --check
 Startpoints are written out of band (never into a checkpoint) and apply at the job's next start;
 ``startpoints set``/``delete`` take the store's lock so they cannot race a running job. Output
 is a readable table, or JSON with ``--json``. ``list``, ``show`` and ``verify`` open the store
-read-only (no lock); ``clean`` takes the lock. Leaves to others: everything it prints comes from
-`CheckpointStore`; applying startpoints (`sparkbeam.sdf.startpoints`).
+read-only (no lock); ``clean`` takes the lock. Every subcommand takes Beam's filesystem flags
+(``--s3_endpoint_url``, ``--s3_access_key_id``, ..., ``--hdfs_host``, ...) for stores on
+``s3://``, ``gs://``, ``azfs://`` or ``hdfs://``; unset ones come from the environment, as in Beam.
+Leaves to others: everything it prints comes from `CheckpointStore`; applying startpoints
+(`sparkbeam.sdf.startpoints`).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from sparkbeam.checkpoint import filesystem_options
 from sparkbeam.checkpoint.errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
@@ -29,13 +33,30 @@ from sparkbeam.checkpoint.startpoints import StartpointKind
 from sparkbeam.checkpoint.store import CheckpointStore, open_store
 
 
+def add_store_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--checkpoint_dir`` and Beam's filesystem flags, for a subcommand that opens a store."""
+    parser.add_argument(
+        "--checkpoint_dir",
+        required=True,
+        help="store URL: a path, file://, s3://bucket/dir, gs://, azfs://, hdfs://",
+    )
+    filesystem_options.add_cli_arguments(parser)
+
+
+def use_store_arguments(args: argparse.Namespace) -> None:
+    """Configure Beam's filesystems from the flags, for a store that needs them."""
+    url = args.checkpoint_dir
+    if "://" in url and not url.startswith(("file://", "memory://")):
+        filesystem_options.apply_cli_arguments(args)
+
+
 def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``checkpoints`` with its four subcommands to an existing subparsers object."""
     p = subparsers.add_parser("checkpoints", help="inspect, verify and clean a checkpoint store")
     sub = p.add_subparsers(dest="checkpoints_command", required=True)
 
     def common(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("--checkpoint_dir", required=True, help="store URL (path, file://, ...)")
+        add_store_arguments(sp)
         sp.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     sp = sub.add_parser("list", help="pipelines and their checkpoints")
@@ -79,7 +100,7 @@ def add_startpoint_subcommands(subparsers: argparse._SubParsersAction) -> argpar
     sub = p.add_subparsers(dest="startpoints_command", required=True)
 
     def common(sp: argparse.ArgumentParser, *, one: bool) -> None:
-        sp.add_argument("--checkpoint_dir", required=True, help="store URL (path, file://, ...)")
+        add_store_arguments(sp)
         sp.add_argument(
             "--pipeline",
             required=one,
@@ -125,6 +146,7 @@ def add_startpoint_subcommands(subparsers: argparse._SubParsersAction) -> argpar
 
 def run(args: argparse.Namespace) -> int:
     """Run a parsed ``checkpoints`` command; returns the exit code."""
+    use_store_arguments(args)
     try:
         return args.checkpoints_func(args)
     except (CheckpointCorruptError, CheckpointNotFoundError, StoreLockedError) as e:
@@ -134,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
 
 def run_startpoints(args: argparse.Namespace) -> int:
     """Run a parsed ``startpoints`` command; returns the exit code."""
+    use_store_arguments(args)
     try:
         return args.startpoints_func(args)
     except (CheckpointCorruptError, StoreLockedError, ValueError) as e:

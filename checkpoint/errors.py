@@ -82,3 +82,18 @@ class StoreClosedError(RuntimeError):
 
     def __init__(self, what: str):
         super().__init__(f"{what} is closed. Open the store again with open_store(...).")
+
+
+class CheckpointConflictError(RuntimeError):
+    """Another writer committed the checkpoint this job was about to commit (write-once names)."""
+
+    def __init__(self, url: str, pipeline_id: str, checkpoint_id: int):
+        self.url = url
+        self.pipeline_id = pipeline_id
+        self.checkpoint_id = checkpoint_id
+        super().__init__(
+            f"Checkpoint {checkpoint_id} of pipeline {pipeline_id!r} already exists in store "
+            f"{url!r}: another job writes this store (its lock was broken or bypassed). Nothing "
+            "was overwritten. Stop the other job, then restart this one to resume from the "
+            "latest checkpoint."
+        )

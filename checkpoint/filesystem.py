@@ -1,16 +1,20 @@
 """Byte storage under one root URL: the only place the checkpoint store touches a filesystem.
 
-Owns: the small `Storage` interface (read, atomic write, exclusive create, list, delete, exists,
-size, mtime) and three backends -- `LocalStorage` for plain paths and ``file://`` URLs,
-`MemoryStorage` for fast unit tests, and `FileSystemsStorage`, an adapter over Beam's
-``FileSystems`` for every other scheme (``hdfs://``, ``s3://``, ``gs://``). `open_storage(url)`
-picks one. Leaves to others: file formats and what is written when (the other modules).
+Owns: the small `Storage` interface (read, atomic write, write-once create, exclusive create,
+list, delete, exists, size, mtime) and its backends -- `LocalStorage` for plain paths and
+``file://`` URLs, `MemoryStorage` for fast unit tests, `FileSystemsStorage`, an adapter over
+Beam's ``FileSystems`` for every other scheme (``gs://``, ``azfs://``, ``hdfs://``, ...), and
+its ``s3://`` specialization `sparkbeam.checkpoint.s3_storage.S3Storage`. `open_storage(url)`
+picks one. Leaves to others: file formats and what is written when (the other modules), and
+filesystem options (``FileSystems.set_options``; see `sparkbeam.checkpoint.filesystem_options`).
 
 Paths given to a storage are relative to its root and use ``/``. Writes are atomic for readers:
-local files are written to a temp name, fsynced and renamed. Object stores have no atomic rename
-(``rename`` is copy + delete), so `FileSystemsStorage` writes a unique temp name and renames it,
-and the store relies on ordering instead: every data file has a unique name that nothing reads
-until a manifest names it, and the manifest is written last, so a torn write is never visible.
+local files are written to a temp name, fsynced and renamed. Object stores (``s3``, ``gs``,
+``azfs``) have no atomic rename (``rename`` is copy + delete) and no directories, but an object
+upload becomes visible whole when it completes, so there a write goes straight to its final name
+and listing is by key prefix. The store never rewrites a name that a reader may be reading: data
+files have unique names nothing reads until a manifest names them, and a manifest -- written
+last -- has a write-once name (`Storage.write_new`).
 """
 
 from __future__ import annotations
@@ -50,6 +54,14 @@ class Storage(ABC):
     @abstractmethod
     def create_exclusive(self, path: str, data: bytes) -> bool:
         """Create ``path`` only if it does not exist; False if it does."""
+
+    def write_new(self, path: str, data: bytes) -> None:
+        """Write a file whose name is never reused (a manifest), atomically for readers;
+        `FileExistsError` if it exists. Exclusive where the backend has a conditional create
+        (S3); elsewhere checked first, and the store's lock keeps writers apart."""
+        if self.exists(path):
+            raise FileExistsError(f"{self.url}/{path} exists; write-once names are never reused.")
+        self.write(path, data)
 
     @abstractmethod
     def list(self, prefix: str = "") -> list[str]:
@@ -278,18 +290,26 @@ class MemoryStorage(Storage):
         self._files[path] = (data, self._files[path][1])
 
 
+OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "azfs"})
+"""Schemes without directories whose uploads appear whole: written in place, listed by prefix."""
+
+
 class FileSystemsStorage(Storage):
-    """Any scheme Beam's ``FileSystems`` reaches (``hdfs://``, ``s3://``, ``gs://``, ...).
+    """Any scheme Beam's ``FileSystems`` reaches (``gs://``, ``azfs://``, ``hdfs://``, ...).
 
     Beam is imported lazily, inside the methods, so `sparkbeam.checkpoint` never imports Beam
-    for local or in-memory stores. Writes go to a unique temp name and are then renamed; on
-    object stores that rename is a copy, which is why manifests are written last (see the module
-    docstring). `create_exclusive` is check-then-write here: a best effort for the lock file.
+    for local or in-memory stores. On object stores (`OBJECT_STORE_SCHEMES`) a write is one
+    upload to the final name and nothing checks for directories; elsewhere (HDFS, ...) a write
+    goes to a unique temp name in the directory and is renamed. `create_exclusive` (and
+    `write_new`) check, then write: a best effort that relies on the store's lock; ``s3://``
+    has a real conditional create (`S3Storage`).
     """
 
     def __init__(self, url: str):
         super().__init__()
         self.url = url.rstrip("/")
+        self.scheme = self.url.split("://", 1)[0] if "://" in self.url else "file"
+        self.object_store = self.scheme in OBJECT_STORE_SCHEMES
 
     def _fs(self):
         from apache_beam.io.filesystems import FileSystems
@@ -302,14 +322,23 @@ class FileSystemsStorage(Storage):
     def read(self, path: str) -> bytes:
         fs = self._fs()
         full = self._path(path)
-        if not fs.exists(full):
+        if not self.object_store and not fs.exists(full):
             raise FileNotFoundError(full)
-        with fs.open(full, compression_type="uncompressed") as f:
-            return f.read()
+        try:
+            with fs.open(full, compression_type="uncompressed") as f:
+                return f.read()
+        except Exception:
+            if self.object_store and not fs.exists(full):
+                raise FileNotFoundError(full) from None
+            raise
 
     def _write(self, path: str, data: bytes) -> None:
         fs = self._fs()
         final = self._path(path)
+        if self.object_store:
+            with fs.create(final, compression_type="uncompressed") as f:
+                f.write(data)
+            return
         directory, name = final.rsplit("/", 1)
         tmp = f"{directory}/{TMP_PREFIX}{name}-{socket.gethostname()}-{uuid.uuid4().hex}"
         if not fs.exists(directory):
@@ -328,18 +357,18 @@ class FileSystemsStorage(Storage):
         return True
 
     def list(self, prefix: str = "") -> list[str]:
+        from apache_beam.io.filesystem import BeamIOError
+
         fs = self._fs()
-        base = self._path(prefix).rstrip("/")
-        if not fs.exists(base):
+        base = self._path(prefix.strip("/")).rstrip("/")
+        if not self.object_store and not fs.exists(base):
             return []
-        result = fs.match([f"{base}/**"])[0]
+        try:
+            result = fs.match([f"{base}/**"])[0]
+        except BeamIOError:
+            return []  # nothing under the prefix, on filesystems that say so with an error
         root = self.url + "/"
-        out = []
-        for meta in result.metadata_list:
-            p = meta.path
-            if p.startswith(root):
-                out.append(p[len(root) :])
-        return sorted(out)
+        return sorted(m.path[len(root) :] for m in result.metadata_list if m.path.startswith(root))
 
     def delete(self, path: str) -> None:
         fs = self._fs()
@@ -358,13 +387,18 @@ class FileSystemsStorage(Storage):
 
 
 def open_storage(url: str | Storage) -> Storage:
-    """The storage for ``url``: local for plain paths/``file://``, memory for ``memory://``."""
+    """The storage for ``url``: local for plain paths/``file://``, memory for ``memory://``,
+    `S3Storage` for ``s3://``, `FileSystemsStorage` for every other scheme."""
     if isinstance(url, Storage):
         return url
     if url.startswith("memory://"):
         return MemoryStorage(url[len("memory://") :] or None)
     if "://" not in url or url.startswith("file://"):
         return LocalStorage(url)
+    if url.startswith("s3://"):
+        from sparkbeam.checkpoint.s3_storage import S3Storage
+
+        return S3Storage(url)
     return FileSystemsStorage(url)
 
 

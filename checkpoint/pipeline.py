@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbeam.checkpoint.changelog import ChangelogWriter, Op, iter_records, read_segment
 from sparkbeam.checkpoint.errors import (
+    CheckpointConflictError,
     CheckpointCorruptError,
     CheckpointNotFoundError,
     IncompatibleCheckpointError,
@@ -184,9 +185,7 @@ class PipelineStore:
             if os.environ.get("SPARKBEAM_CRASH_AT") == f"prepared:{cid}":  # recovery tests
                 os.kill(os.getpid(), signal.SIGKILL)
             # Step 6.
-            self._store.storage.write(
-                f"{self.directory}/{manifest_name(cid)}", encode_manifest(manifest)
-            )
+            self._write_manifest(cid, encode_manifest(manifest))
             self._store._manifest_cache[(self.pipeline_id, cid)] = manifest
             self._committed_files = {f.name for f in manifest.files}
             self.status = CommitStatus.COMMITTED
@@ -197,6 +196,14 @@ class PipelineStore:
         # Step 7.
         self._store._apply_retention(self.pipeline_id, live=self.live_files())
         return cid
+
+    def _write_manifest(self, cid: CheckpointId, data: bytes) -> None:
+        """Write-once: a checkpoint id is never reused, even by a job that lost the lock."""
+        path = f"{self.directory}/{manifest_name(cid)}"
+        try:
+            self._store.storage.write_new(path, data)
+        except FileExistsError:
+            raise CheckpointConflictError(self._store.url, self.pipeline_id, cid) from None
 
     def _read_commit_messages(self, messages: list[CommitMessage]) -> list[tuple]:
         seen: dict[tuple[str, int, int], CommitMessage] = {}

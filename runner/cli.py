@@ -47,6 +47,7 @@ def _drain(args: argparse.Namespace) -> int:
     from sparkbeam.checkpoint.lock import read_lock
     from sparkbeam.runner.streaming import DRAIN_REQUEST
 
+    checkpoint_cli.use_store_arguments(args)
     storage = open_storage(args.checkpoint_dir)
     holder = read_lock(storage)
     if holder is None:
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     plan.set_defaults(func=_plan)
     drain = sub.add_parser("drain", help="drain the streaming job running on a checkpoint store")
-    drain.add_argument("--checkpoint_dir", required=True, help="the job's --checkpoint_dir")
+    checkpoint_cli.add_store_arguments(drain)  # --checkpoint_dir and --s3_endpoint_url, ...
     drain.set_defaults(func=_drain)
     checkpoint_cli.add_subcommands(sub)
     checkpoint_cli.add_startpoint_subcommands(sub)

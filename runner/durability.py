@@ -72,7 +72,10 @@ def stage_outputs_durably(
     """Task side: pass records through, staging every output chunk; end with the commit message."""
     from pyspark import TaskContext
     from sparkbeam.checkpoint import open_staged_writer
+    from sparkbeam.runner.filesystem_options import apply_in_task
     from sparkbeam.runner.records import CommitRecord, OutputRecord
+
+    apply_in_task()
 
     ctx = TaskContext.get()
     if ctx is None:

@@ -20,6 +20,7 @@ from sparkbeam.checkpoint import open_store
 from sparkbeam.runner import progress
 from sparkbeam.runner.durability import refuse_finished_rerun
 from sparkbeam.runner.executor import PlanExecutor
+from sparkbeam.runner.filesystem_options import use_options_in_jobs
 from sparkbeam.runner.options import SparkRunnerOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
 from sparkbeam.runner.session import get_or_create_session
@@ -72,9 +73,10 @@ class SparkCheckpointRunner(PipelineRunner):
         check_shared_storage(spark_options)  # a cluster's executors must reach the store
         spark = get_or_create_session(spark_options, options.view_as(GoogleCloudOptions).job_name)
         ship_user_code(spark, options)  # the user's modules and packages reach the executors
+        fs_options = use_options_in_jobs(spark.sparkContext, options)  # s3://... in every task
         if options.view_as(StandardOptions).streaming:
             drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
-            return start_streaming(spark, plan, options, drain_plan)  # a live result
+            return start_streaming(spark, plan, options, drain_plan, fs_options)  # a live result
         executor = run_batch(spark, plan, options)
         # Step 4: the result, with metrics merged from every stage.
         return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)

@@ -51,11 +51,13 @@ class StreamingExecutor:
         plan_key: str | None = None,
         startpoint_max_age_s: float | None = None,
         drain_plan=None,
+        filesystem_options: str = "{}",
     ) -> None:
         self.sc = spark.sparkContext
         self.plan = plan
         self.store = store
         self.url = checkpoint_url
+        self.filesystem_options = filesystem_options  # each loop thread's jobs carry them
         self.parallelism = parallelism or self.sc.defaultParallelism
         self.interval_s = checkpoint_interval_s
         self.max_restores = max_restores

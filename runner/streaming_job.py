@@ -26,11 +26,12 @@ _LOG = logging.getLogger(__name__)
 
 
 def start_streaming(
-    spark, plan: ExecutionPlan, options: PipelineOptions, drain_plan=None
+    spark, plan: ExecutionPlan, options: PipelineOptions, drain_plan=None, fs_options: str = "{}"
 ) -> StreamingResult:
     """Open the store (default: under the job name), start every pipeline's round loop.
 
-    ``drain_plan``: a callable returning the plan with SDF truncation, used on drain."""
+    ``drain_plan``: a callable returning the plan with SDF truncation, used on drain.
+    ``fs_options``: the encoded filesystem options every loop thread's jobs carry."""
     spark_options = options.view_as(SparkRunnerOptions)
     streaming = options.view_as(SparkStreamingOptions)
     url = spark_options.checkpoint_dir
@@ -60,6 +61,7 @@ def start_streaming(
         max_restores=streaming.max_restores,
         startpoint_max_age_s=streaming.startpoint_max_age_s,
         drain_plan=drain_plan,
+        filesystem_options=fs_options,
     )
     executor.start()
     return StreamingResult(executor, store)

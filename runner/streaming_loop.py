@@ -22,6 +22,7 @@ from sparkbeam.runner.durability import FINISHED
 from sparkbeam.runner.errors import StageFailedError, run_guarded
 from sparkbeam.runner.executor import _reissue_warnings
 from sparkbeam.runner.faults import crash_point
+from sparkbeam.runner.filesystem_options import use_in_jobs
 from sparkbeam.runner.records import (
     CommitRecord,
     MetricsRecord,
@@ -96,6 +97,7 @@ class PipelineLoop:
         pool = session_conf.scheduler_pool(self.ex.sc)
         if pool:  # every pipeline's rounds share sparkbeam's declared FAIR pool
             self.ex.sc.setLocalProperty("spark.scheduler.pool", pool)
+        use_in_jobs(self.ex.sc, self.ex.filesystem_options)  # s3://... options in every task
         self.open()
         self.progress.opened(self.ex.url, self.checkpoint_id, self.round_no, self._pending())
         while not self.finished and not self.ex.stop.is_set():

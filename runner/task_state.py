@@ -16,12 +16,14 @@ import threading
 from sparkbeam.checkpoint import key_group_range, open_staged_writer, open_store
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.reader import replay
+from sparkbeam.runner.filesystem_options import apply_in_task
 
 _LOCK = threading.Lock()
 _STORES: dict[str, object] = {}
 
 
 def _store(url: str):
+    apply_in_task()
     with _LOCK:
         store = _STORES.get(url)
         if store is None:
@@ -65,6 +67,7 @@ def staged_writer_for_task(url: str, pipeline: str, stage: str, round_no: int, m
     ctx = TaskContext.get()
     if ctx is None:
         raise RuntimeError("staged_writer_for_task runs inside a Spark task only")
+    apply_in_task()
     return open_staged_writer(
         url,
         pipeline,

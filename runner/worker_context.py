@@ -1,8 +1,11 @@
-"""Per-Python-worker caches of what the driver ships: plan components.
+"""Per-Python-worker caches of what the driver ships: plan components, filesystem options.
 
 A Spark Python worker runs many tasks of one job. Coders and windowing
 strategies are rebuilt once per worker process per plan, keyed by a plan
-key, from bytes shipped with the task (never from driver memory).
+key, from bytes shipped with the task (never from driver memory). Every task
+that registers its plan also applies the filesystem options its job carries
+(``sparkbeam.runner.filesystem_options``), so the store and sinks reach
+``s3://``, ``gs://``, ... with the pipeline's options.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import threading
 
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
+from sparkbeam.runner.filesystem_options import apply_in_task
 
 _LOCK = threading.Lock()
 _COMPONENTS: dict[str, bytes] = {}
@@ -18,7 +22,8 @@ _CONTEXTS: dict[str, pipeline_context.PipelineContext] = {}
 
 
 def register_plan(plan_key: str, components: bytes) -> None:
-    """Make a plan's components known in this process (idempotent)."""
+    """Make a plan's components and the job's filesystem options known here (idempotent)."""
+    apply_in_task()
     with _LOCK:
         _COMPONENTS.setdefault(plan_key, components)
 

@@ -1,0 +1,41 @@
+"""The pipeline's filesystem options in every Spark task, through a Spark local property.
+
+Owns: shipping the values of Beam's filesystem option groups (see
+``sparkbeam.checkpoint.filesystem_options``) from the driver to every task, and applying them
+there once per Python worker process and distinct value. The driver sets them as a local
+property on each thread that runs jobs (`use_in_jobs`); Spark sends local properties with
+every task, where `apply_in_task` (called by ``worker_context.register_plan`` and the task-state
+helpers) reads them through ``TaskContext.getLocalProperty``. Nothing depends on driver memory,
+so it works on a cluster. The property name contains ``secret``: Spark's default
+``spark.redaction.regex`` then hides the value (it may hold ``--s3_secret_access_key``) in event
+logs. Leaves to others: what the options mean (Beam's filesystems).
+"""
+
+from __future__ import annotations
+
+from sparkbeam.checkpoint.filesystem_options import apply, collect, encode
+
+PROPERTY = "sparkbeam.secret.filesystem_options"
+"""Spark local property holding the encoded filesystem options."""
+
+
+def use_in_jobs(sc, encoded: str) -> None:
+    """Driver: apply the options here and send them with every job this thread runs."""
+    apply(encoded)
+    sc.setLocalProperty(PROPERTY, encoded)
+
+
+def use_options_in_jobs(sc, options) -> str:
+    """`use_in_jobs` for a ``PipelineOptions``; returns the encoded value (for other threads)."""
+    encoded = encode(collect(options))
+    use_in_jobs(sc, encoded)
+    return encoded
+
+
+def apply_in_task() -> None:
+    """Task: apply the options its job carries; outside a Spark task, nothing."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is not None:
+        apply(ctx.getLocalProperty(PROPERTY) or "{}")
