@@ -36,7 +36,7 @@ def effective_master(options) -> str:
 
     active = SparkSession.getActiveSession()
     if active is not None:
-        return active.sparkContext.master
+        return str(active.sparkContext.master)
     return options.master_url()
 
 
