@@ -116,17 +116,17 @@ def main_folder_modules(folder: Path) -> dict[str, Path]:
     and anything under the interpreter's prefix are left out: executors have
     their own.
     """
-    installed = set(importlib.metadata.packages_distributions())
     excluded = [Path(p).resolve() for p in _installed_roots()]
+    modules = dict(sys.modules)
     found: dict[str, Path] = {}
-    for name, module in list(sys.modules.items()):
-        top = name.partition(".")[0]
-        if name == "__main__" or top in found or top in installed:
-            continue
-        path = _top_level_path(sys.modules.get(top) or module, top, folder)
-        if path is None or any(path.is_relative_to(root) for root in excluded):
-            continue
-        found[top] = path
+    for top in {name.partition(".")[0] for name in modules} - {"__main__"}:
+        module = modules.get(top)
+        path = _top_level_path(module, top, folder) if module is not None else None
+        if path is not None and not any(path.is_relative_to(root) for root in excluded):
+            found[top] = path
+    if found:  # the (slow) scan of installed distributions only when there is a candidate
+        installed = set(importlib.metadata.packages_distributions())
+        found = {top: path for top, path in found.items() if top not in installed}
     return found
 
 
