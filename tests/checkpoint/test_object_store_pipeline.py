@@ -1,7 +1,7 @@
 """Pipelines with ``--checkpoint_dir s3://...`` on the shared local Spark and moto's S3 server:
-the pipeline's ``--s3_*`` flags reach every task (this process has no AWS environment), a
-cancelled streaming job resumes from its last checkpoint on S3 instead of starting over, and a
-batch SDF pipeline commits its rounds there."""
+the pipeline's ``--s3_*`` flags reach every task (this process has no AWS environment), and a
+cancelled streaming job resumes from its last checkpoint on S3 instead of starting over. (The
+batch SDF pipeline on S3 is in ``tests/io/test_write_to_files_s3.py``.)"""
 
 from __future__ import annotations
 
@@ -71,20 +71,3 @@ def test_cancelled_streaming_job_on_s3_resumes_and_writes_each_window_once(spark
     assert min(after) > max(before) - 3 and max(after) > max(before)  # the chain went on
     assert sorted(_text(s3_server, f"{run}/out/counts").elements()) == expected_counts(sources)
     assert not s3_server.keys(f"{run}/out/.sparkbeam-staging/")
-
-
-def test_batch_sdf_pipeline_commits_its_rounds_and_sink_files_on_s3(spark, s3_server, tmp_path):
-    run = f"batch-{uuid.uuid4().hex[:8]}"
-    src = tmp_path / "in.txt"
-    src.write_text("".join(f"line {i}\n" for i in range(200)))
-    ckpt = s3_server.url(run, "ckpt")
-    flags = spark_test_options(f"--checkpoint_dir={ckpt}", *s3_server.pipeline_flags())
-    with beam.Pipeline(options=PipelineOptions(flags)) as p:
-        _ = (
-            p
-            | beam.io.ReadFromText(str(src))
-            | WriteToFilesOnCheckpoint(s3_server.url(run, "out", "lines"), ".txt")
-        )
-    assert _text(s3_server, f"{run}/out/lines") == Counter(f"line {i}" for i in range(200))
-    assert not s3_server.keys(f"{run}/out/.sparkbeam-staging/")
-    assert _checkpoint_ids(ckpt)  # the SDF stage's rounds were committed on S3
