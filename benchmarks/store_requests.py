@@ -16,6 +16,14 @@ S3 (counted separately); by default it goes to a local temp directory. Materiali
 snapshots) are off by default (``--materialization_interval_s 3600``), so the figure is that of
 an ordinary round; set a short interval to see a snapshot's cost.
 
+Measured (moto 5.2, defaults, 2 Spark partitions; steady-state store requests per round):
+79.4 with Beam's ``S3FileSystem`` calls (exists + multipart upload + exists + copy + delete per
+file, HEAD + GET per read), 22.1 with ``S3Storage`` (one request per storage call). What is left
+per round: each task's staged segment (PUT), the driver reading it (GET), the driver's changelog
+segment (PUT), two manifest listings (next id, retention), the manifest (PUT), the retired
+manifest (DELETE), the drain-request check (HEAD), and the tasks of stateful stages reading the
+new manifest and segments once per Spark worker process.
+
     python benchmarks/store_requests.py
     python benchmarks/store_requests.py --sources a:300 --per_round 10 --sink s3
 """

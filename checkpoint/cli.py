@@ -152,6 +152,8 @@ def run(args: argparse.Namespace) -> int:
     except (CheckpointCorruptError, CheckpointNotFoundError, StoreLockedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:
+        return _unreachable(args, e)
 
 
 def run_startpoints(args: argparse.Namespace) -> int:
@@ -162,6 +164,22 @@ def run_startpoints(args: argparse.Namespace) -> int:
     except (CheckpointCorruptError, StoreLockedError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except Exception as e:
+        return _unreachable(args, e)
+
+
+def _unreachable(args: argparse.Namespace, error: Exception) -> int:
+    """One line for a store the filesystem client cannot reach; other errors propagate."""
+    if not type(error).__module__.startswith(("botocore", "boto3", "apache_beam.io")):
+        raise error
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    print(
+        f"error: cannot reach the checkpoint store {args.checkpoint_dir!r}: {first}. Check the "
+        "filesystem flags (--s3_endpoint_url, --s3_access_key_id, ...) or the environment "
+        "(AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...).",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def _ro(args: argparse.Namespace) -> CheckpointStore:

@@ -12,9 +12,9 @@ Paths given to a storage are relative to its root and use ``/``. Writes are atom
 local files are written to a temp name, fsynced and renamed. Object stores (``s3``, ``gs``,
 ``azfs``) have no atomic rename (``rename`` is copy + delete) and no directories, but an object
 upload becomes visible whole when it completes, so there a write goes straight to its final name
-and listing is by key prefix. The store never rewrites a name that a reader may be reading: data
-files have unique names nothing reads until a manifest names them, and a manifest -- written
-last -- has a write-once name (`Storage.write_new`).
+and listing is by key prefix. Data files have unique names nothing reads until a manifest
+names them, and a manifest -- written last -- has a write-once name (`Storage.write_new`); the
+few files replaced in place (lock, startpoints, drain request) are one whole-object upload each.
 """
 
 from __future__ import annotations

@@ -191,3 +191,14 @@ def test_cli_lists_and_verifies_an_s3_store_from_flags_or_environment(s3_url, s3
     verified = _cli("checkpoints", "verify", f"--checkpoint_dir={s3_url}", env=s3_server.env())
     assert verified.returncode == 0, verified.stderr[-2000:]
     assert verified.stdout.count(" ok") == 2
+
+
+def test_cli_names_an_unreachable_s3_store_in_one_line(s3_url):
+    from tests.servers import free_port
+
+    done = _cli("checkpoints", "list", f"--checkpoint_dir={s3_url}",
+                f"--s3_endpoint_url=http://127.0.0.1:{free_port()}", "--s3_access_key_id=x",
+                "--s3_secret_access_key=y", "--s3_region_name=us-east-1")  # fmt: skip
+    assert done.returncode == 2
+    assert "error: cannot reach the checkpoint store" in done.stderr
+    assert "--s3_endpoint_url" in done.stderr and "Traceback" not in done.stderr
