@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.drivers import QUIET_CONF, python_driver, run_driver, spark_submit
+from tests.cluster.drivers import QUIET_CONF, python_driver, run_driver, spark_submit, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -38,9 +38,11 @@ def _app_name(test: str) -> str:
 
 
 def _assert_ran_on(cluster, name: str) -> None:
+    """The app was on this master, and is done there (the driver exited, so it must end)."""
     apps = cluster.apps(name)
     assert apps, f"application {name!r} is not among the master's apps at {cluster.url}"
-    assert all(a["state"] == "FINISHED" for a in apps), apps
+    done = lambda: all(a["state"] == "FINISHED" for a in cluster.apps(name))  # noqa: E731
+    wait_for(done, 60, f"FINISHED state of {name!r} on the master")
 
 
 def test_wordcount_on_cluster_equals_direct_runner(cluster, tmp_path):

@@ -8,6 +8,7 @@ the tests; this checks it on a plain ``sleep`` (and its child) started like a se
 from __future__ import annotations
 
 import subprocess
+import time
 
 from tests.servers import leftover_processes, server_env, stop_process_group
 
@@ -15,15 +16,20 @@ from tests.servers import leftover_processes, server_env, stop_process_group
 def test_leftover_processes_finds_marked_children_until_their_group_is_stopped():
     proc = subprocess.Popen(
         ["sh", "-c", "sleep 60 & sleep 60; wait"],
-        env=server_env("worker-7"),
+        env=server_env("probe-7"),
         start_new_session=True,
     )
     try:
-        found = leftover_processes(role="worker-7")
+        deadline = time.monotonic() + 30  # the shell forks its children when it gets the CPU
+        while True:
+            found = leftover_processes(role="probe-7")
+            if sum(cmd == "sleep 60" for _, cmd in found) == 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         assert proc.pid in {pid for pid, _ in found}
         assert sum(cmd == "sleep 60" for _, cmd in found) == 2  # the children carry it too
-        assert leftover_processes(role_prefix=("worker-",)) == found
+        assert leftover_processes(role_prefix=("probe-",)) == found
         assert leftover_processes(role="master") == []
     finally:
         stop_process_group(proc)
-    assert leftover_processes(role="worker-7") == []
+    assert leftover_processes(role="probe-7") == []
