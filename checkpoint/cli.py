@@ -5,12 +5,13 @@ Owns: the operator's view of a store -- the argparse subcommands (`add_subcomman
 standalone `main` (``python -m sparkbeam.checkpoint.cli checkpoints list --checkpoint_dir URL``).
 Startpoints are written out of band (never into a checkpoint) and apply at the job's next start;
 ``startpoints set``/``delete`` take the store's lock so they cannot race a running job. Output
-is a readable table, or JSON with ``--json``. ``list``, ``show`` and ``verify`` open the store
-read-only (no lock); ``clean`` takes the lock. Every subcommand takes Beam's filesystem flags
-(``--s3_endpoint_url``, ``--s3_access_key_id``, ..., ``--hdfs_host``, ...) for stores on
-``s3://``, ``gs://``, ``azfs://`` or ``hdfs://``; unset ones come from the environment, as in Beam.
-Leaves to others: everything it prints comes from `CheckpointStore`; applying startpoints
-(`sparkbeam.sdf.startpoints`).
+is a readable table, or JSON with ``--json``; ``verify`` also says which checkpoint a restart
+of each pipeline would restore (the newest undamaged one). ``list``, ``show`` and ``verify``
+open the store read-only (no lock); ``clean`` takes the lock. Every subcommand takes Beam's
+filesystem flags (``--s3_endpoint_url``, ``--s3_access_key_id``, ..., ``--hdfs_host``, ...) for
+stores on ``s3://``, ``gs://``, ``azfs://`` or ``hdfs://``; unset ones come from the
+environment, as in Beam. Leaves to others: everything it prints comes from `CheckpointStore`;
+applying startpoints (`sparkbeam.sdf.startpoints`).
 """
 
 from __future__ import annotations
@@ -272,16 +273,37 @@ def _verify(args: argparse.Namespace) -> int:
         ]  # fmt: skip
         results.extend(store.verify(pid, cid) for cid in ids)
     bad = [r for r in results if not r.ok]
+    # What a restart restores: the newest undamaged checkpoint (known when all were checked).
+    restart = {} if args.checkpoint is not None else _restart_choices(pids, results)
     if args.json:
-        print(json.dumps([dataclasses.asdict(r) for r in results], indent=1))
-    else:
-        rows = [(r.pipeline_id, r.checkpoint_id, r.files_checked, _size(r.bytes_checked),
-                 "ok" if r.ok else "DAMAGED") for r in results]  # fmt: skip
-        print(_table(("PIPELINE", "ID", "FILES", "BYTES", "RESULT"), rows))
-        for r in bad:
-            for p in r.problems:
-                print(f"  {r.pipeline_id} checkpoint {r.checkpoint_id}: {p}")
+        docs = [dict(dataclasses.asdict(r), restart=restart.get(r.pipeline_id) == r.checkpoint_id)
+                for r in results]  # fmt: skip
+        print(json.dumps(docs, indent=1))
+        return 1 if bad else 0
+    rows = [(r.pipeline_id, r.checkpoint_id, r.files_checked, _size(r.bytes_checked),
+             "ok" if r.ok else "DAMAGED") for r in results]  # fmt: skip
+    print(_table(("PIPELINE", "ID", "FILES", "BYTES", "RESULT"), rows))
+    for r in bad:
+        for p in r.problems:
+            print(f"  {r.pipeline_id} checkpoint {r.checkpoint_id}: {p}")
+    for pid in pids if args.checkpoint is None else ():
+        cid = restart.get(pid)
+        if cid is None:
+            print(f"{pid}: no undamaged checkpoint: a restart fails; restore the store from a "
+                  "backup, or start fresh with a new --checkpoint_dir.")  # fmt: skip
+        else:
+            print(f"{pid}: a restart would use checkpoint {cid} (the newest undamaged one).")
     return 1 if bad else 0
+
+
+def _restart_choices(pids: Sequence[str], results: list[VerificationResult]) -> dict:
+    """Pipeline -> the checkpoint a restart restores (the newest undamaged), if any."""
+    choices = {}
+    for pid in pids:
+        ok = [r.checkpoint_id for r in results if r.pipeline_id == pid and r.ok]
+        if ok:
+            choices[pid] = max(ok)
+    return choices
 
 
 def _clean(args: argparse.Namespace) -> int:

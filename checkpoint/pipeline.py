@@ -2,9 +2,10 @@
 
 Owns: the working state table of one independent pipeline, its changelog writer, its
 completed-work markers and source positions, the commit protocol of `PipelineStore.checkpoint`
-(numbered steps, `CommitStatus`), materialization, retention, and restore with fallback past
-damaged checkpoints. Leaves to others: the store-wide concerns -- lock, listing, cleaning,
-per-subtask reads (`store`) -- and file formats (`changelog`, `materialization`, `manifest`).
+(numbered steps, `CommitStatus`), materialization, applying retention, and restore with
+fallback past damaged checkpoints. Leaves to others: the store-wide concerns -- lock, listing,
+cleaning, per-subtask reads (`store`) --, the retention rules (`retention`) and file formats
+(`changelog`, `materialization`, `manifest`).
 """
 
 from __future__ import annotations
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
     from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore
 
 log = logging.getLogger(__name__)
+SWEEP_EVERY = 16
+"""Commits between two sweeps of files nobody will commit (one listing each)."""
+COMPACT_MAX_ENTRIES = 50_000
+"""Up to this many entries, the snapshot that gives a checkpoint its fallback is one segment."""
 
 
 class PipelineStore:
@@ -62,6 +67,11 @@ class PipelineStore:
         self._committed_tasks: dict[tuple[str, int, int], int] = {}
         self._committed_files: set[str] = set()
         """Files named by the last committed manifest."""
+        self._rounds_done: dict[str, int] = {}
+        """Per stage, the latest round committed: its other staged files are garbage."""
+        self._abandoned: tuple[CheckpointId, ...] = ()
+        """Damaged checkpoints newer than the restored one; the next commit drops them."""
+        self._commits_since_sweep = 0
         self._last_materialized = time.monotonic()
         self.last_checkpoint_id: CheckpointId | None = None
         self.status: CommitStatus | None = None
@@ -133,10 +143,14 @@ class PipelineStore:
         Step 2. Flush the driver's changelog buffer: its changes precede the staged ones.
         Step 3. Apply the staged changes to the working table and append their files to the
                 chain, in (stage, round, partition) order.
-        Step 4. Materialize if ``materialization_interval_s`` has passed.
+        Step 4. Materialize if ``materialization_interval_s`` has passed; else, if no
+                retained checkpoint would share no file with this one, compact the state into
+                new files so that the previous checkpoint is its fallback (`retention`).
         Step 5. PREPARED: build the manifest naming the materialization and the chain.
         Step 6. Write the manifest atomically -- the commit point. COMMITTED.
-        Step 7. Retention: drop checkpoints beyond ``retain`` and files only they named.
+        Step 7. Retention: drop checkpoints beyond ``retain`` but the fallback, and abandoned
+                ones, then files only they named; every `SWEEP_EVERY` commits, delete files
+                nobody will commit (`retention.sweep`).
         A failure before step 6 leaves the status ABORTED and no new checkpoint visible; the
         changes stay in the working state and go into the next checkpoint.
         """
@@ -160,10 +174,12 @@ class PipelineStore:
                 self._completed.update(msg.completed)
                 self._positions.update(msg.source_positions)
                 self._committed_tasks[msg.task] = msg.attempt
+                self._rounds_done[msg.stage] = max(msg.round, self._rounds_done.get(msg.stage, -1))
             # Step 4.
-            interval = self._store.materialization_interval_s
-            if interval is not None and time.monotonic() - self._last_materialized >= interval:
+            if self._materialization_due():
                 self.materialize()
+            elif self._needs_fallback():
+                self._compact()
             # Step 5.
             cid = CheckpointId(self._store._next_checkpoint_id(self.pipeline_id))
             manifest = Manifest(
@@ -194,7 +210,12 @@ class PipelineStore:
             raise
         self.last_checkpoint_id = cid
         # Step 7.
-        self._store._apply_retention(self.pipeline_id, live=self.live_files())
+        self._store._apply_retention(self.pipeline_id, self.live_files(), self._abandoned)
+        self._abandoned = ()
+        self._commits_since_sweep += 1
+        if self._commits_since_sweep >= SWEEP_EVERY:
+            self._commits_since_sweep = 0
+            self._store._sweep(self.pipeline_id, self._rounds_done, self.live_files())
         return cid
 
     def _write_manifest(self, cid: CheckpointId, data: bytes) -> None:
@@ -204,6 +225,35 @@ class PipelineStore:
             self._store.storage.write_new(path, data)
         except FileExistsError:
             raise CheckpointConflictError(self._store.url, self.pipeline_id, cid) from None
+
+    def _materialization_due(self) -> bool:
+        interval = self._store.materialization_interval_s
+        return interval is not None and time.monotonic() - self._last_materialized >= interval
+
+    def _needs_fallback(self) -> bool:
+        """Checkpoints exist, but none would share no file with the next (`retention`)."""
+        return self._store.materialization_interval_s is not None and self._store._needs_fallback(
+            self.pipeline_id, self.live_files(), self._abandoned
+        )
+
+    def _compact(self) -> None:
+        """Give the next checkpoint a fallback: rewrite the state into files no earlier
+        checkpoint names. Small state (a new pipeline's second checkpoint) becomes one
+        changelog segment, about the cost of the segment the commit writes anyway; large
+        state (after restoring a fallback) a materialization."""
+        if len(self._table) > COMPACT_MAX_ENTRIES:
+            self.materialize()
+            return
+        base = ChangelogWriter(
+            self._store.storage, self.directory, "base", 1 << 62, name_prefix="changelog/"
+        )
+        for kg, ns, key, value in self._table.snapshot():
+            base.append(Op.PUT, kg, ns, key, value)
+        entry = base.flush()
+        self._drop_uncommitted_chain()
+        self._log.discard()  # buffered changes are in the table, hence in the base segment
+        self._chain = [entry] if entry is not None else []
+        self._materialization = ()
 
     def _read_commit_messages(self, messages: list[CommitMessage]) -> list[tuple]:
         seen: dict[tuple[str, int, int], CommitMessage] = {}
@@ -261,14 +311,17 @@ class PipelineStore:
             )
             for e in entries
         )
-        # Segments flushed since the last commit are covered by the snapshot and named by no
-        # manifest: delete them now rather than leave them to `clean`.
-        for f in self._chain:
-            if f.name not in self._committed_files:
-                self._store.storage.delete(f"{self.directory}/{f.name}")
+        self._drop_uncommitted_chain()
         self._chain = []
         self._log.discard()  # buffered changes are in the snapshot
         self._last_materialized = time.monotonic()
+
+    def _drop_uncommitted_chain(self) -> None:
+        """Segments flushed since the last commit are covered by a new snapshot and named by
+        no manifest: delete them now rather than leave them to `clean`."""
+        for f in self._chain:
+            if f.name not in self._committed_files:
+                self._store.storage.delete(f"{self.directory}/{f.name}")
 
     def live_files(self) -> set[str]:
         """Names (relative to the pipeline dir) the next checkpoint will need."""
@@ -325,6 +378,7 @@ class PipelineStore:
                 continue
             from sparkbeam.checkpoint.store import CheckpointInfo
 
+            self._abandoned = tuple(c for c in ids if c > cid)  # damaged, skipped above
             return CheckpointInfo.from_manifest(manifest)
         raise CheckpointCorruptError(
             f"{store.url}/{self.directory}",
@@ -358,6 +412,9 @@ class PipelineStore:
         self._completed = set(manifest.completed)
         self._positions = dict(manifest.source_positions)
         self._committed_tasks = {(s, r, p): a for s, r, p, a in manifest.commits}
+        self._rounds_done = {}
+        for stage, rnd, _p, _a in manifest.commits:
+            self._rounds_done[stage] = max(rnd, self._rounds_done.get(stage, -1))
         self._committed_files = {f.name for f in manifest.files}
         self._last_materialized = time.monotonic()
         self.last_checkpoint_id = manifest.checkpoint_id

@@ -2,9 +2,9 @@
 
 Owns: one store at a URL -- its lock, its options, the `PipelineStore` of each independent
 pipeline, listing pipelines and checkpoints, loading manifests, reading exactly one subtask's
-key groups of a checkpoint (rescaling), verification, retention and cleaning of unreferenced
-files. Leaves to others: one pipeline's state and commit protocol (`pipeline`), task-side staging
-(`staging`), file formats and storage backends.
+key groups of a checkpoint (rescaling), verification, applying retention (the rules are in
+`retention`) and cleaning of unreferenced files. Leaves to others: one pipeline's state and
+commit protocol (`pipeline`), task-side staging (`staging`), file formats and storage backends.
 
 Typical use (driver)::
 
@@ -50,6 +50,7 @@ from sparkbeam.checkpoint.reader import (
     read_state,
     verify_files,
 )
+from sparkbeam.checkpoint.retention import needs_fallback, plan_retention, sweep
 from sparkbeam.checkpoint.staging import StagedWriter
 from sparkbeam.checkpoint.startpoints import Startpoints
 from sparkbeam.checkpoint.state_table import STATE_BACKENDS
@@ -289,29 +290,52 @@ class CheckpointStore:
         raise CheckpointNotFoundError(pipeline_id, checkpoint_id, self.url)
 
     # -- retention and cleaning ----------------------------------------------------------------
-    def _apply_retention(self, pipeline_id: str, live: set[str]) -> None:
-        """Delete checkpoints beyond ``retain`` (manifest first), then files only they named."""
-        ids = self._manifest_ids(pipeline_id)
-        drop, keep = ids[: -self.retain], ids[-self.retain :]
+    def _files_of(self, pipeline_id: str):
+        """``cid -> names of its files`` (None if its manifest is unreadable); see `retention`."""
+
+        def files_of(cid: int) -> frozenset[str] | None:
+            try:
+                return frozenset(f.name for f in self.load_manifest(pipeline_id, cid).files)
+            except CheckpointCorruptError:
+                return None
+
+        return files_of
+
+    def _needs_fallback(self, pipeline_id: str, next_files: set[str], abandoned=()) -> bool:
+        """No retained checkpoint would be disjoint from one naming ``next_files``."""
+        ids = [c for c in self._manifest_ids(pipeline_id) if c not in set(abandoned)]
+        return needs_fallback(ids, self._files_of(pipeline_id), next_files)
+
+    def _apply_retention(self, pipeline_id: str, live: set[str], abandoned=()) -> None:
+        """Delete checkpoints beyond ``retain`` except the fallback (see `retention`), and the
+        ``abandoned`` ones, manifest first; then the files only they named."""
+        files_of = self._files_of(pipeline_id)
+        keep, drop = plan_retention(
+            self._manifest_ids(pipeline_id), files_of, self.retain, abandoned
+        )
         if not drop:
             return
         directory = pipeline_dir(pipeline_id)
         referenced = set(live)
         for cid in keep:
-            try:
-                referenced.update(f.name for f in self.load_manifest(pipeline_id, cid).files)
-            except CheckpointCorruptError:
-                pass
+            referenced.update(files_of(cid) or ())
         candidates: set[str] = set()
         for cid in drop:
-            try:
-                candidates.update(f.name for f in self.load_manifest(pipeline_id, cid).files)
-            except CheckpointCorruptError:
-                pass
+            candidates.update(files_of(cid) or ())
             self.storage.delete(f"{directory}/{manifest_name(cid)}")
             self._manifest_cache.pop((PipelineId(pipeline_id), cid), None)
         for name in sorted(candidates - referenced):
             self.storage.delete(f"{directory}/{name}")
+
+    def _sweep(self, pipeline_id: str, rounds_done: dict[str, int], live: set[str]) -> int:
+        """Delete staged files of committed rounds and driver segments that no checkpoint
+        names (see `retention.sweep`); returns how many."""
+        files_of = self._files_of(pipeline_id)
+        referenced = set(live)
+        for cid in self._manifest_ids(pipeline_id):
+            referenced.update(files_of(cid) or ())
+        directory = pipeline_dir(pipeline_id)
+        return len(sweep(self.storage, directory, rounds_done, referenced))
 
     def clean(self, grace_s: float = 3600.0) -> list[str]:
         """Delete files no manifest names: failed or duplicate task attempts, segments and

@@ -1,5 +1,7 @@
 """Property test: any sequence of writes, checkpoints, materializations, staged commits, crashes,
-restores and rescaled reads gives the same state as a plain dict model."""
+restores and rescaled reads gives the same state as a plain dict model, and the store retains
+exactly the newest RETAIN checkpoints plus the newest older one sharing no file with the newest
+(the fallback a damaged shared file cannot take down)."""
 
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ class StoreMachine(RuleBasedStateMachine):
         self._open()
         self.working: dict[tuple[str, bytes], bytes] = {}
         self.committed: dict[int, dict[tuple[str, bytes], bytes]] = {}
+        self.files: dict[int, frozenset[str]] = {}  # what each checkpoint's manifest names
+        self.retained: list[int] = []
         self.round = 0
 
     def _open(self):
@@ -64,7 +68,7 @@ class StoreMachine(RuleBasedStateMachine):
     @rule(parallelism=st.integers(1, MAX_KG))
     def checkpoint(self, parallelism):
         cid = self.st.checkpoint(fingerprint="fp", parallelism=parallelism)
-        self.committed[cid] = dict(self.working)
+        self._committed(cid)
 
     @rule(
         writes=st.lists(st.tuples(namespaces, keys, st.none() | values), max_size=8),
@@ -94,14 +98,22 @@ class StoreMachine(RuleBasedStateMachine):
                         else:
                             self.working[(ns, key)] = value + bytes([attempt])
         cid = self.st.checkpoint(fingerprint="fp", commit_messages=msgs)
+        self._committed(cid)
+
+    def _committed(self, cid: int) -> None:
+        """The model of a commit and of retention: newest RETAIN, plus the fallback."""
         self.committed[cid] = dict(self.working)
+        self.files[cid] = frozenset(f.name for f in self.store.load_manifest("pipe", cid).files)
+        ids = sorted([*self.retained, cid])
+        older = [c for c in ids[:-1] if self.files[c].isdisjoint(self.files[cid])]
+        self.retained = sorted(set(ids[-RETAIN:]) | set(older[-1:]))
 
     @rule()
     def materialize(self):
         self.st.materialize()
 
     def _retained(self):
-        return sorted(self.committed)[-RETAIN:]
+        return self.retained
 
     @rule()
     def crash_and_restore_latest(self):

@@ -56,9 +56,10 @@ def test_offset_fans_out_keeps_it_where_no_data_and_never_reapplies(spark, tmp_p
     # a starts at 4; b has no data at 4 yet: it reads everything and keeps its own copy.
     _run(tmp_path, "ab", ["a 4", "a 5", "b 0", "b 1", "b 2"])
     assert _pending(tmp_path) == [("b", "offset", "4")]
-    # b's log grows past 4: the next run applies b's copy; a is not rewound again.
+    # b's log grows past 4: the next run applies b's copy; a is not rewound again. The first
+    # run finished, so running the job again from the beginning takes --fresh.
     write(data, "b", 6, stop=6)
-    _run(tmp_path, "ab", [f"a {i}" for i in range(6)] + ["b 4", "b 5"])
+    _run(tmp_path, "ab", [f"a {i}" for i in range(6)] + ["b 4", "b 5"], "--fresh")
     assert _pending(tmp_path) == []
 
 

@@ -1,0 +1,89 @@
+"""Retention: which checkpoints a pipeline keeps, and sweeping staged files nobody will commit.
+
+Owns the rules, as plain functions over checkpoint ids and the file names each names:
+
+- Keep the newest ``retain`` checkpoints, plus the *fallback*: the newest older checkpoint
+  that shares no file with the newest one. Consecutive checkpoints share their
+  materialization and changelog prefix, so without it one damaged shared file (a flipped
+  byte, a deleted snapshot) makes every retained checkpoint unusable. With it, any single
+  damaged file leaves the newest checkpoint or the fallback restorable. After a
+  materialization the fallback is the last checkpoint before it, kept until the next one.
+- `needs_fallback`: a commit rewrites the state into new files (`PipelineStore._compact`)
+  when no retained checkpoint would be disjoint from it (a new pipeline's second
+  checkpoint, the first after restoring the fallback), so the guarantee does not wait for
+  the materialization interval.
+- Checkpoints newer than the one a restore fell back to are *abandoned* (their files are
+  damaged, and the job continues from an older one): the next commit drops them.
+- `sweep`: staged files of rounds a stage has already committed that no checkpoint names --
+  losing speculative attempts, rounds that failed and were redone -- and driver changelog
+  segments that neither a checkpoint nor the live chain names (superseded by a snapshot
+  before they were committed) are deleted, so a long streaming job leaves no per-round
+  garbage. Only the store's lock holder writes the driver changelog, so this is safe while
+  the job runs.
+
+Leaves to others: deleting manifests and files and loading them (`store`), when to commit
+(`pipeline`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from sparkbeam.checkpoint.filesystem import Storage
+from sparkbeam.checkpoint.layout import staged_round
+
+FilesOf = Callable[[int], "frozenset[str] | None"]
+"""The file names a checkpoint names, or None if its manifest is unreadable."""
+
+
+def fallback(ids: list[int], files_of: FilesOf) -> int | None:
+    """The newest checkpoint before ``ids[-1]`` sharing no file with it, or None."""
+    if not ids:
+        return None
+    newest = files_of(ids[-1])
+    if newest is None:
+        return None
+    for cid in reversed(ids[:-1]):
+        files = files_of(cid)
+        if files is not None and files.isdisjoint(newest):
+            return cid
+    return None
+
+
+def plan_retention(
+    ids: list[int], files_of: FilesOf, retain: int, abandoned: Iterable[int] = ()
+) -> tuple[list[int], list[int]]:
+    """(keep, drop) of the sorted checkpoint ``ids``; see the module docstring."""
+    gone = set(abandoned)
+    candidates = [cid for cid in ids if cid not in gone]
+    keep = set(candidates[-retain:])
+    anchor = fallback(candidates, files_of)
+    if anchor is not None:
+        keep.add(anchor)
+    return sorted(keep), [cid for cid in ids if cid not in keep]
+
+
+def needs_fallback(ids: list[int], files_of: FilesOf, next_files: set[str]) -> bool:
+    """True if checkpoints exist but none would share no file with the next one."""
+    readable = [f for f in map(files_of, ids) if f is not None]
+    return bool(readable) and not any(f.isdisjoint(next_files) for f in readable)
+
+
+def sweep(
+    storage: Storage, directory: str, rounds_done: Mapping[str, int], referenced: set[str]
+) -> list[str]:
+    """Delete what ``referenced`` (names relative to the pipeline ``directory``, of every
+    checkpoint and the live chain) does not hold: staged files of rounds up to
+    ``rounds_done[stage]``, and driver changelog segments. Returns the deleted paths."""
+    deleted = []
+    for path in storage.list(f"{directory}/staged") + storage.list(f"{directory}/changelog"):
+        name = path[len(directory) + 1 :]
+        if name in referenced:
+            continue
+        staged = staged_round(name)
+        if staged is None and not name.startswith("changelog/"):
+            continue
+        if staged is None or staged[1] <= rounds_done.get(staged[0], -1):
+            storage.delete(path)
+            deleted.append(path)
+    return deleted
