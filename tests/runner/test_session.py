@@ -5,6 +5,7 @@ and a session whose py4j link broke is replaced."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -68,7 +69,8 @@ def test_disagreeing_master_under_spark_submit_names_both(submitted):
 @pytest.mark.spark
 def test_disagreeing_master_with_active_session_names_both(spark):
     options = PipelineOptions(["--spark_master_url=local[3]"]).view_as(SparkRunnerOptions)
-    with pytest.raises(SparkSessionError, match=rf"'local\[3\]'.*'{spark.sparkContext.master}'"):
+    master = re.escape(spark.sparkContext.master)
+    with pytest.raises(SparkSessionError, match=rf"'local\[3\]' disagrees .*'{master}'"):
         get_or_create_session(options)
     same = PipelineOptions([f"--spark_master_url={TEST_MASTER}"]).view_as(SparkRunnerOptions)
     assert get_or_create_session(same) is spark
