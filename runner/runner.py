@@ -60,18 +60,27 @@ class SparkCheckpointRunner(PipelineRunner):
         proto = portable_proto(pipeline, options)
         # Step 2: plan it (checks requirements; raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
-        # Step 3: run it on Spark.
-        spark = get_or_create_session(spark_options, options.view_as(GoogleCloudOptions).job_name)
+        # Step 3: take the store's lock (a second job is refused before Spark starts), run.
+        job_name = options.view_as(GoogleCloudOptions).job_name
         if options.view_as(StandardOptions).streaming:
-            from sparkbeam.runner.streaming_job import start_streaming
+            from sparkbeam.runner.streaming_job import open_streaming_store, start_streaming
 
+            store = open_streaming_store(plan, options, spark_options.spark_app_name or job_name)
+            try:
+                spark = get_or_create_session(spark_options, job_name)
+            except BaseException:
+                store.close()
+                raise
             drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
-            return start_streaming(spark, plan, options, drain_plan)  # rounds on driver threads
+            return start_streaming(spark, plan, options, drain_plan, store=store)
         store = None
         url = spark_options.checkpoint_dir
         if url:
-            store = open_store(url, job_name=spark.sparkContext.appName)
+            store = open_store(
+                url, job_name=spark_options.spark_app_name or job_name or "sparkbeam"
+            )
         try:
+            spark = get_or_create_session(spark_options, job_name)
             executor = PlanExecutor(
                 spark,
                 plan,

@@ -24,24 +24,33 @@ from sparkbeam.translation.plan import ExecutionPlan
 _LOG = logging.getLogger(__name__)
 
 
-def start_streaming(
-    spark, plan: ExecutionPlan, options: PipelineOptions, drain_plan=None
-) -> StreamingResult:
-    """Open the store (default: under the job name), start every pipeline's round loop.
-
-    ``drain_plan``: a callable returning the plan with SDF truncation, used on drain."""
-    spark_options = options.view_as(SparkRunnerOptions)
+def open_streaming_store(plan: ExecutionPlan, options: PipelineOptions, job_name=None):
+    """Open and lock the store (default: under the job name); no Spark needed, so a second
+    job on a locked store is refused before its Spark session starts."""
     streaming = options.view_as(SparkStreamingOptions)
-    url = spark_options.checkpoint_dir
+    url = options.view_as(SparkRunnerOptions).checkpoint_dir
     if not url:
         name = options.view_as(GoogleCloudOptions).job_name or f"job-{plan.fingerprint[:12]}"
         url = streaming.default_checkpoint_dir(name)
         _LOG.warning("--streaming without --checkpoint_dir: checkpoints go to %s", url)
-    store = open_store(
+    return open_store(
         url,
-        job_name=spark.sparkContext.appName,
+        job_name=job_name or "sparkbeam",
         materialization_interval_s=streaming.materialization_interval_s,
     )
+
+
+def start_streaming(
+    spark, plan: ExecutionPlan, options: PipelineOptions, drain_plan=None, store=None
+) -> StreamingResult:
+    """Start every pipeline's round loop on the (opened, locked) store.
+
+    ``drain_plan``: a callable returning the plan with SDF truncation, used on drain."""
+    spark_options = options.view_as(SparkRunnerOptions)
+    streaming = options.view_as(SparkStreamingOptions)
+    if store is None:
+        store = open_streaming_store(plan, options, spark.sparkContext.appName)
+    url = store.url
     try:
         check_startpoints(store.startpoints, plan)  # a bad one fails run(), not a loop thread
     except BaseException:
