@@ -68,6 +68,7 @@ def start_streaming(
         drain_plan=drain_plan,
     )
     executor.start()
+    executor.stop_on_signals()  # Ctrl-C: stop after the running round commits
     return StreamingResult(executor, store)
 
 
@@ -121,9 +122,12 @@ class StreamingResult(PipelineResult):
     def _finish(self, state: str) -> None:
         if self.executor.drain_requested.is_set() and state == PipelineState.DONE:
             state = PipelineState.DRAINED
+        if self.executor.interrupted and state == PipelineState.DONE:
+            state = PipelineState.CANCELLED  # stopped by Ctrl-C / SIGTERM after a round
         if state == PipelineState.DRAINED:
             self._store.storage.delete(DRAIN_REQUEST)  # served; the next run starts normally
         self._state = state
+        self.executor.restore_signals()
         self._store.close()
 
     def metrics(self) -> FnApiMetrics:
