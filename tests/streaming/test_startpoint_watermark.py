@@ -8,6 +8,8 @@ its watermark back -- which it refuses, failing every restart.
 
 from __future__ import annotations
 
+import time
+
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -18,11 +20,18 @@ from sparkbeam.io import WriteToFilesOnCheckpoint
 from tests.conftest import spark_test_options
 from tests.streaming.streaming_pipelines import EventTimeOffsets
 from tests.streaming.tail_source import positions, visible
-from tests.streaming.test_startpoints_streaming import TIMEOUT_S, wait_for
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TOTAL = 40
+TIMEOUT_S = 600.0  # generous: the machine may be busy
+
+
+def wait_for(condition, what: str) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
 
 
 def _start(tmp_path, run: int):
