@@ -30,7 +30,7 @@ from sparkbeam.checkpoint.errors import (
     StoreLockedError,
 )
 from sparkbeam.checkpoint.reader import VerificationResult
-from sparkbeam.checkpoint.startpoints import StartpointKind
+from sparkbeam.checkpoint.startpoints import StartpointKind, check_position
 from sparkbeam.checkpoint.store import CheckpointStore, open_store
 
 
@@ -327,11 +327,7 @@ def _locked(args: argparse.Namespace, what: str) -> CheckpointStore:
 
 def _sp_set(args: argparse.Namespace) -> int:
     kind = StartpointKind(args.kind)
-    if kind is StartpointKind.TIMESTAMP and not (args.value or "").lstrip("-").isdigit():
-        raise ValueError(
-            f"--value {args.value!r} is not a timestamp: give epoch milliseconds, e.g. "
-            f"--value {int(time.time() * 1000)}."
-        )
+    check_position(kind, args.value)  # refused now, not at the next restart
     key = None if args.key is None else args.key.encode("utf-8")
     with _locked(args, "set") as store:
         sp = store.startpoints.set(args.pipeline, args.transform, kind, args.value, key)

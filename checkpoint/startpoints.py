@@ -191,5 +191,26 @@ class Startpoints:
         return len(rest) != len(items)
 
 
+def check_position(kind: StartpointKind | str, position: str | None) -> None:
+    """Refuse, at ``set`` time, a position the built-in offset/timestamp handling cannot use.
+
+    Offsets are non-negative integers and timestamps epoch milliseconds; a source with its
+    own positions sets them through the API (its provider's ``restriction_for_startpoint``)."""
+    kind = StartpointKind(kind)
+    if position is None:
+        return  # a missing position is the record's own check (it names the kind)
+    text = position.strip()
+    if kind is StartpointKind.OFFSET and not text.isdigit():
+        raise ValueError(
+            f"Startpoint offset {position!r} is not a non-negative integer: an offset counts "
+            "records from the start of the source, e.g. --value 0 to replay everything."
+        )
+    if kind is StartpointKind.TIMESTAMP and not text.lstrip("-").isdigit():
+        raise ValueError(
+            f"--value {position!r} is not a timestamp: give epoch milliseconds, e.g. "
+            f"--value {int(time.time() * 1000)}."
+        )
+
+
 def _sort_key(s: Startpoint) -> tuple:
     return (s.pipeline_id, s.source, s.element_key is not None, s.element_key or b"")

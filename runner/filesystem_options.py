@@ -25,10 +25,11 @@ def use_in_jobs(sc, encoded: str) -> None:
     sc.setLocalProperty(PROPERTY, encoded)
 
 
-def use_options_in_jobs(sc, options) -> str:
-    """`use_in_jobs` for a ``PipelineOptions``; returns the encoded value (for other threads)."""
+def apply_in_driver(options) -> str:
+    """Apply a ``PipelineOptions``' filesystem options in this process (the store is opened
+    before Spark starts); returns the encoded value for `use_in_jobs`."""
     encoded = encode(collect(options))
-    use_in_jobs(sc, encoded)
+    apply(encoded)
     return encoded
 
 

@@ -20,13 +20,13 @@ from sparkbeam.checkpoint import open_store
 from sparkbeam.runner import progress
 from sparkbeam.runner.durability import refuse_finished_rerun
 from sparkbeam.runner.executor import PlanExecutor
-from sparkbeam.runner.filesystem_options import use_options_in_jobs
+from sparkbeam.runner.filesystem_options import apply_in_driver, use_in_jobs
 from sparkbeam.runner.options import SparkRunnerOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
 from sparkbeam.runner.session import get_or_create_session
 from sparkbeam.runner.shipping import ship_user_code
 from sparkbeam.runner.storage_check import check_shared_storage
-from sparkbeam.runner.streaming_job import start_streaming
+from sparkbeam.runner.streaming_job import open_streaming_store, start_streaming
 from sparkbeam.runner.streaming_options import SparkStreamingOptions
 from sparkbeam.translation import translate
 
@@ -68,31 +68,48 @@ class SparkCheckpointRunner(PipelineRunner):
         proto = portable_proto(pipeline, options)
         # Step 2: plan it (raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
-        # Step 3: execute it on Spark: streaming on driver threads, batch here.
+        # Step 3: take the store's lock before Spark starts (a second copy of the job is
+        # refused at once), then execute on Spark: streaming on driver threads, batch here.
         spark_options = options.view_as(SparkRunnerOptions)
+        job_name = options.view_as(GoogleCloudOptions).job_name
         check_shared_storage(spark_options)  # a cluster's executors must reach the store
-        spark = get_or_create_session(spark_options, options.view_as(GoogleCloudOptions).job_name)
-        ship_user_code(spark, options)  # the user's modules and packages reach the executors
-        fs_options = use_options_in_jobs(spark.sparkContext, options)  # s3://... in every task
-        if options.view_as(StandardOptions).streaming:
+        fs_options = apply_in_driver(options)  # s3://... options here, for the store
+        streaming = options.view_as(StandardOptions).streaming
+        store = open_job_store(plan, options, spark_options.spark_app_name or job_name)
+        try:
+            spark = get_or_create_session(spark_options, job_name)
+            ship_user_code(spark, options)  # the user's modules and packages reach the executors
+            use_in_jobs(spark.sparkContext, fs_options)  # ... and in every task
+        except BaseException:
+            if store is not None:
+                store.close()
+            raise
+        if streaming:
             drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
-            return start_streaming(spark, plan, options, drain_plan, fs_options)  # a live result
-        executor = run_batch(spark, plan, options)
+            return start_streaming(spark, plan, options, store, drain_plan, fs_options)
+        executor = run_batch(spark, plan, options, store)
         # Step 4: the result, with metrics merged from every stage.
         return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)
 
 
-def run_batch(spark, plan, options: PipelineOptions) -> PlanExecutor:
-    """Run a batch plan to the end (with its checkpoint store, if one is given)."""
+def open_job_store(plan, options: PipelineOptions, job_name: str | None):
+    """The run's locked checkpoint store: streaming always has one (default: under the job
+    name); batch only with --checkpoint_dir. Needs no Spark."""
+    if options.view_as(StandardOptions).streaming:
+        return open_streaming_store(plan, options, job_name)
+    url = options.view_as(SparkRunnerOptions).checkpoint_dir
+    if not url:
+        return None
+    break_lock = options.view_as(SparkStreamingOptions).break_lock
+    return open_store(url, job_name=job_name or "sparkbeam", break_lock=break_lock)
+
+
+def run_batch(spark, plan, options: PipelineOptions, store) -> PlanExecutor:
+    """Run a batch plan to the end (with its checkpoint store, if given; closes it)."""
     spark_options = options.view_as(SparkRunnerOptions)
     started = time.monotonic()
     url = spark_options.checkpoint_dir
     streaming_options = options.view_as(SparkStreamingOptions)
-    store = None
-    if url:
-        store = open_store(
-            url, job_name=spark.sparkContext.appName, break_lock=streaming_options.break_lock
-        )
     try:
         if store is not None:  # a finished job runs again only with --fresh
             refuse_finished_rerun(store, [p.id for p in plan.pipelines], streaming_options.fresh)

@@ -12,6 +12,10 @@ Owns both halves of the protocol behind ``sparkbeam.io.WriteToFilesOnCheckpoint`
   checkpoints (streaming), ``record_pending`` puts the pairs into the pipeline's state
   before the checkpoint and ``finalize_pending`` renames them after it commits, and again on
   restore, so a crash between the two loses nothing and duplicates nothing.
+- Fallback: a restore that falls back past a lost checkpoint (its manifest damaged) first
+  ``unpublish_after`` the restored round: files published by the lost rounds are deleted,
+  since the replay writes their data again -- possibly at another parallelism, under other
+  names. Final names carry the round, so that is all it takes.
 
 Leaves to others: writing file contents (``sparkbeam.io``) and deciding when a round is
 committed (the executor, the streaming loop). Every path goes through Beam's
@@ -23,6 +27,7 @@ from __future__ import annotations
 import contextvars
 import itertools
 import logging
+import re
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
@@ -34,6 +39,8 @@ _LOG = logging.getLogger(__name__)
 STAGING_DIR = ".sparkbeam-staging"
 pending_namespace = "sink-pending"
 """Checkpoint-store namespace of staged files awaiting their rename (key: final path)."""
+DIRECTORY_ANNOTATION = "sparkbeam:sink_directory"
+"""Transform annotation naming a sink's output directory (set by ``sparkbeam.io``)."""
 
 
 class SinkFileLostError(FileNotFoundError):
@@ -188,6 +195,54 @@ def discard_stage_files(directory: str, stage_ids: Iterable[str]) -> int:
 def staging_dirs(pairs: Iterable[tuple[str, str]]) -> set[str]:
     """The staging directories the staged files of ``pairs`` live in."""
     return {FileSystems.split(staged)[0] for staged, _ in pairs}
+
+
+def final_name(round_no: int, stage: str, partition: int, sequence: int) -> str:
+    """The part of a final file name a task contributes: ``<round>-<stage>-<part>-<seq>``."""
+    return f"{round_no:08d}-{stage}-{partition:05d}-{sequence:05d}"
+
+
+def unpublish_after(directories: Iterable[str], stage_ids: Iterable[str], round_no: int) -> int:
+    """Delete final files of ``stage_ids`` written by rounds after ``round_no``; how many.
+
+    For a restore of the checkpoint of round ``round_no``: a later round's files were
+    published by a checkpoint that is lost now, and the replay writes their data again.
+    """
+    stages = "|".join(re.escape(s) for s in stage_ids)
+    if not stages:
+        return 0
+    name = re.compile(rf"-(\d{{8}})-(?:{stages})-\d{{5}}-\d{{5}}")
+    lost = []
+    for directory in set(directories):
+        try:
+            matched = FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list
+        except Exception:  # noqa: BLE001 - a directory never written has nothing to unpublish
+            continue
+        for m in matched:
+            found = name.search(FileSystems.split(m.path)[1])
+            if found and int(found.group(1)) > round_no:
+                lost.append(m.path)
+    if lost:
+        _LOG.warning(
+            "Removing %d sink file(s) published by checkpoints after round %d, which are "
+            "lost; the replayed rounds write their data again.", len(lost), round_no,
+        )  # fmt: skip
+        FileSystems.delete(lost)
+    return len(lost)
+
+
+def output_directories(components: bytes, staging_dirs: Iterable[str]) -> set[str]:
+    """Where a pipeline's sinks publish: the plan's annotated sinks, and the parents of the
+    staging directories its checkpoints recorded."""
+    from apache_beam.portability.api import beam_runner_api_pb2
+
+    transforms = beam_runner_api_pb2.Components.FromString(components).transforms.values()
+    found = {
+        t.annotations[DIRECTORY_ANNOTATION].decode("utf-8")
+        for t in transforms
+        if DIRECTORY_ANNOTATION in t.annotations
+    }
+    return found | {FileSystems.split(d)[0] for d in staging_dirs}
 
 
 def record_pending(pipeline_store, pairs: Iterable[tuple[str, str]]) -> None:

@@ -23,6 +23,9 @@ from __future__ import annotations
 import functools
 import hashlib
 import logging
+import os
+import signal
+import sys
 import threading
 import time
 from collections import defaultdict
@@ -77,6 +80,36 @@ class StreamingExecutor:
         self.errors: list[BaseException] = []
         self._infos: dict[str, list] = defaultdict(list)
         self._lock = threading.Lock()
+        self.interrupted = False  # stopped by SIGINT/SIGTERM, not by the pipeline's end
+        self._previous_handlers: dict = {}
+
+    def stop_on_signals(self) -> None:
+        """First SIGINT/SIGTERM: stop after the running round commits (like ``cancel()``),
+        so the store resumes there; a second SIGINT exits at once. Main thread only."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def restore_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, handler in self._previous_handlers.items():
+            signal.signal(sig, handler)
+        self._previous_handlers = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.interrupted:  # the second one: the last committed checkpoint is what stays
+            os.write(2, b"sparkbeam: stopping now; the next run resumes at the last checkpoint\n")
+            os._exit(128 + signum)
+        self.interrupted = True
+        self.stop.set()
+        print(
+            f"sparkbeam: {signal.Signals(signum).name}: stopping after the running round "
+            f"commits (checkpoints in {self.url}); press Ctrl-C again to stop at once.",
+            file=sys.stderr,
+            flush=True,
+        )
 
     def start(self) -> None:
         for loop in self.loops:

@@ -25,26 +25,38 @@ from sparkbeam.translation.plan import ExecutionPlan
 _LOG = logging.getLogger(__name__)
 
 
+def open_streaming_store(plan: ExecutionPlan, options: PipelineOptions, job_name=None):
+    """Open and lock the store (default: under the job name); no Spark needed, so a second
+    job on a locked store is refused before its Spark session starts."""
+    streaming = options.view_as(SparkStreamingOptions)
+    url = options.view_as(SparkRunnerOptions).checkpoint_dir
+    if not url:
+        name = options.view_as(GoogleCloudOptions).job_name or f"job-{plan.fingerprint[:12]}"
+        url = streaming.default_checkpoint_dir(name)
+        _LOG.warning("--streaming without --checkpoint_dir: checkpoints go to %s", url)
+    return open_store(
+        url,
+        job_name=job_name or "sparkbeam",
+        materialization_interval_s=streaming.materialization_interval_s,
+        break_lock=streaming.break_lock,
+    )
+
+
 def start_streaming(
-    spark, plan: ExecutionPlan, options: PipelineOptions, drain_plan=None, fs_options: str = "{}"
+    spark,
+    plan: ExecutionPlan,
+    options: PipelineOptions,
+    store,
+    drain_plan=None,
+    fs_options: str = "{}",
 ) -> StreamingResult:
-    """Open the store (default: under the job name), start every pipeline's round loop.
+    """Start every pipeline's round loop on the (opened, locked) store.
 
     ``drain_plan``: a callable returning the plan with SDF truncation, used on drain.
     ``fs_options``: the encoded filesystem options every loop thread's jobs carry."""
     spark_options = options.view_as(SparkRunnerOptions)
     streaming = options.view_as(SparkStreamingOptions)
-    url = spark_options.checkpoint_dir
-    if not url:
-        name = options.view_as(GoogleCloudOptions).job_name or f"job-{plan.fingerprint[:12]}"
-        url = streaming.default_checkpoint_dir(name)
-        _LOG.warning("--streaming without --checkpoint_dir: checkpoints go to %s", url)
-    store = open_store(
-        url,
-        job_name=spark.sparkContext.appName,
-        materialization_interval_s=streaming.materialization_interval_s,
-        break_lock=streaming.break_lock,
-    )
+    url = store.url
     try:
         check_startpoints(store.startpoints, plan)  # a bad one fails run(), not a loop thread
         refuse_finished_rerun(store, [p.id for p in plan.pipelines], streaming.fresh)
@@ -64,6 +76,7 @@ def start_streaming(
         filesystem_options=fs_options,
     )
     executor.start()
+    executor.stop_on_signals()  # Ctrl-C: stop after the running round commits
     return StreamingResult(executor, store)
 
 
@@ -117,9 +130,12 @@ class StreamingResult(PipelineResult):
     def _finish(self, state: str) -> None:
         if self.executor.drain_requested.is_set() and state == PipelineState.DONE:
             state = PipelineState.DRAINED
+        if self.executor.interrupted and state == PipelineState.DONE:
+            state = PipelineState.CANCELLED  # stopped by Ctrl-C / SIGTERM after a round
         if state == PipelineState.DRAINED:
             self._store.storage.delete(DRAIN_REQUEST)  # served; the next run starts normally
         self._state = state
+        self.executor.restore_signals()
         self._store.close()
 
     def metrics(self) -> FnApiMetrics:

@@ -166,8 +166,12 @@ class PipelineLoop:
                 "Pipeline %s restored checkpoint %d: round %d next, %d residual(s) pending",
                 self.pipeline.id, info.checkpoint_id, self.round_no, pending,
             )  # fmt: skip
-        sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
         stage_ids = [s.id for s in self.stages]
+        if info is not None:  # rounds after the restored one are lost: unpublish their files
+            staging = [d.decode() for _, d, _ in self.state.items(STAGING_DIRS)]
+            dirs = sink_files.output_directories(self.plan.components, staging)
+            sink_files.unpublish_after(dirs, stage_ids, self.round_no - 1)
+        sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
         for _, directory, _ in self.state.items(STAGING_DIRS):  # files no checkpoint names
             sink_files.discard_stage_files(directory.decode(), stage_ids)
         # Startpoints fan out from the checkpoint just restored (after a failed round, too).

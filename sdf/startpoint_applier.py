@@ -23,7 +23,11 @@ from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.runners import common, pipeline_context
 from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
 from sparkbeam.checkpoint.startpoints import Startpoint
-from sparkbeam.sdf.startpoint_restrictions import element_key, restriction_for_startpoint
+from sparkbeam.sdf.startpoint_restrictions import (
+    element_key,
+    estimator_state_for_startpoint,
+    restriction_for_startpoint,
+)
 
 SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 _PROCESS_SUFFIX = "/Process"
@@ -83,9 +87,17 @@ def _data_input_feeding(transforms, proto) -> str:
 
 def restriction_provider(source: SdfSource) -> Any:
     """The DoFn's RestrictionProvider, unpickled the way Beam's bundle_processor does it."""
+    return _signature(source).get_restriction_provider()
+
+
+def estimator_provider(source: SdfSource) -> Any:
+    """The DoFn's WatermarkEstimatorProvider (Beam's default one when it declares none)."""
+    return _signature(source).get_watermark_estimator_provider()
+
+
+def _signature(source: SdfSource) -> Any:
     payload = beam_runner_api_pb2.ParDoPayload.FromString(source.pardo_payload)
-    dofn = pickler.loads(payload.do_fn.payload)[0]
-    return common.DoFnSignature(dofn).get_restriction_provider()
+    return common.DoFnSignature(pickler.loads(payload.do_fn.payload)[0])
 
 
 @dataclass(frozen=True)
@@ -133,6 +145,7 @@ class StartpointApplier:
         self.assignment = assignment
         self.by_key = dict(assignment.by_key)
         self.provider = restriction_provider(source)
+        self.estimators = estimator_provider(source)
         context = pipeline_context.PipelineContext(
             beam_runner_api_pb2.Components.FromString(components)
         )
@@ -194,4 +207,7 @@ class StartpointApplier:
         if new is None:
             return wv, outcome
         size = float(self.provider.restriction_size(element, new))
-        return wv.with_value(((element, (new, estimator_state)), size)), outcome
+        state = estimator_state_for_startpoint(
+            self.provider, self.estimators, element, new, estimator_state, sp
+        )  # fmt: skip
+        return wv.with_value(((element, (new, state)), size)), outcome

@@ -11,6 +11,11 @@ what a position means for its restrictions. Optional hooks it may define:
   ``upcoming`` on unbounded ``OffsetRange`` restrictions (stop == ``sys.maxsize``).
 - ``startpoint_key(element)`` -> the string an operator passes as ``--key`` (default:
   ``str(element)``).
+- ``estimator_state_for_startpoint(element, restriction, estimator_state, startpoint)`` -> the
+  watermark-estimator state that goes with the new restriction. Default: the DoFn's watermark
+  estimator provider's ``initial_estimator_state(element, restriction)``, as for a fresh
+  restriction -- a rewind must not keep a watermark past the position it rewinds to (a
+  ``ManualWatermarkEstimator`` refuses to move back).
 
 Without ``restriction_for_startpoint``, ``OffsetRange`` restrictions get the built-in: offset ->
 ``[offset, stop)``; oldest -> ``[initial_restriction(element).start, stop)``; upcoming ->
@@ -30,6 +35,7 @@ from sparkbeam.sdf.startpoint_errors import StartpointError, UnsupportedStartpoi
 HOOK = "restriction_for_startpoint"
 LATEST_HOOK = "latest_offset"
 KEY_HOOK = "startpoint_key"
+ESTIMATOR_HOOK = "estimator_state_for_startpoint"
 
 
 class StartpointRestrictionProvider(Protocol):
@@ -42,6 +48,22 @@ class StartpointRestrictionProvider(Protocol):
     def latest_offset(self, element: Any) -> int | None: ...
 
     def startpoint_key(self, element: Any) -> str: ...
+
+    def estimator_state_for_startpoint(
+        self, element: Any, restriction: Any, estimator_state: Any, startpoint: Startpoint
+    ) -> Any: ...
+
+
+def estimator_state_for_startpoint(
+    provider: Any, estimators: Any, element: Any, restriction: Any, state: Any, sp: Startpoint
+) -> Any:
+    """The watermark-estimator state for ``restriction``, the one a startpoint just made."""
+    hook = getattr(provider, ESTIMATOR_HOOK, None)
+    if hook is not None:
+        return hook(element, restriction, state, sp)
+    if estimators is None:
+        return state
+    return estimators.initial_estimator_state(element, restriction)
 
 
 def element_key(provider: Any, element: Any) -> str:

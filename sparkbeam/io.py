@@ -6,7 +6,8 @@ when the Spark task attempt that wrote it is committed (batch: at the end of a s
 run; streaming: after the checkpoint covering it). A failed or retried attempt's files are
 never renamed, so each element appears in exactly one visible file. Final names are made of
 the round, stage, partition and a per-task sequence, never the attempt, so finalizing twice
-is harmless. The protocol itself lives in ``sparkbeam.runner.sink_files``.
+is harmless; a restore that falls back past a lost checkpoint removes the files its rounds
+published before replaying them. The protocol itself lives in ``sparkbeam.runner.sink_files``.
 
 Outside a sparkbeam task (DirectRunner, other runners) the staged file is renamed right
 after it is written: the files still appear whole, but a retried bundle writes its lines
@@ -51,6 +52,12 @@ class WriteToFilesOnCheckpoint(beam.PTransform):
         self.file_name_suffix = file_name_suffix
         self.coder = coder or StrUtf8Coder()
         self.format_fn = format_fn
+
+    def annotations(self):
+        # The runner finds the output directory here: a restore that falls back past a
+        # lost checkpoint removes what the lost rounds published (``sink_files``).
+        directory = FileSystems.split(self.path_prefix)[0]
+        return {**super().annotations(), sink_files.DIRECTORY_ANNOTATION: directory}
 
     def expand(self, pcoll):
         fn = _WriteStagedFn(self.path_prefix, self.file_name_suffix, self.coder, self.format_fn)
@@ -112,7 +119,7 @@ class _WriteStagedFn(beam.DoFn):
         task = sink_files.current_task()
         if task is not None:
             seq = sink_files.next_sequence()
-            name = f"{task.round:08d}-{task.stage}-{task.partition:05d}-{seq:05d}"
+            name = sink_files.final_name(task.round, task.stage, task.partition, seq)
         else:
             name = f"direct-{uuid.uuid4().hex}"
         final = f"{self.path_prefix}-{name}{self.suffix}"

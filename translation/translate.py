@@ -23,6 +23,7 @@ from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.runners.portability.fn_api_runner.execution import SAFE_WINDOW_FNS
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
+from sparkbeam.translation.edge_coders import same_coder, same_grouped_coders
 from sparkbeam.translation.phases import KNOWN_RUNNER_URNS, standard_phases
 from sparkbeam.translation.plan import (
     IMPULSE_BUFFER,
@@ -111,12 +112,14 @@ class _PlanBuilder:
         self.stages = stages
         self.requirements = requirements
         self.edges: dict[BufferId, Edge] = {}
+        self.sdk_coders: dict[tuple[BufferId, str], str] = {}  # (buffer, side) -> SDK coder
 
     def safe(self, coder_id: str) -> str:
         return self.context.safe_coders.get(coder_id, coder_id)
 
     def build(self) -> ExecutionPlan:
         plans = [self._stage(i, s) for i, s in enumerate(self.stages)]
+        self._settle_reshuffle_coders()
         pipelines = _connected_components(plans)
         pipeline_of = {sid: p.id for p in pipelines for sid in p.stages}
         plans = [_with_pipeline(s, pipeline_of[s.id]) for s in plans]
@@ -191,6 +194,7 @@ class _PlanBuilder:
         buffer = BufferId(payload.decode("utf-8"))
         edge = self._edge(buffer, pcoll)
         coder = self.context.data_channel_coders[pcoll]
+        self.sdk_coders[buffer, "read"] = coder
         self.edges[buffer] = _replace(edge, read_coder=self.safe(coder))
         return buffer
 
@@ -198,8 +202,25 @@ class _PlanBuilder:
         buffer = BufferId(payload.decode("utf-8"))
         edge = self._edge(buffer, pcoll)
         coder = self.context.data_channel_coders[pcoll]
+        self.sdk_coders[buffer, "write"] = coder
         self.edges[buffer] = _replace(edge, write_coder=self.safe(coder))
         return buffer
+
+    def _settle_reshuffle_coders(self) -> None:
+        """One coder per Reshuffle edge where both sides agree, else the SDK's two coders.
+
+        Written and read through different coders (see ``edge_coders``), the runner
+        transcodes the elements while it moves them."""
+        coders = self.components.coders
+        for buffer, edge in list(self.edges.items()):
+            write = self.sdk_coders.get((buffer, "write"))
+            read = self.sdk_coders.get((buffer, "read"))
+            if edge.kind != EdgeKind.RESHUFFLE or write is None or read is None:
+                continue
+            if same_coder(coders, write, read):
+                self.edges[buffer] = _replace(edge, read_coder=edge.write_coder)
+            else:
+                self.edges[buffer] = _replace(edge, write_coder=write, read_coder=read)
 
     def _edge(self, buffer: BufferId, pcoll: str) -> Edge:
         if buffer in self.edges:
@@ -214,13 +235,17 @@ class _PlanBuilder:
         strategy_id = self.components.pcollections[in_pcoll].windowing_strategy_id
         strategy = self.components.windowing_strategies[strategy_id]
         standard = strategy.window_fn.urn in SAFE_WINDOW_FNS
-        pick = self.safe if standard else (lambda c: c)
+        write = self.context.data_channel_coders[in_pcoll]
+        read = self.context.data_channel_coders[out_pcoll]
+        # Bytes pass through in the safe coders only if both sides encode alike.
+        if standard and same_grouped_coders(self.components.coders, write, read):
+            write, read = self.safe(write), self.safe(read)
         return Edge(
             buffer,
             kind,
             in_pcoll,
-            write_coder=pick(self.context.data_channel_coders[in_pcoll]),
-            read_coder=pick(self.context.data_channel_coders[out_pcoll]),
+            write_coder=write,
+            read_coder=read,
             windowing_strategy=strategy_id,
             standard_windowing=standard,
         )

@@ -76,11 +76,6 @@ def test_offset_fans_out_keeps_it_where_no_data_and_never_reapplies(spark, tmp_p
             UnsupportedStartpointError,
             r"kind 'timestamp' for transform 'ReadTail' cannot be applied.*restriction_for_",
         ),
-        (
-            ("--transform", SOURCE, "--kind", "offset", "--value", "ten"),
-            StartpointError,
-            r"position 'ten', which is not an integer offset",
-        ),
     ],
 )
 def test_bad_startpoints_fail_the_start_naming_what_is_wrong(spark, tmp_path, args, error, match):
@@ -89,6 +84,19 @@ def test_bad_startpoints_fail_the_start_naming_what_is_wrong(spark, tmp_path, ar
     with pytest.raises(error, match=match):
         _run(tmp_path, "a", ["a 0"])
     assert len(_pending(tmp_path)) == 1  # nothing deleted: the operator fixes it
+
+
+def test_offset_the_cli_would_refuse_still_fails_the_start_when_set_through_the_api(
+    spark, tmp_path
+):
+    """``startpoints set`` refuses 'ten' at once; the API lets a source's own format through,
+    so the start still checks it, names it, and keeps it for the operator."""
+    write(str(tmp_path / "data"), "a", 1, stop=1)
+    with open_store(str(tmp_path / "ckpt")) as store:
+        store.startpoints.set(PIPELINE, SOURCE, "offset", "ten")
+    with pytest.raises(StartpointError, match=r"position 'ten', which is not an integer offset"):
+        _run(tmp_path, "a", ["a 0"])
+    assert len(_pending(tmp_path)) == 1
 
 
 def test_unknown_pipeline_fails_the_start(spark, tmp_path):

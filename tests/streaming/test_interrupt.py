@@ -1,0 +1,63 @@
+"""Ctrl-C stops a streaming job gracefully: the running round commits, one line says so, and
+the next run resumes from there with exact output. A second Ctrl-C exits at once."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.conftest import TEST_MASTER
+from tests.streaming.test_recovery import ROOT, SOURCES, _expected, _run, _visible_lines
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def _start(tmp) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable)
+    env.pop("SPARKBEAM_CRASH_AT", None)
+    cmd = [
+        sys.executable, "-m", "tests.streaming.streaming_pipelines",
+        "--output", str(tmp / "out"), "--sources", SOURCES, "--per_round", "5",
+        "--runner=SparkCheckpointRunner", f"--spark_master_url={TEST_MASTER}",
+        "--streaming", "--checkpoint_dir", str(tmp / "ckpt"),
+        "--checkpoint_interval_s", "0.05", "--parallelism=2",
+    ]  # fmt: skip
+    return subprocess.Popen(
+        cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_for_checkpoint(tmp, proc, timeout_s: float = 400) -> None:
+    deadline = time.monotonic() + timeout_s
+    pattern = str(tmp / "ckpt" / "pipelines" / "*" / "manifests" / "chk-*.json")
+    while not glob.glob(pattern):
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, "no checkpoint committed in time"
+        time.sleep(0.2)
+
+
+@pytest.mark.parametrize("signals", [1, 2], ids=["graceful", "twice"])
+def test_sigint_stops_resumably_and_the_rerun_is_exact(tmp_path, signals):
+    proc = _start(tmp_path)
+    _wait_for_checkpoint(tmp_path, proc)
+    for _ in range(signals):
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+    _, err = proc.communicate(timeout=300)
+    assert "KeyboardInterrupt" not in err, err[-3000:]
+    assert err.count("stopping after the running round commits") == 1, err[-3000:]
+    if signals == 1:
+        assert proc.returncode == 0, err[-3000:]
+    else:
+        assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
+        assert "stopping now" in err
+    assert _visible_lines(tmp_path) != _expected()  # it really stopped early
+    resumed = _run(tmp_path, 2)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _visible_lines(tmp_path) == _expected()
