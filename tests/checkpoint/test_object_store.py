@@ -91,14 +91,16 @@ def test_a_reopened_store_lists_and_restores_and_continues_the_chain(s3_url, s3_
     assert not [k for k in keys if k.endswith("/")]  # no directory markers: keys only
     with open_store(s3_url, retain=3) as store:
         assert store.list_pipelines() == ["p0"]
-        assert [c.checkpoint_id for c in store.list_checkpoints("p0")] == [2, 3, 4]
+        # The newest 3, plus checkpoint 1: the fallback that shares no file with the newest.
+        assert [c.checkpoint_id for c in store.list_checkpoints("p0")] == [1, 2, 3, 4]
         st = store.pipeline("p0")
         info = st.restore(fingerprint="fp")
         assert info is not None and info.checkpoint_id == 4 and info.entries == 4
         st.put("n", b"k5", b"v5")
         assert st.checkpoint(fingerprint="fp") == 5  # never rewrites 1 and 2
     manifests = [k for k in s3_server.keys(_key_prefix(s3_url) + "/") if "/manifests/" in k]
-    assert [k.rsplit("/", 1)[1] for k in manifests] == [f"chk-{i:010d}.json" for i in (3, 4, 5)]
+    # 1 stays as the fallback; 2 goes, and the chain is never rewritten.
+    assert [k.rsplit("/", 1)[1] for k in manifests] == [f"chk-{i:010d}.json" for i in (1, 3, 4, 5)]
 
 
 def test_retention_and_clean_delete_objects_no_checkpoint_names(s3_url, s3_server):
@@ -110,12 +112,16 @@ def test_retention_and_clean_delete_objects_no_checkpoint_names(s3_url, s3_serve
         st.checkpoint()
         directory = f"{_key_prefix(s3_url)}/{pipeline_dir('p0')}"
         live = {f"{directory}/{f.name}" for f in store.load_manifest("p0", 2).files}
+        # Checkpoint 1 (its own segment) is kept as the fallback sharing no file with 2.
+        fallback = {f"{directory}/{f.name}" for f in store.load_manifest("p0", 1).files}
         orphan = f"{pipeline_dir('p0')}/staged/s/r00000009/p00000-a001-x.seg"
         store.storage.write(orphan, b"from a failed attempt")
         deleted = store.clean(grace_s=0)
     assert deleted == [orphan]
     left = set(s3_server.keys(directory + "/"))
-    assert left == live | {f"{directory}/manifests/chk-0000000002.json"}
+    manifests = {f"{directory}/manifests/chk-000000000{i}.json" for i in (1, 2)}
+    assert not fallback & live
+    assert left == live | fallback | manifests
 
 
 def test_the_lock_is_an_exclusive_create_on_s3(s3_url):
