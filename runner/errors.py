@@ -29,9 +29,12 @@ class StageFailedError(RuntimeError):
         self.stage = stage
         self.user_traceback = user_traceback
         self.transform = failing_transform(user_traceback)
-        transforms = transforms.removeprefix(f"{stage}: ")
+        # The fused stage's transforms only when Beam did not name the failing one: the
+        # message names what failed, not its neighbours.
+        transforms = "" if self.transform else transforms.removeprefix(f"{stage}: ")
         stage_text = f"{stage!r} ({transforms})" if transforms else repr(stage)
-        lines = [f"Beam stage {stage_text} failed on Spark."]
+        where = f" in {self.transform!r}" if self.transform else ""
+        lines = [f"Beam stage {stage_text} failed on Spark{where}."]
         if self.transform:
             lines.append(f"  Transform: {self.transform!r}")
         lines.append(f"  Error: {last_error(user_traceback)}")
@@ -51,6 +54,8 @@ _STAGE_TAG = re.compile(r"\[(stage-\d+)\]")
 _STEP = re.compile(r"\[while running '([^']+)'\]")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
 _LIBRARY = re.compile(r"(^|/)(apache_beam|pyspark|py4j|sparkbeam)/|^<frozen ")
+# Code that lives in Beam's package but is a user's: its examples and tests.
+_BEAM_USER_CODE = re.compile(r"/apache_beam/examples/|_test\.py$")
 # sparkbeam's own folders (an editable install has no "sparkbeam/" in their paths)
 _OWN = tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d, "")
@@ -101,7 +106,8 @@ def last_error(traceback_text: str) -> str:
 
 
 def user_frames(traceback_text: str) -> list[str]:
-    """The frames (and their source lines) outside Beam, Spark, py4j and sparkbeam, once each."""
+    """The frames (and their source lines) outside Beam, Spark, py4j and sparkbeam, once each
+    (Beam's own examples and tests count as user code)."""
     out: list[str] = []
     seen: set[str] = set()
     keep = False
@@ -109,7 +115,9 @@ def user_frames(traceback_text: str) -> list[str]:
         frame = _FRAME.match(line)
         if frame:
             path = frame.group(1)
-            library = _LIBRARY.search(path) or path.startswith(_OWN)
+            library = (_LIBRARY.search(path) and not _BEAM_USER_CODE.search(path)) or (
+                path.startswith(_OWN)
+            )
             keep = not library and line.strip() not in seen
             if keep:
                 seen.add(line.strip())

@@ -49,3 +49,11 @@ def s3_server(tmp_path_factory):
         yield server
     finally:
         stop_process_group(server.proc)
+
+
+@pytest.fixture
+def no_aws_environment(monkeypatch):
+    """No ``AWS_*`` variables: a process must get its S3 options from the pipeline's flags."""
+    for name in list(os.environ):
+        if name.startswith("AWS_"):
+            monkeypatch.delenv(name)

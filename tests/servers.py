@@ -18,6 +18,7 @@ import sys
 import time
 import urllib.request
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,6 +136,15 @@ class S3Server:
             .paginate(Bucket=self.bucket, Prefix=prefix)
         )
         return sorted(o["Key"] for page in pages for o in page.get("Contents", []))
+
+    def lines(self, prefix: str) -> Counter:
+        """The text lines of every object under ``prefix``, counted."""
+        client = self.client()
+        counted: Counter = Counter()
+        for key in self.keys(prefix):
+            body = client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+            counted.update(body.decode().splitlines())
+        return counted
 
 
 def start_s3_server(log_dir: Path) -> S3Server:

@@ -5,10 +5,8 @@ batch SDF pipeline on S3 is in ``tests/io/test_write_to_files_s3.py``.)"""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
-from collections import Counter
 
 import apache_beam as beam
 import pytest
@@ -20,24 +18,12 @@ from sparkbeam.io import WriteToFilesOnCheckpoint
 from tests.conftest import spark_test_options
 from tests.streaming.streaming_pipelines import expected_counts, windowed_counts
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _no_aws_environment(monkeypatch):
-    """Executors must get the options from the pipeline, not from an inherited environment."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-
-
-def _text(s3_server, prefix: str) -> Counter:
-    client = s3_server.client()
-    lines: Counter = Counter()
-    for key in s3_server.keys(prefix):
-        body = client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read()
-        lines.update(body.decode().splitlines())
-    return lines
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    # Executors must get the options from the pipeline, not from an inherited environment.
+    pytest.mark.usefixtures("no_aws_environment"),
+]
 
 
 def _checkpoint_ids(url: str) -> list[int]:
@@ -69,5 +55,5 @@ def test_cancelled_streaming_job_on_s3_resumes_and_writes_each_window_once(spark
     assert start().wait_until_finish() == PipelineState.DONE
     after = _checkpoint_ids(ckpt)
     assert min(after) > max(before) - 3 and max(after) > max(before)  # the chain went on
-    assert sorted(_text(s3_server, f"{run}/out/counts").elements()) == expected_counts(sources)
+    assert sorted(s3_server.lines(f"{run}/out/counts").elements()) == expected_counts(sources)
     assert not s3_server.keys(f"{run}/out/.sparkbeam-staging/")

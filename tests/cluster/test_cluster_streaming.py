@@ -160,7 +160,8 @@ def test_job_survives_a_killed_worker(cluster, tmp_path):
     """(e) SIGKILL one worker (with its executor) mid-run: the job ends exact on the other."""
     ckpt, output = tmp_path / "ckpt", tmp_path / "out" / "counts"
     sources = _sources(WORKER_KILL_SOURCES)
-    cmd = _job(cluster, output, WORKER_KILL_SOURCES, str(ckpt))
+    # One host: the local store is shared by every executor, which the operator declares.
+    cmd = _job(cluster, output, WORKER_KILL_SOURCES, str(ckpt), "--shared_filesystem")
     driver = start_driver(cmd, tmp_path, tmp_path / "logs", "worker-kill")
     try:
         wait_for(lambda: _local_checkpoints(ckpt)[-1:] >= [2], 300, "checkpoint 2", driver)

@@ -4,7 +4,6 @@ through Beam's FileSystems), and nothing is left in the staging prefix."""
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections import Counter
 
@@ -16,25 +15,12 @@ from sparkbeam.checkpoint import open_store
 from sparkbeam.io import WriteToFilesOnCheckpoint
 from tests.conftest import spark_test_options
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-@pytest.fixture(autouse=True)
-def _no_aws_environment(monkeypatch):
-    """Executors must get the options from the pipeline, not from an inherited environment."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-
-
-def _text(s3_server, prefix: str) -> Counter:
-    client = s3_server.client()
-    lines: Counter = Counter()
-    for key in s3_server.keys(prefix):
-        lines.update(
-            client.get_object(Bucket=s3_server.bucket, Key=key)["Body"].read().decode().splitlines()
-        )
-    return lines
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    # Executors must get the options from the pipeline, not from an inherited environment.
+    pytest.mark.usefixtures("no_aws_environment"),
+]
 
 
 def _checkpoint_ids(url: str) -> list[int]:
@@ -54,6 +40,6 @@ def test_batch_sdf_pipeline_commits_its_rounds_and_sink_files_on_s3(spark, s3_se
             | beam.io.ReadFromText(str(src))
             | WriteToFilesOnCheckpoint(s3_server.url(run, "out", "lines"), ".txt")
         )
-    assert _text(s3_server, f"{run}/out/lines") == Counter(f"line {i}" for i in range(200))
+    assert s3_server.lines(f"{run}/out/lines") == Counter(f"line {i}" for i in range(200))
     assert not s3_server.keys(f"{run}/out/.sparkbeam-staging/")
     assert _checkpoint_ids(ckpt)  # the SDF stage's rounds were committed on S3
