@@ -113,10 +113,9 @@ def test_killed_driver_resumes_from_s3_checkpoint(s3_recovery):
         assert before[last] == CRASH_ROUND, before  # the kill came right after this commit
         after = {cid: rnd for cid, rnd in r.at_end[pipeline].items() if cid > last}
         assert after, f"the rerun committed no checkpoint after {last}: {r.at_end}"
-        # Resumed, not restarted: the chain goes on at N + 1 with the round after the kill's.
-        assert min(after) == last + 1, after
-        assert after[last + 1] == CRASH_ROUND + 1, after
-        assert all(rnd > CRASH_ROUND for rnd in after.values()), after
+        # Resumed, not restarted: checkpoint N + k holds round CRASH_ROUND + k (retention may
+        # already have dropped N + 1; a restart from scratch would commit round 1 again).
+        assert all(rnd == CRASH_ROUND + (cid - last) for cid, rnd in after.items()), after
 
 
 def _cli(s3, *args: str) -> subprocess.CompletedProcess:
