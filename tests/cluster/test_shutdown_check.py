@@ -29,7 +29,7 @@ def test_leftover_processes_finds_marked_children_until_their_group_is_stopped()
         assert proc.pid in {pid for pid, _ in found}
         assert sum(cmd == "sleep 60" for _, cmd in found) == 2  # the children carry it too
         assert leftover_processes(role_prefix=("probe-",)) == found
-        assert leftover_processes(role="master") == []
+        assert leftover_processes(role="probe-8") == []  # another role is not matched
     finally:
         stop_process_group(proc)
     assert leftover_processes(role="probe-7") == []
