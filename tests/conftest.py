@@ -15,6 +15,14 @@ def spark_test_options(*extra: str) -> list[str]:
     return ["--runner=SparkCheckpointRunner", f"--spark_master_url={TEST_MASTER}", *extra]
 
 
+def checkpoint_ids(url: str) -> list[int]:
+    """Every checkpoint id of every pipeline in the store at ``url`` (read-only)."""
+    from sparkbeam.checkpoint import open_store
+
+    with open_store(url, read_only=True) as store:
+        return [c.checkpoint_id for p in store.list_pipelines() for c in store.list_checkpoints(p)]
+
+
 def get_test_session():
     """Create (once) or return the shared local SparkSession."""
     from pyspark.sql import SparkSession

@@ -12,10 +12,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
-from sparkbeam.checkpoint import open_store
 
 from sparkbeam.io import WriteToFilesOnCheckpoint
-from tests.conftest import spark_test_options
+from tests.conftest import checkpoint_ids, spark_test_options
 from tests.streaming.streaming_pipelines import expected_counts, windowed_counts
 
 pytestmark = [
@@ -24,11 +23,6 @@ pytestmark = [
     # Executors must get the options from the pipeline, not from an inherited environment.
     pytest.mark.usefixtures("no_aws_environment"),
 ]
-
-
-def _checkpoint_ids(url: str) -> list[int]:
-    with open_store(url, read_only=True) as store:
-        return [c.checkpoint_id for p in store.list_pipelines() for c in store.list_checkpoints(p)]
 
 
 def test_cancelled_streaming_job_on_s3_resumes_and_writes_each_window_once(spark, s3_server):
@@ -47,13 +41,13 @@ def test_cancelled_streaming_job_on_s3_resumes_and_writes_each_window_once(spark
 
     first = start()
     deadline = time.monotonic() + 300
-    while len(_checkpoint_ids(ckpt)) < 2 and time.monotonic() < deadline:
+    while len(checkpoint_ids(ckpt)) < 2 and time.monotonic() < deadline:
         assert first.wait_until_finish(duration=500) == PipelineState.RUNNING
     assert first.cancel() == PipelineState.CANCELLED
-    before = _checkpoint_ids(ckpt)
+    before = checkpoint_ids(ckpt)
     assert len(before) >= 2, "the first run committed no checkpoints on S3"
     assert start().wait_until_finish() == PipelineState.DONE
-    after = _checkpoint_ids(ckpt)
+    after = checkpoint_ids(ckpt)
     assert min(after) > max(before) - 3 and max(after) > max(before)  # the chain went on
     assert sorted(s3_server.lines(f"{run}/out/counts").elements()) == expected_counts(sources)
     assert not s3_server.keys(f"{run}/out/.sparkbeam-staging/")

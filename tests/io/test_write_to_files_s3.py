@@ -10,10 +10,9 @@ from collections import Counter
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from sparkbeam.checkpoint import open_store
 
 from sparkbeam.io import WriteToFilesOnCheckpoint
-from tests.conftest import spark_test_options
+from tests.conftest import checkpoint_ids, spark_test_options
 
 pytestmark = [
     pytest.mark.spark,
@@ -21,11 +20,6 @@ pytestmark = [
     # Executors must get the options from the pipeline, not from an inherited environment.
     pytest.mark.usefixtures("no_aws_environment"),
 ]
-
-
-def _checkpoint_ids(url: str) -> list[int]:
-    with open_store(url, read_only=True) as store:
-        return [c.checkpoint_id for p in store.list_pipelines() for c in store.list_checkpoints(p)]
 
 
 def test_batch_sdf_pipeline_commits_its_rounds_and_sink_files_on_s3(spark, s3_server, tmp_path):
@@ -42,4 +36,4 @@ def test_batch_sdf_pipeline_commits_its_rounds_and_sink_files_on_s3(spark, s3_se
         )
     assert s3_server.lines(f"{run}/out/lines") == Counter(f"line {i}" for i in range(200))
     assert not s3_server.keys(f"{run}/out/.sparkbeam-staging/")
-    assert _checkpoint_ids(ckpt)  # the SDF stage's rounds were committed on S3
+    assert checkpoint_ids(ckpt)  # the SDF stage's rounds were committed on S3
