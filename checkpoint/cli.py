@@ -11,7 +11,7 @@ open the store read-only (no lock); ``clean`` takes the lock. Every subcommand t
 filesystem flags (``--s3_endpoint_url``, ``--s3_access_key_id``, ..., ``--hdfs_host``, ...) for
 stores on ``s3://``, ``gs://``, ``azfs://`` or ``hdfs://``; unset ones come from the
 environment, as in Beam. Leaves to others: everything it prints comes from `CheckpointStore`;
-applying startpoints (`sparkbeam.sdf.startpoints`).
+applying startpoints (`sparkbeam.sdf.startpoints.session`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ for GCS, `AzureOptions`, `HadoopFileSystemOptions`), the values a user set in th
 value (`apply`), and the same flags on a CLI subcommand (`add_cli_arguments`,
 `apply_cli_arguments`). Options nobody set are left out, so Beam and boto3 read the
 environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL_S3``, instance roles, ...) as usual.
-Leaves to others: shipping values to Spark tasks (``sparkbeam.runner.filesystem_options``).
+Leaves to others: shipping values to Spark tasks (``sparkbeam.runner.spark.filesystem_options``).
 Beam is imported inside the functions: `sparkbeam.checkpoint` stays importable without it.
 """
 

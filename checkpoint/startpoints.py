@@ -6,7 +6,7 @@ of kind offset / timestamp / oldest / upcoming -- and set/get/list/delete in the
 checkpoints: checkpoints are for fault tolerance and are not edited by people. Each startpoint has
 a `token` (its key plus creation time), so a run deletes exactly the one it consumed, never a newer
 one an operator set meanwhile. Leaves to others: fanning startpoints out to restrictions at job
-start and deleting them once the next checkpoint commits (`sparkbeam.sdf.startpoints`).
+start and deleting them once the next checkpoint commits (`sparkbeam.sdf.startpoints.session`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 ``sparkbeam plan my_pipeline.py [pipeline args]`` runs the script with a
 runner that only translates and prints the ExecutionPlan (nothing executes).
 The ``checkpoints`` and ``startpoints`` subcommands come from ``sparkbeam.checkpoint.cli``;
-``sdf-check`` from ``sparkbeam.sdf.sdf_check_cli``.
+``sdf-check`` from ``sparkbeam.sdf.testing.cli``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 from sparkbeam.checkpoint import cli as checkpoint_cli
-from sparkbeam.sdf import sdf_check_cli
+from sparkbeam.sdf.testing import cli as sdf_check_cli
 from sparkbeam.translation import translate
 
 
@@ -45,7 +45,7 @@ def _drain(args: argparse.Namespace) -> int:
     """Ask the streaming job on a store to drain (it checks between rounds)."""
     from sparkbeam.checkpoint import open_storage
     from sparkbeam.checkpoint.lock import read_lock
-    from sparkbeam.runner.streaming import DRAIN_REQUEST
+    from sparkbeam.runner.streaming.executor import DRAIN_REQUEST
 
     checkpoint_cli.use_store_arguments(args)
     storage = open_storage(args.checkpoint_dir)

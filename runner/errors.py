@@ -75,7 +75,7 @@ def run_guarded(stage_id: str | None, action, describe=None):
         match = _STAGE_TAG.search(text)
         failed = match.group(1) if match else (stage_id or "<unknown>")
         transforms = describe(failed) if describe is not None else ""
-        from sparkbeam.runner.shipping import missing_module_error
+        from sparkbeam.runner.spark.shipping import missing_module_error
 
         user = user_traceback(text)
         missing = missing_module_error(failed, user)

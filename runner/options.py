@@ -97,7 +97,7 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
 
     def sdf_split_policy(self):
         """--sdf_split_after_s and --sdf_split_fractions as a SplitPolicy (clear error if bad)."""
-        from sparkbeam.runner.bundle_splits import SplitPolicy
+        from sparkbeam.runner.task.bundle_splits import SplitPolicy
 
         text = self.sdf_split_fractions
         try:
@@ -152,7 +152,7 @@ _BOUNDS = (
 
 def check_option_values(options: pipeline_options.PipelineOptions) -> None:
     """Refuse an out-of-range sparkbeam option with one line naming it (before any Spark work)."""
-    from sparkbeam.runner.streaming_options import SparkStreamingOptions
+    from sparkbeam.runner.streaming.options import SparkStreamingOptions
 
     views = (options.view_as(SparkRunnerOptions), options.view_as(SparkStreamingOptions))
     parallelism = options.view_as(pipeline_options.FlinkRunnerOptions).parallelism

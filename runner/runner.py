@@ -18,16 +18,16 @@ from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineS
 from apache_beam.transforms import environments
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner import progress
-from sparkbeam.runner.durability import refuse_finished_rerun
-from sparkbeam.runner.executor import PlanExecutor
-from sparkbeam.runner.filesystem_options import apply_in_driver, use_in_jobs
+from sparkbeam.runner.batch.durability import refuse_finished_rerun
+from sparkbeam.runner.batch.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
-from sparkbeam.runner.session import get_or_create_session
-from sparkbeam.runner.shipping import ship_user_code
-from sparkbeam.runner.storage_check import check_shared_storage
-from sparkbeam.runner.streaming_job import open_streaming_store, start_streaming
-from sparkbeam.runner.streaming_options import SparkStreamingOptions
+from sparkbeam.runner.spark.filesystem_options import apply_in_driver, use_in_jobs
+from sparkbeam.runner.spark.session import get_or_create_session
+from sparkbeam.runner.spark.shipping import ship_user_code
+from sparkbeam.runner.spark.storage_check import check_shared_storage
+from sparkbeam.runner.streaming.job import open_streaming_store, start_streaming
+from sparkbeam.runner.streaming.options import SparkStreamingOptions
 from sparkbeam.translation import translate
 
 _LOG = logging.getLogger(__name__)

@@ -7,7 +7,8 @@ run; streaming: after the checkpoint covering it). A failed or retried attempt's
 never renamed, so each element appears in exactly one visible file. Final names are made of
 the round, stage, partition and a per-task sequence, never the attempt, so finalizing twice
 is harmless; a restore that falls back past a lost checkpoint removes the files its rounds
-published before replaying them. The protocol itself lives in ``sparkbeam.runner.sink_files``.
+published before replaying them. The protocol itself lives in
+``sparkbeam.runner.rounds.sink_files``.
 
 Outside a sparkbeam task (DirectRunner, other runners) the staged file is renamed right
 after it is written: the files still appear whole, but a retried bundle writes its lines
@@ -25,7 +26,7 @@ from apache_beam.coders import Coder, StrUtf8Coder
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.filesystems import FileSystems
 
-from sparkbeam.runner import sink_files
+from sparkbeam.runner.rounds import sink_files
 
 __all__ = ["WriteToFilesOnCheckpoint"]
 

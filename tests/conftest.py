@@ -36,7 +36,7 @@ def get_test_session():
         .config("spark.default.parallelism", "2")
         .config("spark.sql.shuffle.partitions", "2")
         .config("spark.python.worker.reuse", "true")
-        .config("spark.python.daemon.module", "sparkbeam.runner.daemon")
+        .config("spark.python.daemon.module", "sparkbeam.runner.spark.daemon")
         .getOrCreate()
     )
 

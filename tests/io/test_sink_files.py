@@ -6,8 +6,8 @@ import os
 
 import pytest
 from sparkbeam.checkpoint import LocalStorage, open_store
-from sparkbeam.runner import sink_files
-from sparkbeam.runner.records import SinkFilesRecord
+from sparkbeam.runner.rounds import sink_files
+from sparkbeam.runner.task.records import SinkFilesRecord
 
 
 def _staged_file(tmp_path, name: str, text: str) -> tuple[str, str]:

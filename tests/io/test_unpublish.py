@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 import apache_beam as beam
-from sparkbeam.runner import sink_files
+from sparkbeam.runner.rounds import sink_files
 from sparkbeam.translation.translate import translate
 
 from sparkbeam.io import WriteToFilesOnCheckpoint

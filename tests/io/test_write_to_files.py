@@ -15,7 +15,7 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from sparkbeam.runner.sink_files import STAGING_DIR
+from sparkbeam.runner.rounds.sink_files import STAGING_DIR
 
 from sparkbeam.io import WriteToFilesOnCheckpoint
 from tests.conftest import spark_test_options
@@ -130,7 +130,7 @@ def test_unwritable_directory_names_the_staged_file(tmp_path):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_killed_batch_job_with_checkpoint_dir_writes_each_element_once(tmp_path):
-    from sparkbeam.sdf.testing_run import committed_rounds
+    from sparkbeam.sdf.testing.run import committed_rounds
 
     root = HERE.parents[1]
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"

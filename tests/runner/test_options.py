@@ -6,7 +6,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from sparkbeam.runner import SparkRunnerOptions
 from sparkbeam.runner.errors import PipelineOptionsError, SparkSessionError
-from sparkbeam.runner.session import check_master_url
+from sparkbeam.runner.spark.session import check_master_url
 
 
 def test_parses_every_flag():

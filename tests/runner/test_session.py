@@ -16,7 +16,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import SparkRunnerOptions
-from sparkbeam.runner.session import get_or_create_session, probe_master
+from sparkbeam.runner.spark.session import get_or_create_session, probe_master
 
 from tests.conftest import TEST_MASTER
 

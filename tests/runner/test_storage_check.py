@@ -8,7 +8,7 @@ import sys
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from sparkbeam.runner.options import SparkRunnerOptions
-from sparkbeam.runner.storage_check import (
+from sparkbeam.runner.spark.storage_check import (
     SharedStorageError,
     check_shared_storage,
     check_store_path,
@@ -91,7 +91,8 @@ def test_pipeline_with_cluster_master_fails_at_submission(tmp_path):
     )
     assert proc.returncode != 0
     last = proc.stderr.strip().splitlines()[-1]
-    assert last.startswith("sparkbeam.runner.storage_check.SharedStorageError: --checkpoint_dir")
+    error = "sparkbeam.runner.spark.storage_check.SharedStorageError: --checkpoint_dir"
+    assert last.startswith(error)
     assert "'relative-ckpt' is a relative path" in last and "spark://unreachable" in last
     assert "Could not start Spark" not in proc.stderr
 

@@ -15,14 +15,14 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.testing.util import BeamAssertException, assert_that
 from apache_beam.utils.windowed_value import WindowedValue
-from sparkbeam.runner.bundle_splits import (
+from sparkbeam.runner.errors import PipelineOptionsError
+from sparkbeam.runner.options import SparkRunnerOptions
+from sparkbeam.runner.task.bundle_splits import (
     BundleSplitError,
     BundleSplitter,
     SplitPolicy,
     encoded_elements,
 )
-from sparkbeam.runner.errors import PipelineOptionsError
-from sparkbeam.runner.options import SparkRunnerOptions
 
 from tests.conftest import spark_test_options
 from tests.sdf.sdfs import RangeProvider

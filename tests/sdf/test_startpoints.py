@@ -17,15 +17,15 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.worker.bundle_processor import DATA_OUTPUT_URN
 from apache_beam.transforms.core import RestrictionProvider
 from sparkbeam.checkpoint import Startpoint, StartpointKind, open_store
-from sparkbeam.runner import grouping
-from sparkbeam.runner.bundle_executor import StageTask, run_stage_partition
-from sparkbeam.runner.edges import ENCODED_IMPULSE_VALUE
-from sparkbeam.runner.records import OutputRecord
-from sparkbeam.runner.worker_context import plan_context, register_plan
-from sparkbeam.sdf import startpoint_restrictions as restrictions
+from sparkbeam.runner.rounds.edges import ENCODED_IMPULSE_VALUE
+from sparkbeam.runner.task import grouping
+from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
+from sparkbeam.runner.task.records import OutputRecord
+from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.sdf.checkpoint_handler import StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.residuals import ResidualRecord
-from sparkbeam.sdf.startpoints import (
+from sparkbeam.sdf.startpoints import restrictions
+from sparkbeam.sdf.startpoints.session import (
     CONSUMED_METADATA_KEY,
     StartpointApplier,
     StartpointAssignment,

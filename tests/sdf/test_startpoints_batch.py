@@ -15,8 +15,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from sparkbeam.checkpoint import Startpoint, StartpointKind, open_store
 from sparkbeam.runner.cli import main as cli
-from sparkbeam.runner.streaming_options import SparkStreamingOptions
-from sparkbeam.sdf.startpoints import (
+from sparkbeam.runner.streaming.options import SparkStreamingOptions
+from sparkbeam.sdf.startpoints.session import (
     StartpointError,
     UnknownStartpointTransformError,
     UnsupportedStartpointError,
@@ -112,7 +112,7 @@ def test_old_startpoints_are_reported_not_dropped(spark, tmp_path, caplog):
     old = Startpoint(PIPELINE, SOURCE, StartpointKind.OFFSET, "9", b"a", time.time() - 7200)
     with open_store(str(tmp_path / "ckpt")) as store:
         store.startpoints.update(PIPELINE, add=[old])
-    with caplog.at_level(logging.WARNING, logger="sparkbeam.sdf.startpoints"):
+    with caplog.at_level(logging.WARNING, logger="sparkbeam.sdf.startpoints.session"):
         _run(tmp_path, "a", ["a 0", "a 1"], "--startpoint_max_age_s=3600")
     assert "key 'a' of pipeline 'pipeline-0' was set 2.0 h ago and is still pending" in caplog.text
     assert _pending(tmp_path) == [("a", "offset", "9")]  # reported, and still there

@@ -11,7 +11,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import Windowing
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
-from sparkbeam.runner.streaming_group import (
+from sparkbeam.runner.streaming.group import (
     OnTimePanes,
     TriggerPanes,
     dump_state,
@@ -47,7 +47,7 @@ def test_header_names_the_window_end_timer_and_the_hold():
 
 
 def test_fired_and_expired_window_leaves_no_state():
-    from sparkbeam.runner.streaming_group import _collect_garbage, _fire_timers
+    from sparkbeam.runner.streaming.group import _collect_garbage, _fire_timers
 
     state = trigger.InMemoryUnmergedState()
     driver = _driver()

@@ -17,7 +17,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.cli import main as cli
-from sparkbeam.sdf.startpoints import UnknownStartpointTransformError
+from sparkbeam.sdf.startpoints.session import UnknownStartpointTransformError
 
 from sparkbeam.io import WriteToFilesOnCheckpoint
 from tests.conftest import spark_test_options

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
-from sparkbeam.runner import watermarks
 from sparkbeam.runner.runner import portable_proto
+from sparkbeam.runner.streaming import watermarks
 from sparkbeam.translation import translate
 from sparkbeam.translation.plan import EdgeKind
 

@@ -1,0 +1,103 @@
+"""Restore only what the running pipeline can take over; record what each checkpoint needs.
+
+Every checkpoint's manifest metadata carries the pipeline's `PipelineShape` (key ``shape``).
+On restore the stored shape is compared with the running plan's: equal fingerprints restore at
+once; compatible differences (new stages, changed DoFn bodies, ...) are logged and the restore
+goes on; incompatible ones raise `IncompatiblePipelineError` listing them. Checkpoints written
+before shapes were recorded fall back to the whole-plan fingerprint. Leaves the comparison
+rules to ``sparkbeam.translation.compatibility`` and the restore itself to the store.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from sparkbeam.runner.batch.durability import FINISHED
+from sparkbeam.runner.errors import IncompatiblePipelineError
+from sparkbeam.translation.compatibility import compare, incompatible
+from sparkbeam.translation.plan import ExecutionPlan
+from sparkbeam.translation.shape import PipelineShape, pipeline_shapes
+
+_LOG = logging.getLogger(__name__)
+SHAPE_KEY = "shape"
+SHAPE_FINGERPRINT_KEY = "shape_fingerprint"
+
+
+class RestoreGuard:
+    """The shapes of one plan: written into every checkpoint, checked on every restore."""
+
+    def __init__(self, plan: ExecutionPlan) -> None:
+        self.plan = plan
+        self.shapes = pipeline_shapes(plan)
+        self._metadata = {
+            pid: {SHAPE_KEY: shape.to_json(), SHAPE_FINGERPRINT_KEY: shape.fingerprint}
+            for pid, shape in self.shapes.items()
+        }
+
+    def metadata(self, pipeline_id: str) -> dict[str, Any]:
+        """Manifest metadata entries for a checkpoint of ``pipeline_id``."""
+        return dict(self._metadata[pipeline_id])
+
+    def restore(self, state, store):
+        """``state.restore()`` the latest checkpoint, refusing one the plan cannot continue.
+
+        A checkpoint of a finished job is not checked: the job runs again from scratch.
+        """
+        info = state.restore()
+        if info is None:
+            return None
+        manifest = store.load_manifest(state.pipeline_id, info.checkpoint_id)
+        if not manifest.metadata.get(FINISHED):
+            try:
+                self.check(manifest, store.url)
+            except IncompatiblePipelineError:
+                state.close()
+                raise
+        return info
+
+    def check(self, manifest, url: str) -> None:
+        """Raise `IncompatiblePipelineError` unless ``manifest`` can restore this plan."""
+        pid, cid = manifest.pipeline_id, manifest.checkpoint_id
+        current = self.shapes[pid]
+        stored = manifest.metadata.get(SHAPE_KEY)
+        if stored is None:
+            self._check_legacy(manifest, url)
+            return
+        if manifest.metadata.get(SHAPE_FINGERPRINT_KEY) == current.fingerprint:
+            return  # fast path: the same state-bearing shape
+        try:
+            old = PipelineShape.from_json(stored)
+        except (KeyError, TypeError, ValueError) as e:
+            reason = f"its pipeline shape record cannot be read ({e})"
+            raise IncompatiblePipelineError(pid, cid, url, [reason]) from None
+        differences = compare(old, current)
+        refused = incompatible(differences)
+        if refused:
+            raise IncompatiblePipelineError(pid, cid, url, [str(d) for d in refused])
+        if differences:
+            _LOG.warning(
+                "Pipeline %s restores checkpoint %d of a changed pipeline; compatible changes:\n%s",
+                pid, cid, "\n".join(f"  - {d}" for d in differences),
+            )  # fmt: skip
+
+    def _check_legacy(self, manifest, url: str) -> None:
+        """Checkpoints from before shape records: only the whole-plan fingerprint is known."""
+        pid, cid = manifest.pipeline_id, manifest.checkpoint_id
+        if manifest.fingerprint == self.plan.fingerprint:
+            _LOG.warning(
+                "Checkpoint %d of pipeline %s predates pipeline shape records; its stages and "
+                "edges match, but coders cannot be compared. The next checkpoint records them.",
+                cid, pid,
+            )  # fmt: skip
+            return
+        raise IncompatiblePipelineError(
+            pid,
+            cid,
+            url,
+            [
+                "the checkpoint predates pipeline shape records, and its plan fingerprint "
+                f"{manifest.fingerprint!r} differs from the running plan's "
+                f"{self.plan.fingerprint!r} (stages, transforms or edges changed)"
+            ],
+        )

@@ -1,0 +1,136 @@
+"""Startpoints in the run loops: the glue the batch and streaming loops share.
+
+Owns the four call points of a startpoint session in a loop that runs rounds and commits a
+checkpoint at each round's barrier (the lifecycle is `sparkbeam.sdf.startpoints.session`):
+
+1. `check_startpoints` before anything runs, so a bad startpoint fails the start, not a thread;
+   `open_session` per pipeline at start or restore (fan-out from the restored checkpoint).
+2. `with_startpoints` inside an SDF process stage's Spark task: apply the driver's assignment to
+   the task's input rows, run the stage, then report a `StartpointOutcome` per element met.
+3. `outcomes` picks those reports out of what the round's tasks returned.
+4. `commit_round` at the barrier: the consumed tokens go into the checkpoint's metadata, and the
+   startpoints are deleted only once that checkpoint has committed.
+
+Leaves to others: deciding what applies (`StartpointSession`), rewriting restrictions
+(`StartpointApplier`), storing startpoints (`sparkbeam.checkpoint.startpoints`).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
+
+from sparkbeam.checkpoint.startpoints import Startpoints
+from sparkbeam.sdf.startpoints.applier import restriction_provider
+from sparkbeam.sdf.startpoints.errors import UnknownStartpointTransformError
+from sparkbeam.sdf.startpoints.restrictions import check_supported
+from sparkbeam.sdf.startpoints.session import (
+    DEFAULT_MAX_AGE_S,
+    StartpointApplier,
+    StartpointAssignment,
+    StartpointOutcome,
+    StartpointSession,
+    check_pipelines,
+    fan_out,
+    sdf_sources,
+)
+
+__all__ = [
+    "StartpointOutcome",
+    "check_startpoints",
+    "commit_round",
+    "open_session",
+    "outcomes",
+    "with_startpoints",
+]
+
+T = TypeVar("T")
+_LOG = logging.getLogger(__name__)
+
+
+def check_startpoints(startpoints: Startpoints, plan: Any) -> None:
+    """Step 1a, read-only: fail on a startpoint no pipeline of this job could ever apply.
+
+    Raises `StartpointError` (a ValueError) naming the pipeline or transform and what exists.
+    """
+    check_pipelines(startpoints, plan)
+    for pipeline in plan.pipelines:
+        sources = sdf_sources(plan, pipeline.id)
+        for sp in startpoints.list(pipeline.id):
+            if sp.source not in sources:
+                raise UnknownStartpointTransformError(pipeline.id, sp.source, sources)
+            check_supported(restriction_provider(sources[sp.source]), sp.source, sp)
+
+
+def open_session(
+    startpoints: Startpoints,
+    plan: Any,
+    pipeline_id: str,
+    restored_metadata: Mapping[str, Any] | None,
+    restored_state: Any,
+    max_age_s: float | None = None,
+) -> StartpointSession:
+    """Step 1b: one pipeline's session, from its restored checkpoint (None, None: fresh)."""
+    return fan_out(
+        startpoints,
+        plan,
+        pipeline_id,
+        restored_metadata=restored_metadata,
+        restored_state=restored_state,
+        max_age_s=DEFAULT_MAX_AGE_S if max_age_s is None else max_age_s,
+    )
+
+
+def with_startpoints(
+    stage: Any,
+    components: bytes,
+    assignment: StartpointAssignment | None,
+    rows: Iterable[Any],
+    process: Callable[[Iterable[Any]], Iterable[Any]],
+) -> Iterator[Any]:
+    """Step 2, in the task: ``process`` sees the rewritten rows; the outcomes follow its records.
+
+    The outcomes come last because the applier meets each element only as ``process`` reads it.
+    """
+    if not assignment:
+        yield from process(rows)
+        return
+    applier = StartpointApplier(stage, components, assignment)
+    yield from process(applier.apply_rows(rows))
+    yield from applier.outcomes
+
+
+def outcomes(reports: Iterable[Any]) -> list[StartpointOutcome]:
+    """Step 3: the startpoint outcomes among a round's task reports."""
+    return [r for r in reports if isinstance(r, StartpointOutcome)]
+
+
+def commit_round(
+    session: StartpointSession | None,
+    round_outcomes: Iterable[StartpointOutcome],
+    checkpoint: Callable[[dict[str, Any]], T],
+) -> T:
+    """Step 4: ``checkpoint(extra_metadata)`` commits the round; then delete what it consumed.
+
+    If the checkpoint raises, nothing was consumed and the session stays as it was.
+    """
+    if session is None:
+        return checkpoint({})
+    metadata = session.prepare_commit(round_outcomes)
+    try:
+        result = checkpoint(metadata)
+    except BaseException:
+        session.aborted()
+        raise
+    if not metadata:
+        return result  # nothing consumed: committed() would only re-read the store
+    for sp in session.committed():
+        where = "every element" if sp.element_key is None else f"element {sp.element_key_text!r}"
+        value = "" if sp.position is None else f" {sp.position}"
+        _LOG.info(
+            "Startpoint %s%s for %s of transform %r in pipeline %r consumed and deleted: the "
+            "checkpoint that reflects it committed.",
+            sp.kind.value, value, where, sp.source, sp.pipeline_id,
+        )  # fmt: skip
+    return result

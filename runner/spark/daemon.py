@@ -1,0 +1,17 @@
+"""A PySpark worker daemon that imports Beam once, before forking workers.
+
+PySpark forks each Python worker from a daemon process. With the stock
+daemon every new worker imports Beam again (seconds of CPU); this one
+imports the SDK and sparkbeam's task code first, so forked workers start
+warm. Used via ``spark.python.daemon.module`` when sparkbeam creates the
+SparkSession. Importing does not start gRPC threads, so forking stays safe.
+"""
+
+import apache_beam.runners.worker.bundle_processor  # noqa: F401
+import apache_beam.runners.worker.sdk_worker  # noqa: F401
+import sparkbeam.runner.rounds.edges  # noqa: F401
+import sparkbeam.runner.task.bundle_executor  # noqa: F401
+from pyspark import daemon
+
+if __name__ == "__main__":
+    daemon.manager()

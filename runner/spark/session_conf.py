@@ -1,0 +1,102 @@
+"""What sparkbeam configures in a Spark session: its defaults, scheduler pool, and log levels.
+
+The operator reads sparkbeam's own lines (``progress``), not Spark's: the JVM loggers that
+print a stack trace for every failed task attempt or lost connection are turned off unless
+the ``sparkbeam`` logger is at DEBUG (sparkbeam reports the failure itself, in one block).
+Streaming pipelines run their rounds in one declared FAIR pool (``POOL``), so Spark never
+warns about an unconfigured pool.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import os
+import tempfile
+
+POOL = "sparkbeam"
+
+# JVM loggers whose warnings repeat, with Java frames, what sparkbeam reports in one line.
+_QUIET_JVM = {
+    "org.apache.spark.executor.Executor": "OFF",  # "Exception in task ..." + frames
+    "org.apache.spark.scheduler.TaskSetManager": "OFF",  # "Lost task ..." per attempt
+    "org.apache.spark.storage.BlockManager": "ERROR",  # "Putting block ... failed"
+    "org.apache.spark.storage.BlockManagerMaster": "ERROR",
+    "org.apache.spark.storage.BlockManagerMasterEndpoint": "ERROR",
+    "org.apache.spark.scheduler.FairSchedulableBuilder": "ERROR",
+    "org.apache.spark.network.server.TransportChannelHandler": "OFF",
+    "org.apache.spark.network.server.TransportRequestHandler": "OFF",
+    "org.apache.spark.network.client.TransportResponseHandler": "OFF",
+    "org.apache.spark.rpc.netty.NettyRpcEnv": "ERROR",
+    "org.apache.spark.rpc.netty.Dispatcher": "ERROR",
+    "org.apache.spark.deploy.client.StandaloneAppClient$ClientEndpoint": "ERROR",
+    "org.apache.spark.scheduler.cluster.StandaloneSchedulerBackend": "ERROR",
+    "org.apache.spark.api.python.PythonRunner": "ERROR",
+}
+_ALLOCATIONS = f"""<?xml version="1.0"?>
+<allocations>
+  <pool name="{POOL}">
+    <schedulingMode>FAIR</schedulingMode>
+    <weight>1</weight>
+    <minShare>0</minShare>
+  </pool>
+</allocations>
+"""
+
+
+def default_conf(parallelism: int | None) -> dict[str, str]:
+    """sparkbeam's Spark defaults (a user's or spark-submit's value for a key wins)."""
+    return {
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": str(parallelism or 8),
+        "spark.python.worker.reuse": "true",
+        "spark.python.daemon.module": "sparkbeam.runner.spark.daemon",
+        # Pipelines' rounds share one FAIR pool: concurrent rounds get fair shares.
+        "spark.scheduler.mode": "FAIR",
+        "spark.scheduler.allocation.file": allocation_file(),
+        "spark.sql.pyspark.jvmStacktrace.enabled": "false",
+    }
+
+
+@functools.cache
+def allocation_file() -> str:
+    """A fair-scheduler file declaring ``POOL`` (read once, when the SparkContext starts)."""
+    fd, path = tempfile.mkstemp(prefix="sparkbeam-pools-", suffix=".xml")
+    with os.fdopen(fd, "w") as f:
+        f.write(_ALLOCATIONS)
+    atexit.register(_remove, path)
+    return path
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
+
+
+def scheduler_pool(sc) -> str | None:
+    """The pool for sparkbeam's jobs: ``POOL`` under the FAIR scheduler, else none."""
+    return POOL if sc.getConf().get("spark.scheduler.mode", "FIFO") == "FAIR" else None
+
+
+def debugging() -> bool:
+    return logging.getLogger("sparkbeam").isEnabledFor(logging.DEBUG)
+
+
+def configure_running(session) -> None:
+    """Quiet the JVM and py4j loggers that duplicate sparkbeam's reports (not at DEBUG)."""
+    if debugging():
+        return
+    py4j = logging.getLogger("py4j")
+    if py4j.level == logging.NOTSET:
+        py4j.setLevel(logging.CRITICAL)  # its connection errors reach the user as exceptions
+    try:
+        jvm = session.sparkContext._jvm
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        level = jvm.org.apache.logging.log4j.Level
+        for name, value in _QUIET_JVM.items():
+            configurator.setLevel(name, level.getLevel(value))
+    except Exception:  # noqa: BLE001 - another logging backend: leave Spark's levels alone
+        logging.getLogger(__name__).debug("Could not set Spark's log levels", exc_info=True)

@@ -1,0 +1,79 @@
+"""Refuse, at submission, a checkpoint store that cluster executors cannot reach.
+
+With a cluster master each executor runs on its own host and in its own work
+directory: a relative path resolves there, and an absolute local path is a
+different (usually empty) folder on every host, so rounds fail later with a
+misleading "checkpoint file is missing". Local masters (``local``,
+``local[N]``, ``local-cluster[...]``) run on one host and accept any path.
+An absolute local path is accepted on a cluster when the operator declares it
+shared (``--shared_filesystem``: NFS or another mount at the same path
+everywhere). URLs with a scheme (``s3://``, ``gs://``, ``hdfs://`` ...) pass.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from sparkbeam.runner.errors import PipelineOptionsError
+
+_LOCAL_MASTER = re.compile(r"local(\[.*\])?|local-cluster\[.*\]")
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
+
+
+class SharedStorageError(PipelineOptionsError):
+    """A store path that the executors of a cluster master cannot all reach."""
+
+
+def is_local_master(master: str) -> bool:
+    """True for masters whose executors all run on this host."""
+    return bool(_LOCAL_MASTER.fullmatch(master.strip()))
+
+
+def effective_master(options) -> str:
+    """The master the run will use (the live session's, spark-submit's, else the option's)."""
+    from sparkbeam.runner.spark.session import target_master
+
+    return target_master(options)
+
+
+def check_shared_storage(options) -> None:
+    """Raise SharedStorageError if --checkpoint_dir is local while the master is a cluster.
+
+    A streaming run without --checkpoint_dir uses ``./sparkbeam-checkpoints/<job>``
+    (local), so it is checked as that path.
+    """
+    from apache_beam.options.pipeline_options import StandardOptions
+    from sparkbeam.runner.streaming.options import DEFAULT_CHECKPOINT_ROOT
+
+    flag, url = "--checkpoint_dir", options.checkpoint_dir
+    if not url and options.view_as(StandardOptions).streaming:
+        flag = "--checkpoint_dir (unset; the --streaming default)"
+        url = os.path.abspath(DEFAULT_CHECKPOINT_ROOT)
+    shared = bool(getattr(options, "shared_filesystem", False))
+    check_store_path(flag, url, effective_master(options), shared)
+
+
+def check_store_path(flag: str, url: str | None, master: str, shared: bool) -> None:
+    """The rule itself, for any store or sink path given with ``flag``."""
+    if not url or is_local_master(master):
+        return
+    match = _SCHEME.match(url)
+    if match and match.group(1).lower() != "file":
+        return
+    path = url[len("file://") :] if match else url
+    where = (
+        "put it on storage every executor reaches: a URL (s3://, gs://, hdfs://...) or an "
+        "absolute path on a shared filesystem, with --shared_filesystem"
+    )
+    if not os.path.isabs(path):
+        raise SharedStorageError(
+            f"{flag} {url!r} is a relative path, but master {master!r} runs executors "
+            f"in their own work directories on other hosts; {where}."
+        )
+    if not shared:
+        raise SharedStorageError(
+            f"{flag} {url!r} is a local path, but master {master!r} runs executors on "
+            f"other hosts; {where} (pass --shared_filesystem only if every host mounts "
+            "it at this path)."
+        )

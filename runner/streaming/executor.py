@@ -1,0 +1,186 @@
+"""Streaming: each independent pipeline runs in rounds, each round one checkpoint.
+
+A round of one pipeline is one Spark job over all its stages: the Impulse (in
+the first round only), the residuals whose timers are due, and the state its
+GroupByKeys buffered. When the job has succeeded, every task's staged state
+changes, the checkpoint handler's residuals, the completed-work markers and
+the sink files of the round are committed as one checkpoint: the round's end
+is the barrier of a Chandy-Lamport snapshot, since nothing of the round is in
+flight any more. Then the round's sink files become visible.
+
+Each pipeline (connected component of the plan) has its own driver thread,
+Spark job group, round counter and checkpoint chain; the pipelines' rounds share
+sparkbeam's FAIR scheduler pool, so concurrent rounds get fair shares. When one of its
+rounds fails beyond Spark's task retries, only that pipeline drops its working
+state and restores its last checkpoint; the others never notice. A restarted
+driver restores every pipeline from its latest checkpoint. A pipeline ends
+when its inputs are done: no Impulse to run, no residual pending, no
+GroupByKey state left.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections import defaultdict
+
+from sparkbeam.runner.metrics import merge_monitoring_infos
+from sparkbeam.runner.rounds.compatibility import RestoreGuard
+from sparkbeam.runner.streaming.loop import PipelineLoop
+from sparkbeam.translation.plan import ExecutionPlan
+
+_LOG = logging.getLogger(__name__)
+DRAIN_REQUEST = "drain-request"
+
+
+class StreamingExecutor:
+    """Runs every pipeline of a plan in rounds on its own thread until done or cancelled."""
+
+    def __init__(
+        self,
+        spark,
+        plan: ExecutionPlan,
+        store,
+        checkpoint_url: str,
+        parallelism: int | None = None,
+        checkpoint_interval_s: float = 1.0,
+        max_restores: int = 3,
+        plan_key: str | None = None,
+        startpoint_max_age_s: float | None = None,
+        drain_plan=None,
+        filesystem_options: str = "{}",
+    ) -> None:
+        self.sc = spark.sparkContext
+        self.plan = plan
+        self.store = store
+        self.url = checkpoint_url
+        self.filesystem_options = filesystem_options  # each loop thread's jobs carry them
+        self.parallelism = parallelism or self.sc.defaultParallelism
+        self.interval_s = checkpoint_interval_s
+        self.max_restores = max_restores
+        self.startpoint_max_age_s = startpoint_max_age_s
+        # Workers cache bundle processors by plan key: a changed DoFn body needs a new key.
+        code = hashlib.sha256(plan.components).hexdigest()[:8]
+        self.plan_key = plan_key or f"{plan.fingerprint}-{code}-stream"
+        self.components = self.sc.broadcast(plan.components)
+        self.stop = threading.Event()
+        self.drain_requested = threading.Event()
+        if store.storage.exists(DRAIN_REQUEST):  # left from before this job held the store
+            _LOG.warning("Ignoring a drain request left in %s from an earlier job", self.url)
+            store.storage.delete(DRAIN_REQUEST)
+        self._drain_plan = drain_plan  # callable: the plan with SDF truncation, built on drain
+        self.loops = [PipelineLoop(self, p) for p in plan.pipelines]
+        self._threads: list[threading.Thread] = []
+        self.errors: list[BaseException] = []
+        self._infos: dict[str, list] = defaultdict(list)
+        self._lock = threading.Lock()
+        self.interrupted = False  # stopped by SIGINT/SIGTERM, not by the pipeline's end
+        self._previous_handlers: dict = {}
+
+    def stop_on_signals(self) -> None:
+        """First SIGINT/SIGTERM: stop after the running round commits (like ``cancel()``),
+        so the store resumes there; a second SIGINT exits at once. Main thread only."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            self._previous_handlers[sig] = signal.signal(sig, self._on_signal)
+
+    def restore_signals(self) -> None:
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig, handler in self._previous_handlers.items():
+            signal.signal(sig, handler)
+        self._previous_handlers = {}
+
+    def _on_signal(self, signum, frame) -> None:
+        if self.interrupted:  # the second one: the last committed checkpoint is what stays
+            os.write(2, b"sparkbeam: stopping now; the next run resumes at the last checkpoint\n")
+            os._exit(128 + signum)
+        self.interrupted = True
+        self.stop.set()
+        print(
+            f"sparkbeam: {signal.Signals(signum).name}: stopping after the running round "
+            f"commits (checkpoints in {self.url}); press Ctrl-C again to stop at once.",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    def start(self) -> None:
+        for loop in self.loops:
+            thread = threading.Thread(
+                target=self._run_loop, args=(loop,), name=f"sparkbeam-{loop.pipeline.id}"
+            )
+            thread.daemon = True
+            thread.start()
+            self._threads.append(thread)
+
+    def _run_loop(self, loop: PipelineLoop) -> None:
+        try:
+            loop.run()
+        except BaseException as e:  # noqa: BLE001 - reported by wait()
+            _LOG.error("Pipeline %s failed: %s", loop.pipeline.id, e)
+            self.errors.append(e)
+            self.stop.set()  # a pipeline beyond its restores fails the job
+
+    def wait(self, timeout_s: float | None = None) -> bool:
+        """True when every pipeline loop has ended; raises the first pipeline failure."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        for thread in self._threads:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            thread.join(left)
+        if self.errors:
+            raise self.errors[0]
+        return not any(t.is_alive() for t in self._threads)
+
+    def cancel(self) -> None:
+        """Stop every pipeline after its current round (which commits its checkpoint)."""
+        self.stop.set()
+        for thread in self._threads:
+            thread.join()
+
+    def drain(self) -> None:
+        """Drain: truncate pending restrictions, fire every window and timer, then stop."""
+        self.drain_requested.set()
+        for thread in self._threads:
+            thread.join()
+
+    def draining(self) -> bool:
+        """Drain asked for by ``drain()`` or by ``sparkbeam drain`` (a request in the store)."""
+        if not self.drain_requested.is_set() and self.store.storage.exists(DRAIN_REQUEST):
+            _LOG.warning("Drain requested through %s/%s", self.url, DRAIN_REQUEST)
+            self.drain_requested.set()
+        return self.drain_requested.is_set()
+
+    @functools.cached_property
+    def drain_stages(self) -> dict:
+        """SDF process stages planned with truncation (Beam's drain expansion), by stage id."""
+        if self._drain_plan is None:
+            raise RuntimeError("This streaming run was started without a drain plan")
+        plan = self._drain_plan()
+        if [s.id for s in plan.stages] != [s.id for s in self.plan.stages]:
+            raise RuntimeError(
+                "The drain plan's stages differ from the running plan's; cannot drain. "
+                "Cancel the job instead (result.cancel()): its last checkpoint is kept."
+            )
+        key = f"{self.plan_key}-drain"
+        components = self.sc.broadcast(plan.components)
+        return {s.id: (key, components, s) for s in plan.stages if s.is_sdf_process}
+
+    def add_metrics(self, stage: str, infos: list) -> None:
+        with self._lock:
+            self._infos[stage] = merge_monitoring_infos(self._infos[stage] + infos)
+
+    @functools.cached_property
+    def guard(self) -> RestoreGuard:
+        """What each checkpoint records of the plan, and the check on restore."""
+        return RestoreGuard(self.plan)
+
+    def monitoring_infos_by_stage(self) -> dict[str, list]:
+        with self._lock:
+            return {s.name: list(self._infos.get(s.id, [])) for s in self.plan.stages}

@@ -1,0 +1,405 @@
+"""The rounds of one independent pipeline: restore, run a round, commit its checkpoint.
+
+Each round's watermarks are fixed from what the previous round left (see
+``watermarks``); only stages some data can reach run (``_live_stages``); the
+round's reports are applied and committed as one checkpoint (``_commit``), the
+barrier after which its sink files are published. A round that fails beyond
+Spark's task retries drops the working state and restores the last checkpoint
+(``open``), up to ``--max_restores`` times.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from typing import Any, NamedTuple
+
+from apache_beam.portability.api import metrics_pb2
+from sparkbeam.runner import progress
+from sparkbeam.runner.batch.durability import FINISHED
+from sparkbeam.runner.batch.executor import _reissue_warnings
+from sparkbeam.runner.errors import StageFailedError, run_guarded
+from sparkbeam.runner.faults import crash_point
+from sparkbeam.runner.rounds import sink_files
+from sparkbeam.runner.rounds.startpoints import (
+    commit_round,
+    open_session,
+    outcomes,
+)
+from sparkbeam.runner.spark import session_conf
+from sparkbeam.runner.spark.filesystem_options import use_in_jobs
+from sparkbeam.runner.spark.labels import call_site, describe_job, job_group, stage_label
+from sparkbeam.runner.streaming import pushback as streaming_pushback
+from sparkbeam.runner.streaming import watermarks
+from sparkbeam.runner.streaming.group import GroupReport
+from sparkbeam.runner.streaming.round import RoundBuilder
+from sparkbeam.runner.streaming.stateful import (
+    KeyedStateReport,
+)
+from sparkbeam.runner.task.bundle_executor import StageTask
+from sparkbeam.runner.task.records import (
+    CommitRecord,
+    MetricsRecord,
+    SinkFilesRecord,
+    WarningRecord,
+)
+from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf.startpoints.session import CONSUMED_METADATA_KEY, StartpointSession
+from sparkbeam.translation.plan import EdgeKind, PipelinePlan
+
+_LOG = logging.getLogger(__name__)
+IMPULSE_DONE = "impulse"
+MAX_RESIDUALS_PER_ROUND = 50_000
+SIDE_INPUT_PREFIX = "side-input/"
+STAGING_DIRS = "sink-staging-dirs"
+
+
+class RoundTime(NamedTuple):
+    """How long one committed round took: its Spark job, then its checkpoint commit."""
+
+    round_no: int
+    started: float  # epoch seconds, when the round's Spark job started
+    job_s: float
+    commit_s: float
+
+
+class PipelineLoop:
+    """The rounds of one independent pipeline."""
+
+    def __init__(self, executor, pipeline: PipelinePlan) -> None:
+        self.ex = executor
+        self.plan = executor.plan
+        self.pipeline = pipeline
+        ids = set(pipeline.stages)
+        self.stages = [s for s in self.plan.stages if s.id in ids]
+        self.state: Any = None  # the PipelineStore, set by open()
+        self.handlers: dict[str, StateAndTimerBundleCheckpointHandler] = {}
+        self.round_no = 0
+        self.impulse_done = False
+        self.group_holds: dict[str, int] = {}
+        self.group_keys: dict[str, int] = {}
+        self.previous: dict[str, int] = {}  # GroupByKey -> input watermark of last round
+        self.stateful: dict[str, dict] = {}  # stateful stage -> keys/timers/hold/watermark
+        self.checkpoint_id: int | None = None
+        self.side_values: dict[str, list[bytes]] = defaultdict(list)
+        self.restores = 0  # restores after a failure (not the restore at start)
+        self.rounds_run = 0
+        self.finished = False
+        self.next_timer_ms: float | None = None
+        self.startpoints: StartpointSession | None = None  # this run's, made by open()
+        self.pushed_back: set[str] = set()  # stages with main input held for side inputs
+        self.draining = False  # truncate pending restrictions, watermarks at +inf
+        self.round_times: list[RoundTime] = []  # every committed round of this run
+        self.progress = progress.PipelineProgress(pipeline.id)
+        self.group = job_group(self.plan, pipeline.id)
+        self.edge_pcollections = {e.pcollection for e in self.plan.edges}
+
+    # --- lifecycle -------------------------------------------------------------
+
+    def run(self) -> None:
+        pool = session_conf.scheduler_pool(self.ex.sc)
+        if pool:  # every pipeline's rounds share sparkbeam's declared FAIR pool
+            self.ex.sc.setLocalProperty("spark.scheduler.pool", pool)
+        use_in_jobs(self.ex.sc, self.ex.filesystem_options)  # s3://... options in every task
+        self.open()
+        self.progress.opened(self.ex.url, self.checkpoint_id, self.round_no, self._pending())
+        while not self.finished and not self.ex.stop.is_set():
+            started = time.monotonic()
+            if not self.draining and self.ex.draining():
+                self.draining = True
+                _LOG.warning("Pipeline %s: draining from round %d", self.pipeline.id, self.round_no)
+            try:
+                self.run_round()
+            except StageFailedError as e:
+                self.restores += 1
+                if self.restores > self.ex.max_restores:
+                    raise
+                _LOG.warning(
+                    "Pipeline %s: round %d failed (%s); restoring its last checkpoint "
+                    "(restore %d of at most %d). Other pipelines keep running.",
+                    self.pipeline.id, self.round_no, e.stage, self.restores, self.ex.max_restores,
+                )  # fmt: skip
+                self.open()
+                continue
+            if not self.finished:
+                self._pause(started)
+        how = "finished" if self.finished else "stopped"
+        self.progress.ended(how, self.checkpoint_id, self._pending())
+
+    def _pending(self) -> int:
+        return sum(h.pending() for h in self.handlers.values())
+
+    def open(self) -> None:
+        """Start from the pipeline's latest checkpoint, or from nothing."""
+        if self.state is not None:
+            self.state.close()  # drop uncommitted changes of a failed round
+        self.state = self.ex.store.pipeline(self.pipeline.id)
+        info = self.ex.guard.restore(self.state, self.ex.store)  # refuses incompatible changes
+        meta = {}
+        if info is not None:
+            meta = self.ex.store.load_manifest(self.pipeline.id, info.checkpoint_id).metadata
+            if meta.get(FINISHED):
+                _LOG.info("Pipeline %s had finished; running it again", self.pipeline.id)
+                self.state.close()
+                self.state = self.ex.store.pipeline(self.pipeline.id)
+                info, meta = None, {k: v for k, v in meta.items() if k == CONSUMED_METADATA_KEY}
+        self.checkpoint_id = info.checkpoint_id if info is not None else None
+        self.round_no = int(meta.get("round", -1)) + 1
+        self.group_holds = dict(meta.get("group_holds", {}))
+        self.group_keys = dict(meta.get("group_keys", {}))
+        self.previous = dict(meta.get("group_watermarks", {}))
+        self.stateful = dict(meta.get("stateful", {}))
+        self.impulse_done = IMPULSE_DONE in self.state.completed()
+        self._scan_pushback()
+        self.handlers = {
+            s.id: StateAndTimerBundleCheckpointHandler(self.state, s.id)
+            for s in self.stages
+            if s.is_sdf_process
+        }
+        pending = sum(h.restore() for h in self.handlers.values())
+        stored: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
+        for ns, key, value in self.state.items():
+            if ns.startswith(SIDE_INPUT_PREFIX):
+                stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, value))
+        self.side_values = defaultdict(
+            list, {b: [v for _, v in sorted(kv)] for b, kv in stored.items()}
+        )
+        if info is not None:
+            _LOG.debug(
+                "Pipeline %s restored checkpoint %d: round %d next, %d residual(s) pending",
+                self.pipeline.id, info.checkpoint_id, self.round_no, pending,
+            )  # fmt: skip
+        stage_ids = [s.id for s in self.stages]
+        if info is not None:  # rounds after the restored one are lost: unpublish their files
+            staging = [d.decode() for _, d, _ in self.state.items(STAGING_DIRS)]
+            dirs = sink_files.output_directories(self.plan.components, staging)
+            sink_files.unpublish_after(dirs, stage_ids, self.round_no - 1)
+        sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
+        for _, directory, _ in self.state.items(STAGING_DIRS):  # files no checkpoint names
+            sink_files.discard_stage_files(directory.decode(), stage_ids)
+        # Startpoints fan out from the checkpoint just restored (after a failed round, too).
+        self.startpoints = open_session(
+            self.ex.store.startpoints, self.plan, self.pipeline.id, meta,
+            self.state if info is not None else None, self.ex.startpoint_max_age_s,
+        )  # fmt: skip
+
+    def _pause(self, started: float) -> None:
+        """Wait for the next round: the interval, or longer if nothing is due sooner."""
+        earliest = started + self.ex.interval_s
+        if self.next_timer_ms is None or self._watermark_moves():
+            wake = earliest
+        else:
+            due = self.next_timer_ms / 1000.0 - time.time() + time.monotonic()
+            wake = max(earliest, due)
+        self.ex.stop.wait(max(0.0, wake - time.monotonic()))
+
+    def _scan_pushback(self) -> None:
+        """Which stages have main input pushed back (only stages with side inputs can)."""
+        self.pushed_back = set()
+        if any(s.side_inputs for s in self.stages):
+            self.pushed_back = set(streaming_pushback.pending(self.state))
+
+    def _watermark_moves(self) -> bool:
+        marks = self._watermarks()
+        groups = any(
+            marks.group_input.get(b) != self.previous.get(b)
+            for b, keys in self.group_keys.items()
+            if keys
+        )
+        return groups or any(
+            marks.stage_input.get(s) != info.get("watermark")
+            for s, info in self.stateful.items()
+            if info.get("timers")
+        )
+
+    def _watermarks(self) -> watermarks.RoundWatermarks:
+        if self.draining:  # every window and event-time timer fires
+            return watermarks.compute(self.plan, self.stages, False, {}, {})
+        holds = {
+            **{s: info.get("hold") for s, info in self.stateful.items()},
+            **{s: h.watermark_hold_micros() for s, h in self.handlers.items()},
+        }
+        marks = watermarks.compute(
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
+        )
+        # A stage that holds (or may hold) its main input back until its side inputs are
+        # ready holds its output watermark at -inf meanwhile (streaming_pushback).
+        waiting = {
+            s.id
+            for s in self.stages
+            if s.id in self.pushed_back
+            or (s.side_inputs and not streaming_pushback.ready(s, self.side_values, marks))
+        }
+        if not waiting:
+            return marks
+        holds.update({s: watermarks.MIN for s in waiting})
+        return watermarks.compute(
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
+        )
+
+    # --- one round -------------------------------------------------------------
+
+    def run_round(self) -> None:
+        sc, r = self.ex.sc, self.round_no
+        marks = self._watermarks()
+        now_ms = float("inf") if self.draining else time.time() * 1000.0
+        due = {s: h.pop_due(now_ms, MAX_RESIDUALS_PER_ROUND) for s, h in self.handlers.items()}
+        live = self._live_stages(due)
+        builder = RoundBuilder(self, marks, due, live)
+        labels = {s.id: stage_label(s) for s in self.stages}
+        label = f"{self.pipeline.id} round {r}: " + "; ".join(
+            labels[s.id] for s in self.stages if s.id in live
+        )
+        describe_job(sc, self.group, label)
+        try:
+            with call_site(sc, label):
+                reports = builder.build(self._side_inputs)
+                started, t0 = time.time(), time.monotonic()
+                collected = run_guarded(None, reports.collect, labels.get)
+            t1 = time.monotonic()
+            crash_point("mid-round", r)
+            self._commit(collected, marks, builder.held)
+            self.round_times.append(RoundTime(r, started, t1 - t0, time.monotonic() - t1))
+            _LOG.debug("%s round %d: Spark job %.3fs", self.pipeline.id, r, t1 - t0)
+        finally:
+            builder.cleanup()
+
+    def _live_stages(self, due: dict) -> set[str]:
+        """Stages that may see data this round: downstream of the Impulse (first round),
+        of due residuals, or of a GroupByKey that holds state."""
+        live: set[str] = set()
+        producers_live: set[str] = set()  # buffers a live stage writes
+        for stage in self.stages:
+            for buffer in stage.input_buffers + tuple(si.buffer for si in stage.side_inputs):
+                kind = self.plan.edge(buffer).kind
+                if (
+                    (kind == EdgeKind.IMPULSE and not self.impulse_done)
+                    or buffer in producers_live
+                    or (kind == EdgeKind.GROUP and self.group_keys.get(buffer))
+                ):
+                    live.add(stage.id)
+            if (
+                due.get(stage.id)
+                or self.stateful.get(stage.id, {}).get("timers")
+                or stage.id in self.pushed_back
+            ):
+                live.add(stage.id)
+            if stage.id in live:
+                producers_live.update(stage.output_buffers)
+        return live
+
+    def stage_task(self, stage) -> tuple[StageTask, object]:
+        """The stage's task and components; draining, SDF stages truncate their restrictions."""
+        if self.draining and stage.is_sdf_process:
+            key, components, drained = self.ex.drain_stages[stage.id]
+            return StageTask(key, drained, residual_budget_s=0.0), components
+        return StageTask(self.ex.plan_key, stage, residual_budget_s=0.0), self.ex.components
+
+    def _side_inputs(self, stage, edges) -> dict:
+        """Side inputs accumulate over rounds (and are kept in the store for restores)."""
+        values = {}
+        for si in stage.side_inputs:
+            if si.buffer not in edges.side_inputs_read:  # once per round, however many readers
+                edges.side_inputs_read.add(si.buffer)
+                new = run_guarded(stage.id, edges.read(si.buffer, None).collect)
+                for i, chunk in enumerate(new):
+                    key = f"{self.round_no:010d}/{i:08d}".encode()
+                    self.state.put(SIDE_INPUT_PREFIX + si.buffer, key, chunk)
+                self.side_values[si.buffer].extend(new)
+            values[si.buffer] = list(self.side_values[si.buffer])
+        return values
+
+    def _commit(self, reports: list, marks: watermarks.RoundWatermarks, held=()) -> None:
+        """The round barrier: apply every report, then commit one checkpoint."""
+        commits, residuals = [], defaultdict(list)
+        holds: dict[str, int] = {}
+        keys: dict[str, int] = defaultdict(int)
+        stateful: dict[str, dict] = {
+            s.id: {"keys": 0, "timers": 0, "hold": watermarks.MAX}
+            for s in self.stages
+            if s.stateful
+        }
+        ran = {r.stage for r in reports if isinstance(r, KeyedStateReport)}
+        timers: list = []
+        infos: dict[str, list] = defaultdict(list)
+        _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
+        pairs = [p for r in reports if isinstance(r, SinkFilesRecord) for p in r.pairs]
+        sink_files.record_pending(self.state, pairs)
+        for directory in sink_files.staging_dirs(pairs):  # cleaned of uncommitted files on restore
+            self.state.put(STAGING_DIRS, directory.encode(), b"")
+        for rec in reports:
+            if isinstance(rec, CommitRecord):
+                commits.append(rec.message)
+            elif isinstance(rec, ResidualRecord):
+                residuals[rec.stage].append(rec)
+            elif isinstance(rec, GroupReport):
+                holds[rec.buffer] = min(holds.get(rec.buffer, watermarks.MAX), rec.hold_micros)
+                keys[rec.buffer] += rec.keys
+                timers.append(rec.next_processing_ms)
+            elif isinstance(rec, KeyedStateReport):
+                info = stateful[rec.stage]
+                info["keys"] += rec.keys
+                info["timers"] += rec.timers
+                info["hold"] = min(info["hold"], rec.hold_micros)
+                timers.append(rec.next_processing_ms)
+            elif isinstance(rec, MetricsRecord):
+                infos[rec.stage].extend(
+                    metrics_pb2.MonitoringInfo.FromString(b) for b in rec.monitoring_infos
+                )
+        for stage, records in residuals.items():
+            self.handlers[stage].add(records)
+        self.state.mark_completed(IMPULSE_DONE)
+        pending = sum(h.pending() for h in self.handlers.values())
+        timers += [h.next_fire_ms() for h in self.handlers.values()]
+        self.next_timer_ms = min((t for t in timers if t is not None), default=None)
+        for stage_id, info in stateful.items():
+            if stage_id not in ran:  # not run this round: nothing changed
+                info.update(self.stateful.get(stage_id, {}))
+            else:
+                info["watermark"] = marks.stage_input[stage_id]
+        timers_left = sum(info["timers"] for info in stateful.values())
+        holding = [
+            r for r in reports if isinstance(r, CommitRecord) and r.stage.startswith("hold:")
+        ]
+        pushback_left = bool(self.pushed_back & set(held)) or any(r.message.files for r in holding)
+        self.finished = (
+            pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
+        )
+        metadata = {
+            "round": self.round_no,
+            "group_holds": holds,
+            "group_keys": dict(keys),
+            "group_watermarks": marks.group_input,
+            "stateful": stateful,
+            "pending_residuals": pending,
+            "next_timer_ms": self.next_timer_ms,
+            "watermark_micros": marks.source(),
+        }
+        if self.finished:
+            metadata[FINISHED] = True
+        cid = commit_round(  # startpoints this round consumed are deleted once it commits
+            self.startpoints,
+            outcomes(reports),
+            lambda consumed: self.state.checkpoint(
+                fingerprint=self.plan.fingerprint,
+                parallelism=self.ex.parallelism,
+                metadata={**metadata, **consumed, **self.ex.guard.metadata(self.pipeline.id)},
+                commit_messages=commits,
+            ),
+        )
+        # Committed: the round is real. Apply it to the loop and publish its files.
+        crash_point("after-commit", self.round_no)
+        sink_files.finalize_pending(self.state)
+        self.checkpoint_id = int(cid)
+        self.impulse_done = True
+        self._scan_pushback()
+        self.group_holds, self.group_keys = holds, dict(keys)
+        self.previous = dict(marks.group_input)
+        self.stateful = stateful
+        for stage, stage_infos in infos.items():
+            self.ex.add_metrics(stage, stage_infos)
+        self.rounds_run += 1
+        moved = progress.records((i for v in infos.values() for i in v), self.edge_pcollections)
+        self.progress.round_committed(self.round_no, int(cid), moved, pending, marks.source())
+        self.round_no += 1

@@ -1,0 +1,78 @@
+"""Streaming side inputs: hold a stage's main input back until its side inputs are ready.
+
+In batch a side input is complete before its consumer runs. In streaming it fills over
+rounds, so a consumer that ran at once would see it empty — Beam's ``WriteToText``
+finalizes its files through side inputs that only fill when its GroupByKey fires, and
+would finalize nothing. As in Beam's runners, a side input is *ready* once data has
+arrived for it or its watermark is at +infinity (nothing more can come); until every side
+input of a stage is ready, the stage's main input is pushed back: its tasks stage the rows
+into the round's checkpoint (namespace ``pushback/<stage>``) instead of processing them,
+and a later round feeds them back once the side inputs are ready. While rows are pushed
+back the stage holds its output watermark at -infinity, so nothing downstream fires
+windows those rows belong to.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from sparkbeam.runner.streaming import watermarks
+from sparkbeam.runner.task.records import CommitRecord
+from sparkbeam.runner.task.staged_state import staged_writer_for_task
+
+PREFIX = "pushback/"
+
+
+def namespace(stage_id: str) -> str:
+    return PREFIX + stage_id
+
+
+def ready(stage, side_values: dict, marks: watermarks.RoundWatermarks) -> bool:
+    """Every side input of ``stage`` has data, or a watermark at +infinity."""
+    return all(
+        side_values.get(si.buffer) or marks.buffer_output.get(si.buffer) == watermarks.MAX
+        for si in stage.side_inputs
+    )
+
+
+def pending(state) -> dict[str, int]:
+    """Rows pushed back per stage, in the pipeline's committed (and working) state."""
+    counts: dict[str, int] = {}
+    for ns, _, _ in state.items():
+        if ns.startswith(PREFIX):
+            stage = ns[len(PREFIX) :]
+            counts[stage] = counts.get(stage, 0) + 1
+    return counts
+
+
+def take(state, stage_id: str) -> list[tuple[str, bytes]]:
+    """The rows pushed back for ``stage_id``, in order, removed from the state."""
+    ns = namespace(stage_id)
+    entries = sorted(state.items(ns), key=lambda e: e[1])
+    rows = []
+    for _, key, value in entries:
+        transform, _, data = value.partition(b"\x00")
+        rows.append((transform.decode(), data))
+        state.delete(ns, key)
+    return rows
+
+
+def hold_rows(
+    url: str, pipeline: str, stage_id: str, round_no: int, max_key_groups: int, rows: Iterable
+) -> Iterator:
+    """Task side: stage the data rows for the round's checkpoint; carried reports pass on."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    partition = ctx.partitionId() if ctx is not None else 0
+    writer = staged_writer_for_task(url, pipeline, f"hold:{stage_id}", round_no, max_key_groups)
+    seq = 0
+    for row in rows:
+        if type(row) is tuple:  # (transform, bytes); reports are NamedTuples
+            transform, data = row
+            key = f"{round_no:010d}/{partition:06d}/{seq:09d}".encode()
+            writer.put(namespace(stage_id), key, transform.encode() + b"\x00" + data)
+            seq += 1
+        else:
+            yield row
+    yield CommitRecord(f"hold:{stage_id}", writer.finish())

@@ -1,0 +1,369 @@
+"""Runs one executable stage inside a Spark task through Beam's bundle processor.
+
+The SDK's ``SdkWorker`` and ``BundleProcessor`` run in-process (as in Beam's
+embedded worker), talking to this module over in-memory data and state
+channels. This module owns the per-task loop: cut the partition into bundles,
+feed side inputs through the state API, collect outputs and metrics, fire
+timers (batch: after all input, in timestamp order), and finalize bundles.
+Runner-initiated splits of SDF bundles are ``bundle_splits``'s; what they
+leave unprocessed goes to the driver here, as zero-delay residuals.
+Every ProcessBundleResponse field it does not handle raises, by name.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import time
+import traceback
+import warnings
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
+from apache_beam.metrics import monitoring_infos
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import worker_handlers
+from apache_beam.runners.worker import data_plane, sdk_worker
+from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
+from apache_beam.runners.worker.statecache import StateCache
+from apache_beam.utils import timestamp
+from sparkbeam.runner.task.bundle_splits import (
+    BundleSplitter,
+    SplitCounts,
+    SplitOutcome,
+    SplitPolicy,
+)
+from sparkbeam.runner.task.records import MetricsRecord, OutputRecord, WarningRecord
+from sparkbeam.runner.task.side_input_state import load_side_inputs
+from sparkbeam.runner.task.worker_context import plan_context, register_plan
+from sparkbeam.sdf.residuals import ResidualRecord
+from sparkbeam.translation.plan import StagePlan
+
+BUNDLE_BYTES = 8 << 20
+_TRUNCATE_URN = common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn
+
+
+class UserCodeError(RuntimeError):
+    """Raised in the task; the driver turns it into StageFailedError."""
+
+
+@dataclass(frozen=True)
+class StageTask:
+    """What the driver ships to every task of one stage."""
+
+    plan_key: str
+    stage: StagePlan
+    bundle_bytes: int = BUNDLE_BYTES
+    # A residual due within this many seconds of the task's start is re-fed by
+    # the task itself (sleeping, no CPU); later ones go to the driver's
+    # checkpoint handler as durable state under a timer. 0: always the driver.
+    residual_budget_s: float = 30.0
+    # SDF stages only: runner-initiated splits of long-running bundles (dynamic
+    # rebalancing); what a split moves out goes to the driver for the next round.
+    splits: SplitPolicy = SplitPolicy()
+
+
+@dataclass
+class _BundleOutput:
+    response: beam_fn_api_pb2.ProcessBundleResponse
+    data: dict[str, list[bytes]] = field(default_factory=dict)
+    timers: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)
+    split: SplitOutcome = field(default_factory=SplitOutcome)
+
+
+class _StageWorker:
+    """An in-process SDK worker for one stage, reused across tasks of a process."""
+
+    def __init__(self, task: StageTask) -> None:
+        self.stage = task.stage
+        self.descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(task.stage.descriptor)
+        self.descriptor.id = f"{task.plan_key}/{task.stage.id}"
+        self.state = worker_handlers.StateServicer()
+        self.data = data_plane.InMemoryDataChannel()
+        handler = sdk_worker.GlobalCachingStateHandler(StateCache(0), self.state)
+        self.worker = sdk_worker.SdkWorker(
+            sdk_worker.BundleProcessorCache(
+                worker_handlers.FNAPI_RUNNER_CAPABILITIES,
+                worker_handlers.SingletonStateHandlerFactory(handler),
+                data_plane.InMemoryDataChannelFactory(self.data.inverse()),
+                {self.descriptor.id: self.descriptor},
+            )
+        )
+        self._ids = itertools.count()
+
+    def reset_state(self) -> None:
+        """Forget the previous task's user state and side inputs (same worker process)."""
+        # Re-initialise in place: the SDK's state handler holds this object.
+        worker_handlers.StateServicer.__init__(self.state)
+
+    def process_bundle(
+        self,
+        inputs: dict[str, list[bytes]],
+        fired_timers: dict[tuple[str, str], list[bytes]],
+        splitter=None,  # (bundle_id, inputs) -> BundleSplitter, for SDF stages
+    ) -> _BundleOutput:
+        bundle_id = f"{self.descriptor.id}/bundle-{next(self._ids)}"
+        for timer in self.stage.timers:
+            out = self.data.output_timer_stream(bundle_id, timer.transform, timer.family)
+            for data in fired_timers.get((timer.transform, timer.family), ()):
+                out.write(data)
+            out.close()
+        for transform, _ in self.stage.inputs:
+            out = self.data.output_stream(bundle_id, transform)
+            for data in inputs.get(transform, ()):
+                out.write(data)
+            out.close()
+        splits = splitter(bundle_id, inputs) if splitter and inputs else None
+        with splits or contextlib.nullcontext():
+            response = self.worker.do_instruction(
+                beam_fn_api_pb2.InstructionRequest(
+                    instruction_id=bundle_id,
+                    process_bundle=beam_fn_api_pb2.ProcessBundleRequest(
+                        process_bundle_descriptor_id=self.descriptor.id
+                    ),
+                )
+            )
+        result = _BundleOutput(response.process_bundle)
+        for element in self.data.input_elements(bundle_id, []):
+            if isinstance(element, beam_fn_api_pb2.Elements.Data):
+                if element.data:
+                    result.data.setdefault(element.transform_id, []).append(element.data)
+            elif element.timers:
+                key = (element.transform_id, element.timer_family_id)
+                result.timers.setdefault(key, []).append(element.timers)
+        if response.error:
+            raise UserCodeError(response.error)
+        if splits is not None:
+            result.split = splits.outcome()
+        if response.process_bundle.requires_finalization:
+            finalized = self.worker.do_instruction(
+                beam_fn_api_pb2.InstructionRequest(
+                    instruction_id=bundle_id + "/finalize",
+                    finalize_bundle=beam_fn_api_pb2.FinalizeBundleRequest(instruction_id=bundle_id),
+                )
+            )
+            if finalized.error:
+                raise UserCodeError(finalized.error)
+        return result
+
+    def input_for(self, transform_id: str, input_id: str) -> str:
+        """The data-input transform that feeds ``transform_id`` (through Truncate)."""
+        transforms = self.descriptor.transforms
+        pcoll = transforms[transform_id].inputs[input_id]
+        for read_id, proto in transforms.items():
+            if proto.spec.urn == DATA_INPUT_URN and pcoll in proto.outputs.values():
+                return read_id
+            if proto.spec.urn == _TRUNCATE_URN and pcoll in proto.outputs.values():
+                return self.input_for(read_id, next(iter(proto.inputs)))
+        raise RuntimeError(f"No data input feeds transform {transform_id!r}")
+
+
+_WORKERS: dict[tuple[str, str], _StageWorker] = {}
+
+
+def _worker_for(task: StageTask) -> _StageWorker:
+    key = (task.plan_key, task.stage.id)
+    if key not in _WORKERS:
+        _WORKERS[key] = _StageWorker(task)
+    return _WORKERS[key]
+
+
+def run_stage_partition(
+    task: StageTask,
+    components: bytes,
+    side_inputs: dict,
+    rows: Iterable[tuple[str, bytes]],
+    keyed_state=None,
+) -> Iterator[tuple]:
+    """The body of one Spark task: yields OutputRecords, then one MetricsRecord.
+
+    ``keyed_state`` (streaming stateful stages, ``sparkbeam.runner.streaming.stateful``)
+    loads the task's user state and timers before the input and takes them back after.
+    """
+    try:
+        register_plan(task.plan_key, components)
+        worker = _worker_for(task)
+        worker.reset_state()
+        load_side_inputs(worker.state, plan_context(task.plan_key), task.stage, side_inputs)
+        loop = _TaskLoop(worker, task)
+        if keyed_state is not None:
+            keyed_state.load(worker.state, loop.timers)
+            loop.fire_due = keyed_state.pop_due
+        yield from loop.run(rows)
+        if keyed_state is not None:
+            yield from keyed_state.finish(worker.state, loop.timers)
+    except Exception as e:  # noqa: BLE001 - re-raised with the stage named
+        detail = (
+            str(e)
+            if isinstance(e, UserCodeError)
+            else f"{type(e).__name__}: {e}\n{traceback.format_exc()}"
+        )
+        raise UserCodeError(f"[{task.stage.id}] {detail}") from e
+
+
+class _TaskLoop:
+    """Bundles over the partition, then timers; residuals and metrics go to the driver."""
+
+    def __init__(self, worker: _StageWorker, task: StageTask) -> None:
+        self.worker = worker
+        self.task = task
+        self.metrics: list = []
+        self.timers = _PendingTimers(task)
+        self.outputs = dict(task.stage.outputs)
+        self.local: list[ResidualRecord] = []
+        self.deadline_ms = time.time() * 1000.0 + task.residual_budget_s * 1000.0
+        context = plan_context(task.plan_key)
+        self.input_coders = {t: context.coders[c].get_impl() for t, c in task.stage.input_coders}
+        self.fire_due = None  # streaming: pops the timers due this round, else None
+        self.split_counts = SplitCounts()
+        self.splitter = None
+        if task.stage.is_sdf_process and task.splits.enabled:
+            fractions = itertools.cycle(task.splits.fractions)
+            self.splitter = lambda bundle_id, inputs: BundleSplitter(
+                worker.worker, bundle_id, inputs, self.input_coders, task.splits, fractions
+            )
+
+    def run(self, rows: Iterable[tuple[str, bytes]]) -> Iterator[tuple]:
+        for inputs in _bundles(rows, self.task.bundle_bytes):
+            yield from self._bundle(inputs, {})
+        # Batch: all input is in, the input watermark is +inf; fire timers in order.
+        # Streaming: fire only what the round's watermark and the clock passed.
+        while self.timers:
+            fired = self.fire_due(self.timers) if self.fire_due else self.timers.pop_next()
+            if not fired:
+                break
+            yield from self._bundle({}, fired)
+        # Residuals due within the task's budget are re-fed here, after their delay.
+        while self.local:
+            fire_at = min(r.produced_ms + r.delay_ms for r in self.local)
+            wait = fire_at / 1000.0 - time.time()
+            if wait > 0:
+                time.sleep(wait)
+            now_ms = time.time() * 1000.0
+            due = [r for r in self.local if r.produced_ms + r.delay_ms <= now_ms]
+            self.local = [r for r in self.local if r.produced_ms + r.delay_ms > now_ms]
+            refeed: dict[str, list[bytes]] = {}
+            for record in due:
+                refeed.setdefault(record.transform, []).append(record.element)
+            yield from self._bundle(refeed, {})
+        infos = list(monitoring_infos.consolidate(self.metrics))
+        infos += self.split_counts.monitoring_infos(self.worker.descriptor)
+        yield MetricsRecord(self.task.stage.id, tuple(mi.SerializeToString() for mi in infos))
+
+    def _bundle(self, inputs, fired) -> Iterator[tuple]:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            result = self.worker.process_bundle(inputs, fired, self.splitter)
+        for w in caught:
+            category = f"{w.category.__module__}:{w.category.__qualname__}"
+            yield WarningRecord(self.task.stage.id, category, str(w.message))
+        self.metrics.extend(result.response.monitoring_infos)
+        for transform, chunks in result.data.items():
+            buffer = self.outputs.get(transform)
+            if buffer is None:
+                raise UserCodeError(f"Stage wrote to unknown output {transform!r}")
+            for data in chunks:
+                yield OutputRecord(buffer, data)
+        for key, chunks in result.timers.items():
+            self.timers.add(key, chunks)
+        # Residuals go back to the driver's StateAndTimerBundleCheckpointHandler.
+        now_ms = time.time() * 1000.0
+        for residual in result.response.residual_roots:
+            record = self._residual_record(residual, now_ms)
+            if now_ms + record.delay_ms <= self.deadline_ms:
+                self.local.append(record)
+            else:
+                yield record  # to the driver's StateAndTimerBundleCheckpointHandler
+        # What runner-initiated splits moved out goes to the driver, never re-fed here:
+        # the next round spreads it over all tasks (that is the rebalancing).
+        self.split_counts.add(result.split)
+        for residual in result.split.residual_roots:
+            yield self._residual_record(residual, now_ms)
+        for read, elements in result.split.unread.items():
+            for element in elements:
+                yield self._record(read, element, now_ms, 0.0, [])
+
+    def _residual_record(self, residual, now_ms: float) -> ResidualRecord:
+        app = residual.application
+        read = self.worker.input_for(app.transform_id, app.input_id)
+        delay = residual.requested_time_delay
+        delay_ms = delay.seconds * 1000.0 + delay.nanos / 1e6
+        holds = [timestamp.Timestamp.from_proto(ts).micros for ts in app.output_watermarks.values()]
+        return self._record(read, app.element, now_ms, delay_ms, holds)
+
+    def _record(self, read: str, element: bytes, now_ms, delay_ms, holds) -> ResidualRecord:
+        """Hold: the min of the output watermarks, else the element's own timestamp."""
+        if holds:
+            hold = min(holds)
+        else:
+            coder = self.input_coders[read]
+            hold = coder.decode_from_stream(create_InputStream(element), True).timestamp.micros
+        return ResidualRecord(self.task.stage.id, read, element, now_ms, delay_ms, hold)
+
+
+def _bundles(rows: Iterable[tuple[str, bytes]], limit: int) -> Iterator[dict[str, list[bytes]]]:
+    inputs: dict[str, list[bytes]] = {}
+    size = 0
+    for transform, data in rows:
+        inputs.setdefault(transform, []).append(data)
+        size += len(data)
+        if size >= limit:
+            yield inputs
+            inputs, size = {}, 0
+    if inputs:
+        yield inputs
+
+
+class _PendingTimers:
+    """Timers set by the stage, deduplicated per (key, tag, window), fired in order.
+
+    Batch semantics: once all input is processed the input watermark is at
+    +infinity, so event-time timers fire earliest first; a timer set or
+    cleared while firing replaces the pending one. Processing-time timers
+    fire when the wall clock reaches them.
+    """
+
+    def __init__(self, task: StageTask) -> None:
+        context = plan_context(task.plan_key)
+        self.coders = {
+            (t.transform, t.family): context.coders[t.coder].get_impl() for t in task.stage.timers
+        }
+        self.domains = {(t.transform, t.family): t.time_domain for t in task.stage.timers}
+        self.pending: dict[tuple, Any] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.pending)
+
+    def add(self, family_key: tuple[str, str], chunks: list[bytes]) -> None:
+        coder = self.coders[family_key]
+        for chunk in chunks:
+            for timer in coder.decode_all(chunk):
+                key = (family_key, timer.user_key, timer.dynamic_timer_tag, timer.windows[0])
+                if timer.clear_bit:
+                    self.pending.pop(key, None)
+                else:
+                    self.pending[key] = timer
+
+    def pop_next(self) -> dict[tuple[str, str], list[bytes]]:
+        """Remove and encode the timers due at the earliest firing time."""
+
+        processing = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
+        event = {k: t for k, t in self.pending.items() if self.domains[k[0]] != processing}
+        if event:
+            candidates = event
+        else:
+            candidates = self.pending
+            earliest = min(t.fire_timestamp for t in candidates.values())
+            wait = earliest.micros / 1e6 - time.time()
+            if wait > 0 and earliest < timestamp.MAX_TIMESTAMP:
+                time.sleep(wait)
+        earliest = min(t.fire_timestamp for t in candidates.values())
+        fired: dict[tuple[str, str], Any] = {}
+        for key in [k for k, t in candidates.items() if t.fire_timestamp == earliest]:
+            timer = self.pending.pop(key)
+            fired.setdefault(key[0], create_OutputStream())
+            self.coders[key[0]].encode_to_stream(timer, fired[key[0]], True)
+        return {k: [out.get()] for k, out in fired.items()}

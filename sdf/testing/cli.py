@@ -1,0 +1,94 @@
+"""``sparkbeam sdf-check module:DoFnOrFactory --elements JSON_OR_FILE``: check an SDF.
+
+Owns: the ``sdf-check`` argparse subcommand (`add_subcommands`, wired into the
+``sparkbeam`` console script by the runner; it sets ``func`` so ``args.func(args)``
+runs it) and a standalone `main` (``python -m sparkbeam.sdf.testing.cli sdf-check
+...``). Prints the scenario table of ``check_sdf`` and returns 0 when every scenario
+passed (or was skipped), 1 otherwise. Leaves the checks to ``sparkbeam.sdf.testing.check``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+
+def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add ``sdf-check`` to an existing subparsers object."""
+    from sparkbeam.sdf.testing.check import SCENARIOS
+
+    p = subparsers.add_parser(
+        "sdf-check", help="check a splittable DoFn: coders, splits, checkpoints, resume"
+    )
+    p.add_argument("dofn", help="module:attr of a DoFn, a DoFn class or a factory (no args)")
+    p.add_argument(
+        "--elements",
+        required=True,
+        help="input elements: a JSON list, or the path of a file holding one",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed of the random choices (default: 0)")
+    p.add_argument(
+        "--parallelism",
+        type=int,
+        nargs=2,
+        default=(2, 3),
+        metavar=("RUN", "RESUME"),
+        help="parallelism of the runs, and of the resume at another parallelism (default: 2 3)",
+    )
+    p.add_argument("--spark_master", default="local[2]", help="Spark master (default: local[2])")
+    p.add_argument(
+        "--scenario",
+        action="append",
+        choices=SCENARIOS,
+        help="run only this scenario, repeatable (default: all)",
+    )
+    p.set_defaults(func=run)
+    return p
+
+
+def load_elements(text: str) -> list:
+    """A JSON list given inline, or read from the file at that path."""
+    if os.path.exists(text):
+        with open(text, encoding="utf-8") as f:
+            text = f.read()
+    value = json.loads(text)
+    if not isinstance(value, list):
+        raise ValueError(f"--elements must be a JSON list, got {type(value).__name__}.")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from sparkbeam.sdf.testing.check import check_sdf
+
+    sys.path.insert(0, os.getcwd())  # module:attr relative to where the command runs
+    try:
+        elements = load_elements(args.elements)
+    except (ValueError, OSError) as e:
+        print(f"sdf-check: bad --elements {args.elements!r}: {e}", file=sys.stderr)
+        return 2
+    report = check_sdf(
+        args.dofn,
+        elements,
+        seed=args.seed,
+        parallelism=tuple(args.parallelism),
+        spark_master=args.spark_master,
+        scenarios=args.scenario,
+        raise_on_failure=False,
+    )
+    print(report)
+    print("PASS" if report.passed else "FAIL")
+    return 0 if report.passed else 1
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="sparkbeam", description="Check a splittable DoFn.")
+    add_subcommands(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

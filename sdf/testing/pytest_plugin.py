@@ -1,0 +1,40 @@
+"""pytest plugin ``sparkbeam_sdf`` (entry point ``pytest11``): the ``sdf_checker`` fixture.
+
+Owns: the fixture only. A user test is::
+
+    def test_my_reader(sdf_checker):
+        sdf_checker(MyReadFn(), ["a.txt", "b.txt"])
+
+``sdf_checker`` is ``sparkbeam.sdf.testing.check_sdf`` with the same keyword
+arguments (``seed``, ``parallelism``, ``scenarios``, ...); it raises
+``SdfCheckError`` (an AssertionError) naming the fault, and returns the report.
+Spark master: ``--sdf-check-master`` (default ``local[2]``); an active SparkSession
+is reused by the runner. Leaves the checks to ``sparkbeam.sdf.testing.check``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser) -> None:
+    group = parser.getgroup("sparkbeam-sdf", "sparkbeam splittable-DoFn checks")
+    group.addoption(
+        "--sdf-check-master",
+        default="local[2]",
+        help="Spark master for sdf_checker's pipelines (default: local[2]).",
+    )
+
+
+@pytest.fixture
+def sdf_checker(request):
+    """``check_sdf`` bound to this session's Spark master."""
+    from sparkbeam.sdf.testing.check import check_sdf
+
+    master = request.config.getoption("--sdf-check-master")
+
+    def checker(dofn, elements, **kwargs):
+        kwargs.setdefault("spark_master", master)
+        return check_sdf(dofn, elements, **kwargs)
+
+    return checker
