@@ -106,7 +106,8 @@ def _child(args: argparse.Namespace) -> None:
     from apache_beam.utils.timestamp import Duration
 
     sys.path.insert(0, os.path.join(REPO, "examples"))
-    from sdf_offsets import EmitWithCheckpoints, SizeRangeProvider  # noqa: E402
+    from sdf_offsets import EmitWithCheckpoints  # noqa: E402
+    from sparkbeam.sdf import OffsetRangeProvider  # noqa: E402
 
     call_log = args.call_log
 
@@ -146,7 +147,7 @@ def _child(args: argparse.Namespace) -> None:
             yield 1
 
     class LoggedEmit(EmitWithCheckpoints):
-        def process(self, element, tracker=beam.DoFn.RestrictionParam(SizeRangeProvider())):
+        def process(self, element, tracker=beam.DoFn.RestrictionParam(OffsetRangeProvider())):
             start = time.time()
             first, stop = tracker.current_restriction().start, tracker.current_restriction().stop
             n = 0

@@ -65,26 +65,16 @@ SYSTEMS = ("streaming", "sparkbeam-batch", "direct")
 def build(p, args: argparse.Namespace, call_log: str, out: str) -> None:
     """The benchmark job; ``rate <= 0`` means every record is due at once."""
     import apache_beam as beam
-    from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
     from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
     from apache_beam.transforms import window
-    from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
+    from apache_beam.transforms.core import WatermarkEstimatorProvider
     from apache_beam.utils.timestamp import Duration, Timestamp
+    from sparkbeam.sdf import OffsetRangeProvider
 
     from sparkbeam.io import WriteToFilesOnCheckpoint
 
     shards, keys, per_call, delay_s = args.shards, args.keys, args.per_call, args.delay_s
     rate_per_shard = args.rate / shards if args.rate > 0 else 0.0
-
-    class Positions(RestrictionProvider):
-        def initial_restriction(self, element):
-            return OffsetRange(0, element[1])
-
-        def create_tracker(self, restriction):
-            return OffsetRestrictionTracker(restriction)
-
-        def restriction_size(self, element, restriction):
-            return restriction.size()
 
     class Manual(WatermarkEstimatorProvider):
         def initial_estimator_state(self, element, restriction):
@@ -99,7 +89,7 @@ def build(p, args: argparse.Namespace, call_log: str, out: str) -> None:
         def process(
             self,
             element,
-            tracker=beam.DoFn.RestrictionParam(Positions()),
+            tracker=beam.DoFn.RestrictionParam(OffsetRangeProvider()),
             estimator=beam.DoFn.WatermarkEstimatorParam(Manual()),
         ):
             shard, _, t0 = element

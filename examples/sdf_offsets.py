@@ -20,23 +20,9 @@ import glob
 import os
 
 import apache_beam as beam
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.transforms.core import RestrictionProvider
-
-
-class SizeRangeProvider(RestrictionProvider):
-    """Restriction ``[0, size)`` for an element ``(name, size)``."""
-
-    def initial_restriction(self, element):
-        return OffsetRange(0, element[1])
-
-    def create_tracker(self, restriction):
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element, restriction):
-        return restriction.size()
+from sparkbeam.sdf import OffsetRangeProvider
 
 
 class EmitWithCheckpoints(beam.DoFn):
@@ -46,7 +32,7 @@ class EmitWithCheckpoints(beam.DoFn):
         self.every = every
         self.checkpoints = Metrics.counter("offsets", "checkpoints")
 
-    def process(self, element, tracker=beam.DoFn.RestrictionParam(SizeRangeProvider())):
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(OffsetRangeProvider())):
         yield from self._emit(element[0], tracker)
 
     def _emit(self, name, tracker):

@@ -31,29 +31,16 @@ import time
 from collections import Counter
 
 import apache_beam as beam
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.io.watermark_estimators import ManualWatermarkEstimator
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window
-from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
+from apache_beam.transforms.core import WatermarkEstimatorProvider
 from apache_beam.utils.timestamp import Duration, Timestamp
+from sparkbeam.sdf import OffsetRangeProvider
 
 from sparkbeam.io import WriteToFilesOnCheckpoint
 
 DEFAULT_SOURCES = "clicks:1200,views:900"
-
-
-class Positions(RestrictionProvider):
-    """``[0, count)`` for a ``(name, count)`` source."""
-
-    def initial_restriction(self, element):
-        return OffsetRange(0, element[1])
-
-    def create_tracker(self, restriction):
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element, restriction):
-        return restriction.size()
 
 
 class ManualWatermark(WatermarkEstimatorProvider):
@@ -74,7 +61,7 @@ class ReadPositions(beam.DoFn):
     def process(
         self,
         element,
-        tracker=beam.DoFn.RestrictionParam(Positions()),
+        tracker=beam.DoFn.RestrictionParam(OffsetRangeProvider()),
         estimator=beam.DoFn.WatermarkEstimatorParam(ManualWatermark()),
     ):
         pos = tracker.current_restriction().start

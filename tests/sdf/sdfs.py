@@ -5,22 +5,8 @@ from __future__ import annotations
 import time
 
 import apache_beam as beam
-from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
-from apache_beam.transforms.core import RestrictionProvider
 from apache_beam.utils.timestamp import Duration
-
-
-class RangeProvider(RestrictionProvider):
-    """Restriction [0, element[1]) for an element (name, size)."""
-
-    def initial_restriction(self, element):
-        return OffsetRange(0, element[1])
-
-    def create_tracker(self, restriction):
-        return OffsetRestrictionTracker(restriction)
-
-    def restriction_size(self, element, restriction):
-        return restriction.size()
+from sparkbeam.sdf import OffsetRangeProvider
 
 
 class ChunkedWithDelay(beam.DoFn):
@@ -33,7 +19,7 @@ class ChunkedWithDelay(beam.DoFn):
         self.per_call = per_call
         self.delay_s = delay_s
 
-    def process(self, element, tracker=beam.DoFn.RestrictionParam(RangeProvider())):
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(OffsetRangeProvider())):
         name = element[0]
         now = time.time()
         pos = tracker.current_restriction().start

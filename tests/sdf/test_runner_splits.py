@@ -23,9 +23,9 @@ from sparkbeam.runner.task.bundle_splits import (
     SplitPolicy,
     encoded_elements,
 )
+from sparkbeam.sdf import OffsetRangeProvider
 
 from tests.conftest import spark_test_options
-from tests.sdf.sdfs import RangeProvider
 
 _CODER = coders.WindowedValueCoder(coders.VarIntCoder()).get_impl()
 
@@ -40,7 +40,7 @@ class PacedRange(beam.DoFn):
     def __init__(self, pace_s: float) -> None:
         self.pace_s = pace_s
 
-    def process(self, element, tracker=beam.DoFn.RestrictionParam(RangeProvider())):
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(OffsetRangeProvider())):
         start = pos = tracker.current_restriction().start
         while tracker.try_claim(pos):
             time.sleep(self.pace_s)

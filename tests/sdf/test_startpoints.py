@@ -22,6 +22,7 @@ from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.records import OutputRecord
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
+from sparkbeam.sdf import OffsetRangeProvider
 from sparkbeam.sdf.checkpoint_handler import StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.residuals import ResidualRecord
 from sparkbeam.sdf.startpoints import restrictions
@@ -38,8 +39,6 @@ from sparkbeam.sdf.startpoints.session import (
 )
 from sparkbeam.translation import translate
 
-from tests.sdf.sdfs import RangeProvider
-
 PID = "pipeline-0"
 A, B = "('a', 5)", "('b', 3)"  # str(element) of the two elements
 
@@ -51,7 +50,7 @@ def sp(kind, position=None, key=None, source="ReadOffsets"):
 # --- the OffsetRange built-in -------------------------------------------------------------
 
 
-class _Latest(RangeProvider):
+class _Latest(OffsetRangeProvider):
     def __init__(self, latest):
         self.latest = latest
 
@@ -62,11 +61,11 @@ class _Latest(RangeProvider):
 @pytest.mark.parametrize(
     "provider,restriction,startpoint,expected",
     [
-        (RangeProvider(), OffsetRange(7, 10), sp("offset", "3"), OffsetRange(3, 10)),
-        (RangeProvider(), OffsetRange(0, 10), sp("offset", "10"), OffsetRange(10, 10)),
-        (RangeProvider(), OffsetRange(0, 10), sp("offset", "11"), None),  # no data there yet
-        (RangeProvider(), OffsetRange(7, 10), sp("oldest"), OffsetRange(0, 10)),
-        (RangeProvider(), OffsetRange(2, 10), sp("upcoming"), OffsetRange(10, 10)),
+        (OffsetRangeProvider(), OffsetRange(7, 10), sp("offset", "3"), OffsetRange(3, 10)),
+        (OffsetRangeProvider(), OffsetRange(0, 10), sp("offset", "10"), OffsetRange(10, 10)),
+        (OffsetRangeProvider(), OffsetRange(0, 10), sp("offset", "11"), None),  # no data there yet
+        (OffsetRangeProvider(), OffsetRange(7, 10), sp("oldest"), OffsetRange(0, 10)),
+        (OffsetRangeProvider(), OffsetRange(2, 10), sp("upcoming"), OffsetRange(10, 10)),
         (_Latest(42), OffsetRange(2, sys.maxsize), sp("upcoming"), OffsetRange(42, sys.maxsize)),
         (_Latest(None), OffsetRange(2, sys.maxsize), sp("upcoming"), None),
     ],
@@ -82,14 +81,16 @@ def test_offset_range_errors_name_the_transform_and_the_hook():
     unbounded = OffsetRange(0, sys.maxsize)
     with pytest.raises(UnsupportedStartpointError, match=r"'upcoming' for transform 'R'.*latest_"):
         restrictions.restriction_for_startpoint(
-            RangeProvider(), "R", "e", unbounded, sp("upcoming")
+            OffsetRangeProvider(), "R", "e", unbounded, sp("upcoming")
         )
     with pytest.raises(UnsupportedStartpointError, match=r"'timestamp' for transform 'R'.*restric"):
-        restrictions.check_supported(RangeProvider(), "R", sp("timestamp", "1700000000000"))
+        restrictions.check_supported(OffsetRangeProvider(), "R", sp("timestamp", "1700000000000"))
     with pytest.raises(UnsupportedStartpointError, match="restriction is a tuple, not an Offset"):
-        restrictions.restriction_for_startpoint(RangeProvider(), "R", "e", (0, 1), sp("oldest"))
+        restrictions.restriction_for_startpoint(
+            OffsetRangeProvider(), "R", "e", (0, 1), sp("oldest")
+        )
     with pytest.raises(StartpointError, match="position 'abc', which is not an integer offset"):
-        restrictions.check_supported(RangeProvider(), "R", sp("offset", "abc"))
+        restrictions.check_supported(OffsetRangeProvider(), "R", sp("offset", "abc"))
 
 
 def test_provider_hooks_override_the_builtin():
@@ -107,7 +108,7 @@ def test_provider_hooks_override_the_builtin():
     )
     assert got == OffsetRange(5, 9)
     assert restrictions.element_key(p, ("a", 9)) == "a"
-    assert restrictions.element_key(RangeProvider(), ("a", 9)) == "('a', 9)"
+    assert restrictions.element_key(OffsetRangeProvider(), ("a", 9)) == "('a', 9)"
 
 
 # --- a real translated pipeline -----------------------------------------------------------
@@ -116,7 +117,7 @@ def test_provider_hooks_override_the_builtin():
 class Positions(beam.DoFn):
     """Emits (name, position) for every position of its restriction."""
 
-    def process(self, element, tracker=beam.DoFn.RestrictionParam(RangeProvider())):
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(OffsetRangeProvider())):
         pos = tracker.current_restriction().start
         while tracker.try_claim(pos):
             yield element[0], pos

@@ -12,8 +12,9 @@ import time
 import apache_beam as beam
 from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Duration, Timestamp
+from sparkbeam.sdf import OffsetRangeProvider
 
-from examples.streaming_recovery import ManualWatermark, Positions
+from examples.streaming_recovery import ManualWatermark
 
 
 class EventTimeOffsets(beam.DoFn):
@@ -33,7 +34,7 @@ class EventTimeOffsets(beam.DoFn):
     def process(
         self,
         element,
-        tracker=beam.DoFn.RestrictionParam(Positions()),
+        tracker=beam.DoFn.RestrictionParam(OffsetRangeProvider()),
         estimator=beam.DoFn.WatermarkEstimatorParam(WATERMARK),
     ):
         yield from self.emit(element, tracker, estimator)
