@@ -99,10 +99,6 @@ class ChangelogWriter:
         self.name_prefix = name_prefix
         self._buffer = SegmentBuffer()
 
-    @property
-    def pending_records(self) -> int:
-        return self._buffer.records
-
     def append(
         self, op: Op, kg: int, namespace: str, key: bytes, value: bytes = b""
     ) -> FileEntry | None:

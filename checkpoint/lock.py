@@ -72,7 +72,7 @@ class StoreLock:
                     time.sleep(_UNREADABLE_WAIT_S)  # a backend without atomic create
                     continue
                 raise StoreLockedError(self.storage.url, {}, unreadable=LOCK_FILE)
-            holder = {} if current is UNREADABLE else current
+            holder: dict = current if isinstance(current, dict) else {}
             if not (self._stale(holder) or break_lock):
                 raise StoreLockedError(self.storage.url, holder)
             log.warning(
@@ -108,7 +108,7 @@ class StoreLock:
 def read_lock(storage: Storage) -> dict | None:
     """The current holder, or None if the store is not locked (or the file is unreadable)."""
     holder = _read_holder(storage)
-    return None if holder is UNREADABLE else holder
+    return holder if isinstance(holder, dict) else None
 
 
 def _read_holder(storage: Storage) -> dict | None | object:

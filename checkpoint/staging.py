@@ -140,14 +140,6 @@ class StagedWriter:
             max_key_groups=self.max_key_groups,
         )
 
-    def abort(self) -> None:
-        """Delete this attempt's files (best effort; `clean` catches what is left)."""
-        self._finished = True
-        self._log.discard()
-        for f in self._files:
-            self.storage.delete(f"{pipeline_dir(self.pipeline_id)}/{f.name}")
-        self._files.clear()
-
 
 def open_staged_writer(
     url: Storage | str,

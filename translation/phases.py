@@ -15,7 +15,6 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.runners.worker import bundle_processor
 
-IMPULSE_URN = common_urns.primitives.IMPULSE.urn
 FLATTEN_URN = common_urns.primitives.FLATTEN.urn
 GBK_URN = common_urns.primitives.GROUP_BY_KEY.urn
 RESHUFFLE_URN = common_urns.composites.RESHUFFLE.urn
