@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -150,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
     use_store_arguments(args)
     try:
         return args.checkpoints_func(args)
+    except StoreArgumentError as e:
+        return _input_error("checkpoints", e)
     except (CheckpointCorruptError, CheckpointNotFoundError, StoreLockedError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -162,11 +165,18 @@ def run_startpoints(args: argparse.Namespace) -> int:
     use_store_arguments(args)
     try:
         return args.startpoints_func(args)
+    except StoreArgumentError as e:
+        return _input_error("startpoints", e)
     except (CheckpointCorruptError, StoreLockedError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:
         return _unreachable(args, e)
+
+
+def _input_error(command: str, error: Exception) -> int:
+    print(f"sparkbeam {command}: error: {error}", file=sys.stderr)
+    return 2
 
 
 def _unreachable(args: argparse.Namespace, error: Exception) -> int:
@@ -183,7 +193,49 @@ def _unreachable(args: argparse.Namespace, error: Exception) -> int:
     return 2
 
 
+class StoreArgumentError(ValueError):
+    """``--checkpoint_dir`` names nothing a command can read (one line, exit code 2)."""
+
+
+def check_store_url(url: str, must_exist: bool = True) -> None:
+    """Refuse a ``--checkpoint_dir`` that is no readable store, before anything opens it.
+
+    A read-only command must not create a directory, nor print "no checkpoints" for a typo."""
+    hint = "check --checkpoint_dir (the directory or URL the job was run with)"
+    if url.startswith("memory://"):
+        return
+    if "://" not in url or url.startswith("file://"):
+        path = url[len("file://") :] if url.startswith("file://") else url
+        if not os.path.exists(path):
+            if not must_exist:
+                return
+            raise StoreArgumentError(f"no checkpoint store at {url!r}: it does not exist; {hint}.")
+        if not os.path.isdir(path):
+            raise StoreArgumentError(f"{url!r} is a file, not a checkpoint store; {hint}.")
+        if not os.access(path, os.R_OK | os.X_OK):
+            raise StoreArgumentError(
+                f"cannot read the checkpoint store {url!r}: permission denied; run as a user "
+                "who can read it."
+            )
+        return
+    from apache_beam.io.filesystems import FileSystems
+
+    if FileSystems.get_scheme(url) is None:
+        raise StoreArgumentError(
+            f"{url!r} is neither a path nor a URL (scheme://...); {hint}, e.g. ./ckpt or "
+            "s3://bucket/ckpt."
+        )
+    try:
+        FileSystems.get_filesystem(url)
+    except ValueError:
+        raise StoreArgumentError(
+            f"no filesystem for {url!r}: its scheme is not one Beam knows (s3://, gs://, "
+            "azfs://, hdfs://, file://); install the Beam extra for it or fix the URL."
+        ) from None
+
+
 def _ro(args: argparse.Namespace) -> CheckpointStore:
+    check_store_url(args.checkpoint_dir)
     return open_store(args.checkpoint_dir, read_only=True)
 
 
@@ -307,6 +359,7 @@ def _restart_choices(pids: Sequence[str], results: list[VerificationResult]) -> 
 
 
 def _clean(args: argparse.Namespace) -> int:
+    check_store_url(args.checkpoint_dir)
     with open_store(args.checkpoint_dir, job_name="checkpoints-clean",
                     break_lock=args.break_lock) as store:  # fmt: skip
         deleted = store.clean(grace_s=args.grace_s)
@@ -320,6 +373,7 @@ def _clean(args: argparse.Namespace) -> int:
 
 
 def _locked(args: argparse.Namespace, what: str) -> CheckpointStore:
+    check_store_url(args.checkpoint_dir, must_exist=False)
     return open_store(
         args.checkpoint_dir, job_name=f"startpoints-{what}", break_lock=args.break_lock
     )  # fmt: skip
@@ -357,6 +411,9 @@ def _sp_list(args: argparse.Namespace) -> int:
              s.kind.value, s.position or "-", _when(s.created), _age(now - s.created))
             for s in items]  # fmt: skip
     print(_table(("PIPELINE", "TRANSFORM", "KEY", "KIND", "VALUE", "SET (UTC)", "AGE"), rows))
+    for s in items:
+        if s.failed:  # every start refuses it: say so, with the command that deletes it
+            print(f"FAILED: {s.failed}")
     return 0
 
 

@@ -5,13 +5,16 @@ of kind offset / timestamp / oldest / upcoming -- and set/get/list/delete in the
 ``startpoints/`` directory, one JSON file per pipeline, written atomically. Startpoints never touch
 checkpoints: checkpoints are for fault tolerance and are not edited by people. Each startpoint has
 a `token` (its key plus creation time), so a run deletes exactly the one it consumed, never a newer
-one an operator set meanwhile. Leaves to others: fanning startpoints out to restrictions at job
-start and deleting them once the next checkpoint commits (`sparkbeam.sdf.startpoints.session`).
+one an operator set meanwhile. A startpoint a run could not apply stays, marked ``failed`` with
+the error, so every later start refuses it at once instead of failing the same way again.
+Leaves to others: fanning startpoints out to restrictions at job start and deleting them once the
+next checkpoint commits (`sparkbeam.sdf.startpoints.session`).
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import time
@@ -50,6 +53,9 @@ class Startpoint:
     element_key: bytes | None = None
     """The encoded element (e.g. a partition) it applies to; None: the whole source."""
     created: float = 0.0
+    failed: str | None = None
+    """Why a run could not apply it (the error it raised); every start refuses it until it is
+    deleted or set again (a new token). Not part of the token."""
 
     def __post_init__(self) -> None:
         needs = self.kind in (StartpointKind.OFFSET, StartpointKind.TIMESTAMP)
@@ -83,6 +89,7 @@ class Startpoint:
             if self.element_key is None
             else base64.b64encode(self.element_key).decode(),
             "created": self.created,
+            **({} if self.failed is None else {"failed": self.failed}),
         }
 
     @classmethod
@@ -95,6 +102,7 @@ class Startpoint:
             position=d.get("position"),
             element_key=None if ek is None else base64.b64decode(ek),
             created=float(d.get("created", 0.0)),
+            failed=d.get("failed"),
         )
 
 
@@ -166,6 +174,17 @@ class Startpoints:
             self._save(pipeline_id, [*rest, *new.values()])
         return removed
 
+    def mark_failed(self, token: str, error: str) -> Startpoint | None:
+        """Record that applying the startpoint ``token`` failed with ``error``; None if gone."""
+        for pipeline_id in self._pipelines():
+            items = self._load(pipeline_id)
+            hit = next((s for s in items if s.token == token), None)
+            if hit is not None:
+                marked = dataclasses.replace(hit, failed=error)
+                self._save(pipeline_id, [marked if s is hit else s for s in items])
+                return marked
+        return None
+
     def get(
         self, pipeline_id: str, source: str, element_key: bytes | None = None
     ) -> Startpoint | None:
@@ -175,12 +194,12 @@ class Startpoints:
         """Startpoints of one pipeline, or of all pipelines."""
         if pipeline_id is not None:
             return sorted(self._load(pipeline_id), key=_sort_key)
-        out = []
-        for path in self.storage.list(STARTPOINTS):
-            name = path.rsplit("/", 1)[-1]
-            if name.endswith(".json"):
-                out.extend(self.list(decode_component(name[: -len(".json")])))
-        return out
+        return [sp for pid in self._pipelines() for sp in self.list(pid)]
+
+    def _pipelines(self) -> list[str]:
+        """Pipelines that have a startpoints file."""
+        names = (path.rsplit("/", 1)[-1] for path in self.storage.list(STARTPOINTS))
+        return [decode_component(n[: -len(".json")]) for n in names if n.endswith(".json")]
 
     def delete(self, pipeline_id: str, source: str, element_key: bytes | None = None) -> bool:
         """Remove one startpoint; False if there was none."""

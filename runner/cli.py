@@ -9,14 +9,43 @@ The ``checkpoints`` and ``startpoints`` subcommands come from ``sparkbeam.checkp
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import runpy
 import sys
 from collections.abc import Sequence
 
-from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
-from sparkbeam.checkpoint import cli as checkpoint_cli
-from sparkbeam.sdf.testing import cli as sdf_check_cli
-from sparkbeam.translation import translate
+_APITOOLS = "apitools not found, and bigquery client libraries are not available"
+
+
+def _import_beam_quietly() -> None:
+    """Import Beam without the warning its optional BigQuery client logs on every import.
+
+    Only that exact message is dropped; any other warning still shows. The root handler the
+    dropped ``logging.warning`` call installed is removed, so a script's ``basicConfig`` works.
+    """
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    quiet = logging.Filter()
+    quiet.filter = lambda record: not str(record.msg).startswith(_APITOOLS)  # type: ignore
+    root.addFilter(quiet)
+    try:
+        import apache_beam  # noqa: F401
+    finally:
+        root.removeFilter(quiet)
+        root.handlers[:] = handlers
+
+
+_import_beam_quietly()
+
+from apache_beam.runners.runner import (  # noqa: E402 - after the quiet import
+    PipelineResult,
+    PipelineRunner,
+    PipelineState,
+)
+from sparkbeam.checkpoint import cli as checkpoint_cli  # noqa: E402
+from sparkbeam.sdf.testing import cli as sdf_check_cli  # noqa: E402
+from sparkbeam.translation import translate  # noqa: E402
 
 
 class PlanPrinter(PipelineRunner):
@@ -30,6 +59,11 @@ class PlanPrinter(PipelineRunner):
 
 
 def _plan(args: argparse.Namespace) -> int:
+    if not os.path.isfile(args.script):
+        what = "a directory" if os.path.isdir(args.script) else "not found"
+        return cli_error(
+            "plan", f"script {args.script!r} is {what}: give the path of a Beam pipeline script."
+        )
     # By its import path: under `python -m` this module is __main__, which runpy replaces.
     runner = "--runner=sparkbeam.runner.cli.PlanPrinter"
     argv = [a for a in args.script_args if not a.startswith("--runner")]
@@ -39,6 +73,12 @@ def _plan(args: argparse.Namespace) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     return 0
+
+
+def cli_error(command: str, message: str) -> int:
+    """Bad input: one line on stderr in argparse's style, exit code 2."""
+    print(f"sparkbeam {command}: error: {message}", file=sys.stderr)
+    return 2
 
 
 def _drain(args: argparse.Namespace) -> int:

@@ -4,6 +4,8 @@ import logging
 import os
 import re
 
+from sparkbeam.sdf.startpoints.errors import StartpointFailedError, startpoint_failure
+
 _LOG = logging.getLogger(__name__)
 
 
@@ -78,8 +80,20 @@ def run_guarded(stage_id: str | None, action, describe=None):
         from sparkbeam.runner.spark.shipping import missing_module_error
 
         user = user_traceback(text)
+        startpoint = startpoint_failure(user)
+        if startpoint is not None:  # not the user's DoFn: restoring cannot help
+            raise _with_frames(startpoint, user) from None
         missing = missing_module_error(failed, user)
         raise missing or StageFailedError(failed, user, transforms) from None
+
+
+def _with_frames(error: StartpointFailedError, traceback_text: str) -> StartpointFailedError:
+    """The startpoint failure, its first line unchanged, with the user's frames below."""
+    frames = user_frames(traceback_text)
+    if not frames:
+        return error
+    detail = "\n".join(["  User traceback (most recent call last):", *("  " + f for f in frames)])
+    return StartpointFailedError(error.summary, error.token, detail)
 
 
 def user_traceback(text: str) -> str:

@@ -22,6 +22,7 @@ from sparkbeam.runner.batch.durability import refuse_finished_rerun
 from sparkbeam.runner.batch.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
+from sparkbeam.runner.rounds.startpoints import check_startpoints
 from sparkbeam.runner.spark.filesystem_options import apply_in_driver, use_in_jobs
 from sparkbeam.runner.spark.session import get_or_create_session
 from sparkbeam.runner.spark.shipping import ship_user_code
@@ -77,6 +78,8 @@ class SparkCheckpointRunner(PipelineRunner):
         streaming = options.view_as(StandardOptions).streaming
         store = open_job_store(plan, options, spark_options.spark_app_name or job_name)
         try:
+            if store is not None:  # a bad or failed startpoint is refused before Spark starts
+                check_startpoints(store.startpoints, plan)
             spark = get_or_create_session(spark_options, job_name)
             ship_user_code(spark, options)  # the user's modules and packages reach the executors
             use_in_jobs(spark.sparkContext, fs_options)  # ... and in every task

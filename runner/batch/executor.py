@@ -48,6 +48,7 @@ from sparkbeam.runner.rounds.startpoints import (
     commit_round,
     open_session,
     outcomes,
+    record_failure,
     with_startpoints,
 )
 from sparkbeam.runner.spark.labels import (
@@ -67,6 +68,7 @@ from sparkbeam.runner.task.records import (
     WarningRecord,
 )
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf.startpoints.errors import StartpointFailedError
 from sparkbeam.sdf.startpoints.session import StartpointSession
 from sparkbeam.translation.plan import ExecutionPlan, StagePlan
 
@@ -351,7 +353,11 @@ class PlanExecutor:
 
     def _guarded(self, stage: StagePlan | None, action):
         """Run a Spark action; a task failure becomes StageFailedError naming the stage."""
-        return run_guarded(stage.id if stage else None, action, self._labels.get)
+        try:
+            return run_guarded(stage.id if stage else None, action, self._labels.get)
+        except StartpointFailedError as e:  # every later start refuses it at once
+            record_failure(self.store and self.store.startpoints, e)
+            raise
 
     def _cleanup(self) -> None:
         for rdd in self._persisted:

@@ -3,10 +3,13 @@
 Owns the four call points of a startpoint session in a loop that runs rounds and commits a
 checkpoint at each round's barrier (the lifecycle is `sparkbeam.sdf.startpoints.session`):
 
-1. `check_startpoints` before anything runs, so a bad startpoint fails the start, not a thread;
-   `open_session` per pipeline at start or restore (fan-out from the restored checkpoint).
+1. `check_startpoints` before Spark starts, so a bad startpoint (or one a run already failed to
+   apply) fails the start in a second, not a thread; `open_session` per pipeline at start or
+   restore (fan-out from the restored checkpoint).
 2. `with_startpoints` inside an SDF process stage's Spark task: apply the driver's assignment to
    the task's input rows, run the stage, then report a `StartpointOutcome` per element met.
+   A startpoint whose application raises fails the round with `StartpointFailedError`, which the
+   loops do not restore from: `record_failure` marks it failed in the store first.
 3. `outcomes` picks those reports out of what the round's tasks returned.
 4. `commit_round` at the barrier: the consumed tokens go into the checkpoint's metadata, and the
    startpoints are deleted only once that checkpoint has committed.
@@ -23,7 +26,10 @@ from typing import Any, TypeVar
 
 from sparkbeam.checkpoint.startpoints import Startpoints
 from sparkbeam.sdf.startpoints.applier import restriction_provider
-from sparkbeam.sdf.startpoints.errors import UnknownStartpointTransformError
+from sparkbeam.sdf.startpoints.errors import (
+    StartpointFailedError,
+    UnknownStartpointTransformError,
+)
 from sparkbeam.sdf.startpoints.restrictions import check_supported
 from sparkbeam.sdf.startpoints.session import (
     DEFAULT_MAX_AGE_S,
@@ -42,6 +48,7 @@ __all__ = [
     "commit_round",
     "open_session",
     "outcomes",
+    "record_failure",
     "with_startpoints",
 ]
 
@@ -52,8 +59,16 @@ _LOG = logging.getLogger(__name__)
 def check_startpoints(startpoints: Startpoints, plan: Any) -> None:
     """Step 1a, read-only: fail on a startpoint no pipeline of this job could ever apply.
 
-    Raises `StartpointError` (a ValueError) naming the pipeline or transform and what exists.
+    Raises `StartpointError` (a ValueError) naming the pipeline or transform and what exists,
+    or `StartpointFailedError` for a startpoint a run could not apply (it must be deleted).
     """
+    for sp in startpoints.list():
+        if sp.failed:
+            raise StartpointFailedError(
+                f"{sp.failed} (A previous run failed on it; this job does not start until it "
+                "is deleted or set again.)",
+                sp.token,
+            )
     check_pipelines(startpoints, plan)
     for pipeline in plan.pipelines:
         sources = sdf_sources(plan, pipeline.id)
@@ -61,6 +76,14 @@ def check_startpoints(startpoints: Startpoints, plan: Any) -> None:
             if sp.source not in sources:
                 raise UnknownStartpointTransformError(pipeline.id, sp.source, sources)
             check_supported(restriction_provider(sources[sp.source]), sp.source, sp)
+
+
+def record_failure(startpoints: Startpoints | None, error: StartpointFailedError) -> None:
+    """Mark the startpoint a round failed to apply, so every later start refuses it at once."""
+    if startpoints is None or error.token is None:
+        return
+    if startpoints.mark_failed(error.token, error.summary) is None:
+        _LOG.warning("The startpoint that failed (token %s) is no longer in the store", error.token)
 
 
 def open_session(

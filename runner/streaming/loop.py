@@ -26,6 +26,7 @@ from sparkbeam.runner.rounds.startpoints import (
     commit_round,
     open_session,
     outcomes,
+    record_failure,
 )
 from sparkbeam.runner.spark import session_conf
 from sparkbeam.runner.spark.filesystem_options import use_in_jobs
@@ -45,6 +46,7 @@ from sparkbeam.runner.task.records import (
     WarningRecord,
 )
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf.startpoints.errors import StartpointFailedError
 from sparkbeam.sdf.startpoints.session import CONSUMED_METADATA_KEY, StartpointSession
 from sparkbeam.translation.plan import EdgeKind, PipelinePlan
 
@@ -111,6 +113,9 @@ class PipelineLoop:
                 _LOG.warning("Pipeline %s: draining from round %d", self.pipeline.id, self.round_no)
             try:
                 self.run_round()
+            except StartpointFailedError as e:  # restoring cannot help: mark it, fail the run
+                record_failure(self.ex.store.startpoints, e)
+                raise
             except StageFailedError as e:
                 self.restores += 1
                 if self.restores > self.ex.max_restores:

@@ -23,6 +23,7 @@ from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.runners import common, pipeline_context
 from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
 from sparkbeam.checkpoint.startpoints import Startpoint
+from sparkbeam.sdf.startpoints.errors import StartpointApplyError
 from sparkbeam.sdf.startpoints.restrictions import (
     element_key,
     estimator_state_for_startpoint,
@@ -111,14 +112,11 @@ class StartpointAssignment:
     default: Startpoint | None = None
     """The transform-level startpoint, for elements without their own, while its fan-out is open."""
 
+    store_url: str = ""
+    """The store's URL, for the delete command a failed application names."""
+
     def __bool__(self) -> bool:
         return bool(self.by_key) or self.default is not None
-
-    def for_key(self, key: str) -> Startpoint | None:
-        for k, sp in self.by_key:
-            if k == key:
-                return sp
-        return self.default
 
 
 @dataclass(frozen=True)
@@ -197,17 +195,27 @@ class StartpointApplier:
         sp = self.by_key.get(key, self.assignment.default)
         if sp is None:
             return wv, None
-        new = restriction_for_startpoint(
-            self.provider, self.source.source, element, restriction, sp
-        )  # fmt: skip
+        try:
+            new, state, size = self._restriction(element, restriction, estimator_state, sp)
+        except Exception as e:  # noqa: BLE001 - named, with the command that deletes it
+            raise StartpointApplyError(sp, self.assignment.store_url, key, e) from e
         outcome = StartpointOutcome(
             self.source.stage, self.source.source, key, sp.token, new is not None,
             fanned_out=sp.element_key is None,
         )  # fmt: skip
         if new is None:
             return wv, outcome
+        return wv.with_value(((element, (new, state)), size)), outcome
+
+    def _restriction(self, element, restriction, estimator_state, sp) -> tuple[Any, Any, float]:
+        """The new restriction (None: no data there yet), its estimator state and size."""
+        new = restriction_for_startpoint(
+            self.provider, self.source.source, element, restriction, sp
+        )  # fmt: skip
+        if new is None:
+            return None, estimator_state, 0.0
         size = float(self.provider.restriction_size(element, new))
         state = estimator_state_for_startpoint(
             self.provider, self.estimators, element, new, estimator_state, sp
         )  # fmt: skip
-        return wv.with_value(((element, (new, state)), size)), outcome
+        return new, state, size

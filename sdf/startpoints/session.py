@@ -225,7 +225,10 @@ class StartpointSession:
         explicit, default = self.explicit[source], self.defaults.get(source)
         if not explicit and default is None:
             return None
-        return StartpointAssignment(stage_id, source, tuple(sorted(explicit.items())), default)
+        return StartpointAssignment(
+            stage_id, source, tuple(sorted(explicit.items())), default,
+            store_url=self.startpoints.storage.url,
+        )  # fmt: skip
 
     def prepare_commit(self, outcomes: Iterable[StartpointOutcome]) -> dict[str, Any]:
         """Step 3: before the round's checkpoint; merge the result into its metadata.

@@ -60,6 +60,31 @@ def load_elements(text: str) -> list:
     return value
 
 
+def _error(message: str) -> int:
+    """One line on stderr in argparse's style; exit code 2 (bad input)."""
+    print(f"sparkbeam sdf-check: error: {message}", file=sys.stderr)
+    return 2
+
+
+def check_dofn_ref(ref: str) -> str | None:
+    """What is wrong with a ``module:attr`` reference, in one line (None: it loads)."""
+    from sparkbeam.sdf.testing.run import load_dofn
+
+    try:
+        load_dofn(ref)
+    except ModuleNotFoundError as e:
+        return (
+            f"cannot import module {e.name!r} of {ref!r}: run from the directory that holds "
+            "it, add it to PYTHONPATH, or install its package."
+        )
+    except AttributeError as e:
+        module = ref.partition(":")[0]
+        return f"{ref!r}: {e}; check the name after ':' (an attribute of module {module!r})."
+    except (ValueError, TypeError) as e:
+        return str(e)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     from sparkbeam.sdf.testing.check import check_sdf
 
@@ -67,8 +92,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         elements = load_elements(args.elements)
     except (ValueError, OSError) as e:
-        print(f"sdf-check: bad --elements {args.elements!r}: {e}", file=sys.stderr)
-        return 2
+        first = " ".join(str(e).split())
+        return _error(
+            f"bad --elements {args.elements!r}: {first}. Give a JSON list, e.g. "
+            "--elements '[1, 2]', or the path of a file holding one."
+        )
+    problem = check_dofn_ref(args.dofn)
+    if problem is not None:
+        return _error(problem)
     report = check_sdf(
         args.dofn,
         elements,
