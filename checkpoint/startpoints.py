@@ -196,10 +196,10 @@ class Startpoints:
             return sorted(self._load(pipeline_id), key=_sort_key)
         return [sp for pid in self._pipelines() for sp in self.list(pid)]
 
-    def _pipelines(self) -> list[str]:
+    def _pipelines(self) -> tuple[str, ...]:
         """Pipelines that have a startpoints file."""
         names = (path.rsplit("/", 1)[-1] for path in self.storage.list(STARTPOINTS))
-        return [decode_component(n[: -len(".json")]) for n in names if n.endswith(".json")]
+        return tuple(decode_component(n[: -len(".json")]) for n in names if n.endswith(".json"))
 
     def delete(self, pipeline_id: str, source: str, element_key: bytes | None = None) -> bool:
         """Remove one startpoint; False if there was none."""
