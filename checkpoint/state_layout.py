@@ -127,8 +127,8 @@ def check_restorable(metadata: dict, namespaces: Iterable[str], where: str) -> N
     raise StateLayoutError(
         f"{where} was written with state layout version {version}, and this sparkbeam reads "
         f"version {LAYOUT_VERSION}; its namespaces {', '.join(held[:5]) or '-'} cannot be read. "
-        "Finish the job with the sparkbeam version that wrote it, or start over with --fresh "
-        "or a new --checkpoint_dir."
+        "Finish the job with the sparkbeam version that wrote it, or start it over with a new "
+        "--checkpoint_dir (or after removing this pipeline's checkpoints from the store)."
     )
 
 
@@ -139,8 +139,7 @@ def _check(value: bytes, namespace: str, where: str) -> None:
             f"A value in namespace {namespace!r}{' of ' + where if where else ''} has version "
             f"byte {found}; this sparkbeam reads version {V1} (state layout {LAYOUT_VERSION}). "
             "The checkpoint was written by another sparkbeam version or is damaged: finish the "
-            "job with the version that wrote it, or start over with --fresh or a new "
-            "--checkpoint_dir."
+            "job with the version that wrote it, or start it over with a new --checkpoint_dir."
         )
 
 
