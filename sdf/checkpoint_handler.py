@@ -27,8 +27,6 @@ from sparkbeam.checkpoint import PipelineStore, state_layout
 from sparkbeam.sdf.residuals import ResidualRecord, decode_pending, encode_pending
 from sparkbeam.sdf.timer_service import ResidualTimerService
 
-NAMESPACE_PREFIX = state_layout.SDF_RESIDUAL_PREFIX
-
 
 @dataclass(frozen=True)
 class DueResidual:
