@@ -20,7 +20,6 @@ the key groups differently.
 from __future__ import annotations
 
 import math
-import struct
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -29,15 +28,11 @@ from typing import Any, NamedTuple
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.runners.direct.clock import RealClock
 from apache_beam.transforms import trigger
-from apache_beam.transforms.window import (
-    BoundedWindow,
-    GlobalWindow,
-    IntervalWindow,
-    TimestampCombiner,
-)
+from apache_beam.transforms.window import TimestampCombiner
 from apache_beam.utils import timestamp, windowed_value
 from apache_beam.utils.windowed_value import WindowedValue
 from sparkbeam.checkpoint import key_group, state_layout, subtask_for_key_group
+from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
 from sparkbeam.runner.task.grouping import split_elements
 from sparkbeam.runner.task.records import CommitRecord, OutputRecord
 from sparkbeam.runner.task.staged_state import read_task_state, staged_writer_for_task
@@ -364,57 +359,3 @@ def load_state(blob: bytes | None, codec=None):
         state.timers[window].update(values)
     state.global_state.update(global_state)
     return state
-
-
-_TIMESTAMP, _DURATION, _WINDOW = 1, 2, 3
-_I64 = struct.Struct(">q")
-
-
-def trigger_state_codec(windowing) -> state_layout.TreeCodec:
-    """The layout's tree codec, with Beam timestamps and this windowing's windows.
-
-    Without a windowing: interval and global windows (Beam's standard window coders).
-    """
-    if windowing is None:
-        window_coder = _StandardWindows()
-    else:
-        window_coder = windowing.windowfn.get_window_coder()
-
-    def ext_encode(obj):
-        if isinstance(obj, timestamp.Timestamp):
-            return _TIMESTAMP, _I64.pack(obj.micros)
-        if isinstance(obj, timestamp.Duration):
-            return _DURATION, _I64.pack(obj.micros)
-        if isinstance(obj, BoundedWindow):
-            return _WINDOW, window_coder.encode(obj)
-        return None
-
-    def ext_decode(tag: int, raw: bytes):
-        if tag == _TIMESTAMP:
-            return timestamp.Timestamp(micros=_I64.unpack(raw)[0])
-        if tag == _DURATION:
-            return timestamp.Duration(micros=_I64.unpack(raw)[0])
-        if tag == _WINDOW:
-            return window_coder.decode(raw)
-        raise state_layout.StateLayoutError(f"GroupByKey trigger state: unknown type tag {tag}")
-
-    return state_layout.TreeCodec(ext_encode, ext_decode)
-
-
-class _StandardWindows:
-    """Beam's interval and global window coders behind one encode/decode."""
-
-    def __init__(self) -> None:
-        from apache_beam.coders.coders import IntervalWindowCoder
-
-        self.interval = IntervalWindowCoder()
-
-    def encode(self, w) -> bytes:
-        if isinstance(w, GlobalWindow):
-            return b"g"
-        if isinstance(w, IntervalWindow):
-            return b"i" + self.interval.encode(w)
-        raise TypeError(f"No standard window coder for {type(w).__name__}: pass the windowing")
-
-    def decode(self, raw: bytes):
-        return GlobalWindow() if raw == b"g" else self.interval.decode(raw[1:])
