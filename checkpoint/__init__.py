@@ -2,7 +2,8 @@
 
 Keyed state in key groups, a changelog (DSTL) plus periodic materialization, atomic manifests
 with two-phase commit across Spark tasks, restore at another parallelism, completed-work markers,
-source positions, startpoints, retention, verification. Imports nothing of Beam or Spark (Beam's
+source positions, startpoints, retention, verification, and the state layout (``state_layout``:
+every namespace and its versioned value codec). Imports nothing of Beam or Spark (Beam's
 ``FileSystems`` only lazily, for non-local URLs).
 """
 

@@ -97,3 +97,7 @@ class CheckpointConflictError(RuntimeError):
             "was overwritten. Stop the other job, then restart this one to resume from the "
             "latest checkpoint."
         )
+
+
+class StateLayoutError(ValueError):
+    """A checkpoint's state was written in a layout (or value version) this code cannot read."""

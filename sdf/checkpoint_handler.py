@@ -23,11 +23,9 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from sparkbeam.checkpoint import PipelineStore
+from sparkbeam.checkpoint import PipelineStore, state_layout
 from sparkbeam.sdf.residuals import ResidualRecord, decode_pending, encode_pending
 from sparkbeam.sdf.timer_service import ResidualTimerService
-
-NAMESPACE_PREFIX = "sdf-residual/"
 
 
 @dataclass(frozen=True)
@@ -47,7 +45,7 @@ class StateAndTimerBundleCheckpointHandler:
     def __init__(self, state: PipelineStore, stage: str) -> None:
         self.state = state
         self.stage = stage
-        self.namespace = NAMESPACE_PREFIX + stage
+        self.namespace = state_layout.sdf_residual(stage)
         self.timers = ResidualTimerService()
         self.added = 0
         self.fired = 0
@@ -84,7 +82,7 @@ class StateAndTimerBundleCheckpointHandler:
             value = self.state.get(self.namespace, key)
             if value is None:
                 continue
-            transform, element, fire_at, hold, _ = decode_pending(value)
+            transform, element, fire_at, hold, _ = decode_pending(value, self.namespace)
             self.state.delete(self.namespace, key)
             due.append(DueResidual(key, transform, element, fire_at, hold))
         self.fired += len(due)
@@ -94,7 +92,7 @@ class StateAndTimerBundleCheckpointHandler:
         """Rebuild the timers from state (after ``PipelineStore.restore``)."""
         entries = []
         for _, key, value in self.state.items(self.namespace):
-            _, _, fire_at, hold, _ = decode_pending(value)
+            _, _, fire_at, hold, _ = decode_pending(value, self.namespace)
             entries.append((key, fire_at, hold))
         self.timers.restore(entries)
         return len(entries)

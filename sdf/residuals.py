@@ -7,8 +7,9 @@ residual of a split). It crosses the task boundary as plain bytes and ints;
 
 from __future__ import annotations
 
-import struct
 from typing import NamedTuple
+
+from sparkbeam.checkpoint import state_layout
 
 
 class ResidualRecord(NamedTuple):
@@ -22,20 +23,6 @@ class ResidualRecord(NamedTuple):
     hold_micros: int  # output watermark hold: min of output watermarks, else element time
 
 
-_HEADER = struct.Struct(">qqdH")
-
-
-def encode_pending(
-    transform: str, element: bytes, fire_at_ms: int, hold_micros: int, delay_ms: float
-) -> bytes:
-    """The stored value of one pending residual (fixed header, then names and bytes)."""
-    name = transform.encode("utf-8")
-    return _HEADER.pack(fire_at_ms, hold_micros, delay_ms, len(name)) + name + element
-
-
-def decode_pending(value: bytes) -> tuple[str, bytes, int, int, float]:
-    """Inverse of encode_pending: (transform, element, fire_at_ms, hold_micros, delay_ms)."""
-    fire_at_ms, hold_micros, delay_ms, n = _HEADER.unpack_from(value)
-    start = _HEADER.size
-    transform = value[start : start + n].decode("utf-8")
-    return transform, value[start + n :], fire_at_ms, hold_micros, delay_ms
+# The stored value of a pending residual (``sdf-residual/<stage>``) is the layout's.
+encode_pending = state_layout.encode_residual
+decode_pending = state_layout.decode_residual

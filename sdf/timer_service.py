@@ -27,9 +27,6 @@ class ResidualTimerService:
         heapq.heappush(self._heap, (fire_at_ms, key))
         heapq.heappush(self._holds, (hold_micros, key))
 
-    def clear(self, key: bytes) -> None:
-        self._timers.pop(key, None)
-
     def next_fire_ms(self) -> int | None:
         """Fire time of the earliest live timer (lazily drops cleared ones)."""
         while self._heap:

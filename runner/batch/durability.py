@@ -21,8 +21,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 
-OUTPUT_PREFIX = "stage-output/"
-FINISHED = "finished"
+from sparkbeam.checkpoint import state_layout
+
+OUTPUT_PREFIX = state_layout.STAGE_OUTPUT_PREFIX
+FINISHED = state_layout.FINISHED
 _LOG = logging.getLogger(__name__)
 
 
@@ -58,12 +60,8 @@ def refuse_finished_rerun(store, pipeline_ids: Iterable[str], fresh: bool) -> No
         )  # fmt: skip
 
 
-def input_marker(stage_id: str) -> str:
-    return f"{stage_id}:input"
-
-
-def output_namespace(stage_id: str) -> str:
-    return OUTPUT_PREFIX + stage_id
+input_marker = state_layout.input_marker
+output_namespace = state_layout.stage_output
 
 
 def stage_outputs_durably(
@@ -88,8 +86,8 @@ def stage_outputs_durably(
     seq = 0
     for record in records:
         if isinstance(record, OutputRecord):
-            key = f"{round_no:08d}/{partition:06d}/{seq:09d}".encode()
-            writer.put(namespace, key, record.buffer.encode() + b"\x00" + record.data)
+            key = state_layout.row_key(round_no, partition, seq, round_width=8)
+            writer.put(namespace, key, state_layout.encode_row(record.buffer, record.data))
             seq += 1
         yield record
     yield CommitRecord(stage_id, writer.finish())
@@ -98,8 +96,8 @@ def stage_outputs_durably(
 def restored_outputs(state, stage_id: str) -> list[tuple[str, bytes]]:
     """(buffer, chunk) of every committed output chunk of a stage, in commit order."""
     rows = []
-    for _, key, value in state.items(output_namespace(stage_id)):
-        buffer, _, data = value.partition(b"\x00")
-        rows.append((key, buffer.decode(), data))
+    namespace = output_namespace(stage_id)
+    for _, key, value in state.items(namespace):
+        rows.append((key, *state_layout.decode_row(value, namespace)))
     rows.sort()
     return [(buffer, data) for _, buffer, data in rows]

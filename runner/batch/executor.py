@@ -21,7 +21,7 @@ from typing import Any
 
 from apache_beam.portability.api import metrics_pb2
 from pyspark import StorageLevel
-from sparkbeam.checkpoint import MemoryStorage, open_store
+from sparkbeam.checkpoint import MemoryStorage, open_store, state_layout
 from sparkbeam.runner import progress
 from sparkbeam.runner.batch.durability import (
     FINISHED,
@@ -286,7 +286,9 @@ class PlanExecutor:
         if chunks:
             rows = [OutputRecord(b, d) for b, d in chunks]
             prior.append(self.sc.parallelize(rows, self.parallelism))
-        first = int(state.source_positions().get(f"{stage.id}:round", b"0")) + 1
+        first = (
+            int(state.source_positions().get(state_layout.stage_round_position(stage.id), b"0")) + 1
+        )
         return prior + rounds.run(None, first_round=first)
 
     def _end_round(self, stage: StagePlan, handler, round_no: int) -> None:
@@ -295,7 +297,9 @@ class PlanExecutor:
             return
         state = self._state_for(stage.pipeline)
         state.mark_completed(input_marker(stage.id))
-        state.set_source_position(f"{stage.id}:round", str(round_no).encode())
+        state.set_source_position(
+            state_layout.stage_round_position(stage.id), str(round_no).encode()
+        )
         record_pending(state, self._round_sink_files)  # renamed at the end, even after a kill
         metadata = {
             "stage": stage.id,

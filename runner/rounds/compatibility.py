@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.batch.durability import FINISHED
 from sparkbeam.runner.errors import IncompatiblePipelineError
 from sparkbeam.translation.compatibility import compare, incompatible
@@ -31,7 +32,11 @@ class RestoreGuard:
         self.plan = plan
         self.shapes = pipeline_shapes(plan)
         self._metadata = {
-            pid: {SHAPE_KEY: shape.to_json(), SHAPE_FINGERPRINT_KEY: shape.fingerprint}
+            pid: {
+                SHAPE_KEY: shape.to_json(),
+                SHAPE_FINGERPRINT_KEY: shape.fingerprint,
+                state_layout.LAYOUT_KEY: state_layout.LAYOUT_VERSION,
+            }
             for pid, shape in self.shapes.items()
         }
 
@@ -42,7 +47,8 @@ class RestoreGuard:
     def restore(self, state, store):
         """``state.restore()`` the latest checkpoint, refusing one the plan cannot continue.
 
-        A checkpoint of a finished job is not checked: the job runs again from scratch.
+        A checkpoint of a finished job is not checked: the job runs again from scratch. One
+        of an older state layout is refused if it holds state whose encoding changed.
         """
         info = state.restore()
         if info is None:
@@ -50,8 +56,12 @@ class RestoreGuard:
         manifest = store.load_manifest(state.pipeline_id, info.checkpoint_id)
         if not manifest.metadata.get(FINISHED):
             try:
+                cid, pid = info.checkpoint_id, state.pipeline_id
+                where = f"Checkpoint {cid} of pipeline {pid!r} in store {store.url!r}"
+                namespaces = {ns for ns, _, _ in state.items()}
+                state_layout.check_restorable(manifest.metadata, namespaces, where)
                 self.check(manifest, store.url)
-            except IncompatiblePipelineError:
+            except (IncompatiblePipelineError, state_layout.StateLayoutError):
                 state.close()
                 raise
         return info

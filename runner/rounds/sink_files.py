@@ -32,12 +32,13 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task.records import SinkFilesRecord
 
 _LOG = logging.getLogger(__name__)
 
 STAGING_DIR = ".sparkbeam-staging"
-pending_namespace = "sink-pending"
+pending_namespace = state_layout.SINK_PENDING
 """Checkpoint-store namespace of staged files awaiting their rename (key: final path)."""
 DIRECTORY_ANNOTATION = "sparkbeam:sink_directory"
 """Transform annotation naming a sink's output directory (set by ``sparkbeam.io``)."""

@@ -4,7 +4,8 @@ In batch, a GroupByKey sees all its input at once (``grouping.group_partition``)
 In streaming it sees one round at a time, so what it buffered must survive the
 round: per key, the trigger driver's state (elements still encoded, trigger
 and pane bookkeeping, watermark holds, timers) is one entry of namespace
-``gbk/<buffer>`` in the pipeline's checkpoint store, keyed by the encoded key.
+``gbk/<buffer>`` in the pipeline's checkpoint store, keyed by the encoded key, in the
+explicit format of ``sparkbeam.checkpoint.state_layout`` (never pickled).
 
 Each round, task ``p`` owns the key groups ``key_group_range(p, parallelism)``:
 it reads their state as of the previous round's checkpoint, runs Beam's
@@ -19,8 +20,6 @@ the key groups differently.
 from __future__ import annotations
 
 import math
-import pickle
-import struct
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -32,20 +31,16 @@ from apache_beam.transforms import trigger
 from apache_beam.transforms.window import TimestampCombiner
 from apache_beam.utils import timestamp, windowed_value
 from apache_beam.utils.windowed_value import WindowedValue
-from sparkbeam.checkpoint import key_group, subtask_for_key_group
+from sparkbeam.checkpoint import key_group, state_layout, subtask_for_key_group
+from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
 from sparkbeam.runner.task.grouping import split_elements
 from sparkbeam.runner.task.records import CommitRecord, OutputRecord
 from sparkbeam.runner.task.staged_state import read_task_state, staged_writer_for_task
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.translation.plan import Edge
 
-NAMESPACE_PREFIX = "gbk/"
 MAX_MICROS = timestamp.MAX_TIMESTAMP.micros
-MIN_MICROS = timestamp.MIN_TIMESTAMP.micros
-
-
-def namespace(buffer: str) -> str:
-    return NAMESPACE_PREFIX + buffer
+namespace = state_layout.gbk
 
 
 def commit_stage(buffer: str) -> str:
@@ -97,7 +92,8 @@ def group_round(
     key_impl, value_impl = kv.key_coder().get_impl(), kv.value_coder().get_impl()
     write_impl = write.get_impl()
     read_impl = context.coders[edge.read_coder].get_impl()
-    panes = OnTimePanes() if OnTimePanes.applies(windowing) else TriggerPanes(windowing)
+    codec = trigger_state_codec(windowing)
+    panes = OnTimePanes(codec) if OnTimePanes.applies(windowing) else TriggerPanes(windowing, codec)
     ns = namespace(edge.id)
 
     incoming: dict[bytes, list] = {}
@@ -126,7 +122,7 @@ def group_round(
         if key not in incoming:
             wake, real_ms, key_hold = read_header(stored[key])
             if wake > watermark.micros and real_ms > now_ms:
-                keys += 1  # nothing due for this key: its state is not even unpickled
+                keys += 1  # nothing due for this key: its state is not even decoded
                 hold = min(hold, key_hold)
                 if real_ms != math.inf:
                     next_ms = real_ms if next_ms is None else min(next_ms, real_ms)
@@ -166,28 +162,28 @@ def group_round(
 
 
 class TriggerPanes:
-    """Any windowing: Beam's ``GeneralTriggerDriver`` over the key's pickled trigger state."""
+    """Any windowing: Beam's ``GeneralTriggerDriver`` over the key's stored trigger state."""
 
-    def __init__(self, windowing) -> None:
+    def __init__(self, windowing, codec=None) -> None:
+        self.codec = codec or trigger_state_codec(windowing)
         self.driver = trigger.GeneralTriggerDriver(windowing, RealClock())
         self.lateness = windowing.allowed_lateness
         self.accumulating = windowing.accumulation_mode == trigger.AccumulationMode.ACCUMULATING
 
     def step(self, blob, elements, previous, watermark, now: float):
         """(fired panes, the key's new state bytes or None) after one round."""
-        state = load_state(blob)
+        state = load_state(blob, self.codec)
         fired: list = []
         if elements:
             fired.extend(self.driver.process_elements(state, elements, previous, previous))
         fired.extend(_fire_timers(self.driver, state, watermark, now))
         fired.extend(_closing_panes(state, watermark, self.lateness, self.accumulating))
         _collect_garbage(state, watermark, self.lateness)
-        return fired, dump_state(state, self.lateness)
+        return fired, dump_state(state, self.lateness, self.codec)
 
 
 _ON_TIME = windowed_value.PaneInfo(True, False, windowed_value.PaneInfoTiming.ON_TIME, 0, 0)
 _LATE = windowed_value.PaneInfo(True, False, windowed_value.PaneInfoTiming.LATE, 0, 0)
-_FAST = b"\x01"  # after the header: an OnTimePanes buffer, not a pickled trigger state
 
 
 class OnTimePanes:
@@ -200,6 +196,9 @@ class OnTimePanes:
     state is just the encoded values per window.
     """
 
+    def __init__(self, codec=None) -> None:
+        self.codec = codec or trigger_state_codec(None)
+
     @staticmethod
     def applies(windowing) -> bool:
         return (
@@ -210,7 +209,9 @@ class OnTimePanes:
         )
 
     def step(self, blob, elements, previous, watermark, now: float):
-        buffered = pickle.loads(blob[_HEADER.size + 1 :]) if blob is not None else {}
+        buffered = {}
+        if blob is not None:
+            buffered = self.codec.decode(state_layout.decode_group(blob)[1])
         late: dict = {}
         for wv in elements:
             for w in wv.windows:
@@ -227,12 +228,13 @@ class OnTimePanes:
         ]
         if not buffered:
             return fired, None
-        header = _HEADER.pack(
+        return fired, state_layout.encode_group(
+            state_layout.GROUP_ON_TIME,
             min(w.end.micros for w in buffered),
             math.inf,
             min(w.max_timestamp().micros for w in buffered) - 1,
+            self.codec.encode(buffered),
         )
-        return fired, header + _FAST + pickle.dumps(buffered, protocol=pickle.HIGHEST_PROTOCOL)
 
 
 def _fire_timers(driver, state, watermark, now: float) -> list:
@@ -303,17 +305,14 @@ def _next_processing_timer(state) -> float | None:
     return min(times) * 1000.0 if times else None
 
 
-_HEADER = struct.Struct(">qdq")  # next event-time wake (micros), next processing timer (ms), hold
-
-
-def dump_state(state, allowed_lateness) -> bytes | None:
+def dump_state(state, allowed_lateness, codec=None) -> bytes | None:
     """The bytes of one key's trigger state, or None when nothing is left to keep.
 
-    Element values inside are already encoded, so only windows, timestamps and
-    trigger bookkeeping are pickled — never user objects. A fixed header says
-    when the key next needs a round (an event-time timer, a window to forget,
-    a processing-time timer) and its watermark hold, so idle keys are skipped
-    without unpickling.
+    Element values inside are already encoded; windows go through the windowing's
+    window coder, timestamps and trigger bookkeeping through the layout's tree codec.
+    A fixed header says when the key next needs a round (an event-time timer, a
+    window to forget, a processing-time timer) and its watermark hold, so idle keys
+    are skipped without decoding.
     """
     if not state.state and not state.timers and not _has_windows(state):
         return None
@@ -331,28 +330,29 @@ def dump_state(state, allowed_lateness) -> bytes | None:
     windows = state.global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag) or {}
     wakes += [(w.max_timestamp() + allowed_lateness).micros + 1 for w in windows]
     real = _next_processing_timer(state)
-    header = _HEADER.pack(
+    return state_layout.encode_group(
+        state_layout.GROUP_TRIGGER,
         min(wakes, default=MAX_MICROS),
         math.inf if real is None else real,
         state.get_earliest_hold().micros,
+        (codec or trigger_state_codec(None)).encode(plain),
     )
-    return header + pickle.dumps(plain, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def read_header(blob: bytes) -> tuple[int, float, int]:
-    """(next event-time wake micros, next processing timer ms or inf, hold micros)."""
-    return _HEADER.unpack_from(blob)
+read_header = state_layout.read_group_header
 
 
 def _has_windows(state) -> bool:
     return bool(state.global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag))
 
 
-def load_state(blob: bytes | None):
+def load_state(blob: bytes | None, codec=None):
     state = trigger.InMemoryUnmergedState()
     if blob is None:
         return state
-    tags, timers, global_state = pickle.loads(blob[_HEADER.size :])
+    tags, timers, global_state = (codec or trigger_state_codec(None)).decode(
+        state_layout.decode_group(blob)[1]
+    )
     for window, values in tags.items():
         state.state[window].update(values)
     for window, values in timers.items():

@@ -16,6 +16,7 @@ from collections import defaultdict
 from typing import Any, NamedTuple
 
 from apache_beam.portability.api import metrics_pb2
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner import progress
 from sparkbeam.runner.batch.durability import FINISHED
 from sparkbeam.runner.batch.executor import _reissue_warnings
@@ -51,10 +52,10 @@ from sparkbeam.sdf.startpoints.session import CONSUMED_METADATA_KEY, StartpointS
 from sparkbeam.translation.plan import EdgeKind, PipelinePlan
 
 _LOG = logging.getLogger(__name__)
-IMPULSE_DONE = "impulse"
+IMPULSE_DONE = state_layout.IMPULSE_DONE
 MAX_RESIDUALS_PER_ROUND = 50_000
-SIDE_INPUT_PREFIX = "side-input/"
-STAGING_DIRS = "sink-staging-dirs"
+SIDE_INPUT_PREFIX = state_layout.SIDE_INPUT_PREFIX
+STAGING_DIRS = state_layout.SINK_STAGING_DIRS
 
 
 class RoundTime(NamedTuple):
@@ -310,7 +311,7 @@ class PipelineLoop:
                 new = run_guarded(stage.id, edges.read(si.buffer, None).collect)
                 for i, chunk in enumerate(new):
                     key = f"{self.round_no:010d}/{i:08d}".encode()
-                    self.state.put(SIDE_INPUT_PREFIX + si.buffer, key, chunk)
+                    self.state.put(state_layout.side_input(si.buffer), key, chunk)
                 self.side_values[si.buffer].extend(new)
             values[si.buffer] = list(self.side_values[si.buffer])
         return values

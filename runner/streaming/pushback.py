@@ -16,15 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming import watermarks
 from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.staged_state import staged_writer_for_task
 
-PREFIX = "pushback/"
-
-
-def namespace(stage_id: str) -> str:
-    return PREFIX + stage_id
+PREFIX = state_layout.PUSHBACK_PREFIX
+namespace = state_layout.pushback
 
 
 def ready(stage, side_values: dict, marks: watermarks.RoundWatermarks) -> bool:
@@ -51,8 +49,7 @@ def take(state, stage_id: str) -> list[tuple[str, bytes]]:
     entries = sorted(state.items(ns), key=lambda e: e[1])
     rows = []
     for _, key, value in entries:
-        transform, _, data = value.partition(b"\x00")
-        rows.append((transform.decode(), data))
+        rows.append(state_layout.decode_row(value, ns))
         state.delete(ns, key)
     return rows
 
@@ -70,8 +67,8 @@ def hold_rows(
     for row in rows:
         if type(row) is tuple:  # (transform, bytes); reports are NamedTuples
             transform, data = row
-            key = f"{round_no:010d}/{partition:06d}/{seq:09d}".encode()
-            writer.put(namespace(stage_id), key, transform.encode() + b"\x00" + data)
+            key = state_layout.row_key(round_no, partition, seq)
+            writer.put(namespace(stage_id), key, state_layout.encode_row(transform, data))
             seq += 1
         else:
             yield row

@@ -3,7 +3,7 @@
 A stateful stage's input is partitioned by the key group of each element's
 encoded key, so task ``p`` of a round sees exactly the keys of subtask ``p``.
 Before its input it loads their user state (bag, multimap and ordered-list
-state of the Fn API, as the in-process state servicer holds it) and their
+state cells of the Fn API, put back through the state servicer's append requests) and their
 pending timers from the previous round's checkpoint; it fires the event-time
 timers the round's watermark passed and the processing-time timers the clock
 passed; after, it stages what changed for the round's checkpoint and reports
@@ -12,13 +12,13 @@ processing-time timer, so the driver knows when a round is due.
 
 Store layout, one entry per user key (its encoded bytes, so the key group of
 the entry is the key group the input was partitioned by): namespace
-``user-state/<stage>`` holds the key's state cells, ``user-timers/<stage>``
-its timers encoded with their family's timer coder.
+``user-state/<stage>`` holds the key's state cells (Fn API state keys and their raw
+bytes), ``user-timers/<stage>`` its timers encoded with their family's timer coder,
+both in the explicit formats of ``sparkbeam.checkpoint.state_layout``.
 """
 
 from __future__ import annotations
 
-import pickle
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,13 +27,12 @@ from typing import NamedTuple
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.utils import timestamp
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming.group import partition_for_key
 from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.staged_state import read_task_state, staged_writer_for_task
+from sparkbeam.runner.task.user_state import user_key
 
-STATE_PREFIX = "user-state/"
-TIMER_PREFIX = "user-timers/"
-_USER_STATE_TYPES = ("bag_user_state", "multimap_user_state", "ordered_list_user_state")
 _PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
 
 
@@ -70,8 +69,8 @@ class KeyedState:
         # Timers carry the decoded key: encode it as the SDK's state requests do.
         self.key_impl = _encoders(plan_key, stage, stage.inputs[0][0])[1]
         self.subtask = subtask
-        self.state_ns = STATE_PREFIX + stage_id
-        self.timer_ns = TIMER_PREFIX + stage_id
+        self.state_ns = state_layout.user_state(stage_id)
+        self.timer_ns = state_layout.user_timers(stage_id)
         self.state_in: dict[bytes, bytes] = {}
         self.timers_in: dict[bytes, bytes] = {}
         if spec.checkpoint_id is not None:
@@ -84,14 +83,10 @@ class KeyedState:
     def load(self, servicer, timers) -> None:
         """Put the stored cells into the state servicer and the timers into the task's."""
         for blob in self.state_in.values():
-            cells, ordered = pickle.loads(blob)
-            for cell, values in cells.items():
-                servicer._state[cell] = list(values)
-            for cell, positions in ordered.items():
-                servicer._ordered_list_keys[cell].update(positions)
+            servicer.restore_cells(state_layout.decode_user_state(blob, self.state_ns))
         for blob in self.timers_in.values():
-            for family_key, data in pickle.loads(blob):
-                timers.add(family_key, [data])
+            for transform, family, data in state_layout.decode_user_timers(blob, self.timer_ns):
+                timers.add((transform, family), [data])
 
     def pop_due(self, timers) -> dict | None:
         """The timers due at the earliest due firing time, encoded; None when none is due."""
@@ -114,21 +109,16 @@ class KeyedState:
     def finish(self, servicer, timers) -> Iterator:
         """Stage the changed entries; yield the commit message and the report."""
         cells: dict[bytes, dict] = {}
-        ordered: dict[bytes, dict] = {}
-        for cell, values in servicer._state.items():
-            user_key = _user_key(cell)
-            if user_key is not None and values:
-                cells.setdefault(user_key, {})[cell] = list(values)
-        for cell, positions in servicer._ordered_list_keys.items():
-            user_key = _user_key(cell)
-            if user_key is not None and positions:
-                ordered.setdefault(user_key, {})[cell] = list(positions)
+        for cell in servicer.touched:  # every cell restored or written is noted there
+            data = servicer.read_cell(cell)
+            if data:
+                cells.setdefault(user_key(cell), {})[cell] = data
         pending: dict[bytes, list] = {}
         hold, next_ms, count = timestamp.MAX_TIMESTAMP.micros, None, 0
         for (family_key, *_), timer in timers.pending.items():
             coder = timers.coders[family_key]
-            user_key = self.key_impl.encode(timer.user_key)
-            pending.setdefault(user_key, []).append((family_key, coder.encode(timer)))
+            key = self.key_impl.encode(timer.user_key)
+            pending.setdefault(key, []).append((*family_key, coder.encode(timer)))
             count += 1
             if timers.domains[family_key] == _PROCESSING:
                 ms = timer.fire_timestamp.micros / 1000.0
@@ -139,10 +129,8 @@ class KeyedState:
         writer = staged_writer_for_task(
             spec.url, spec.pipeline, self.stage_id, spec.round_no, spec.max_key_groups
         )
-        state_out = {
-            k: pickle.dumps((cells.get(k, {}), ordered.get(k, {}))) for k in {*cells, *ordered}
-        }
-        timers_out = {k: pickle.dumps(v) for k, v in pending.items()}
+        state_out = {k: state_layout.encode_user_state(c) for k, c in cells.items()}
+        timers_out = {k: state_layout.encode_user_timers(v) for k, v in pending.items()}
         for ns, before, after in (
             (self.state_ns, self.state_in, state_out),
             (self.timer_ns, self.timers_in, timers_out),
@@ -165,15 +153,6 @@ class KeyedState:
                 f"subtask {self.subtask} wrote it: the key's encoding for partitioning and for "
                 "state differ. This is a sparkbeam bug; please report it with the key's coder."
             )
-
-
-def _user_key(cell: bytes) -> bytes | None:
-    """The user key of a state cell (a serialized StateKey), None for non-user state."""
-    state_key = beam_fn_api_pb2.StateKey.FromString(cell)
-    kind = state_key.WhichOneof("type")
-    if kind not in _USER_STATE_TYPES:
-        return None
-    return getattr(state_key, kind).key
 
 
 _KEY_ENCODERS: dict = {}

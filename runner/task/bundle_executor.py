@@ -38,6 +38,7 @@ from sparkbeam.runner.task.bundle_splits import (
 )
 from sparkbeam.runner.task.records import MetricsRecord, OutputRecord, WarningRecord
 from sparkbeam.runner.task.side_input_state import load_side_inputs
+from sparkbeam.runner.task.user_state import UserStateServicer
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.sdf.residuals import ResidualRecord
 from sparkbeam.translation.plan import StagePlan
@@ -81,7 +82,7 @@ class _StageWorker:
         self.stage = task.stage
         self.descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(task.stage.descriptor)
         self.descriptor.id = f"{task.plan_key}/{task.stage.id}"
-        self.state = worker_handlers.StateServicer()
+        self.state = UserStateServicer()
         self.data = data_plane.InMemoryDataChannel()
         handler = sdk_worker.GlobalCachingStateHandler(StateCache(0), self.state)
         self.worker = sdk_worker.SdkWorker(
@@ -97,7 +98,7 @@ class _StageWorker:
     def reset_state(self) -> None:
         """Forget the previous task's user state and side inputs (same worker process)."""
         # Re-initialise in place: the SDK's state handler holds this object.
-        worker_handlers.StateServicer.__init__(self.state)
+        UserStateServicer.__init__(self.state)
 
     def process_bundle(
         self,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 
-from sparkbeam.checkpoint import key_group_range, open_staged_writer, open_store
+from sparkbeam.checkpoint import key_group_range, open_staged_writer, open_store, state_layout
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.reader import replay
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
@@ -57,6 +57,9 @@ def read_task_state(
     replay(
         store.storage, pipeline_dir(pipeline), manifest, put, delete, groups, store._segment_cache
     )
+    where = f"checkpoint {checkpoint_id} of pipeline {pipeline!r} in store {url!r}"
+    for value in state.values():
+        state_layout.check_value(value, namespace, where)
     return state
 
 

@@ -30,8 +30,8 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.startpoints import Startpoint, Startpoints
-from sparkbeam.sdf.checkpoint_handler import NAMESPACE_PREFIX
 from sparkbeam.sdf.residuals import decode_pending
 from sparkbeam.sdf.startpoints.applier import (
     SdfSource,
@@ -171,7 +171,7 @@ def fan_out(
 def _pending_keys(stage: Any, components: bytes, state: Any) -> list[str]:
     applier = StartpointApplier(stage, components, StartpointAssignment(stage.id, ""))
     keys = []
-    for _, _, value in state.items(NAMESPACE_PREFIX + stage.id):
+    for _, _, value in state.items(state_layout.sdf_residual(stage.id)):
         _, element, _, _, _ = decode_pending(value)
         keys.append(applier.element_key_of(element))
     return sorted(set(keys))

@@ -1,0 +1,337 @@
+"""The state layout: every namespace of a pipeline's store and the codec of its values.
+
+One place says what a checkpoint holds, so nothing else builds a namespace string and
+nothing is pickled into a store: a checkpoint does not depend on the Python or library
+versions that wrote it, and a writable store is not a code-execution path. Values that are
+Beam data stay Beam-encoded (the edge's, timer's or state's own coder); everything around
+them is a small explicit format whose first byte is its version.
+
+| namespace | key | value |
+|---|---|---|
+| ``sdf-residual/<stage>`` | encoded element + 0x00 + uuid | `encode_residual` v1 |
+| ``stage-output/<stage>`` | ``round/partition/seq`` | `encode_row` v1 (buffer, chunk) |
+| ``pushback/<stage>`` | ``round/partition/seq`` | `encode_row` v1 (transform, chunk) |
+| ``gbk/<buffer>`` | encoded key | `encode_group` v1 (header + trigger state tree) |
+| ``user-state/<stage>`` | SDK-encoded user key | `encode_user_state` v1 (Fn API cells) |
+| ``user-timers/<stage>`` | SDK-encoded user key | `encode_user_timers` v1 (Beam timers) |
+| ``side-input/<buffer>`` | ``round/...`` | the side input's Beam-encoded chunk |
+| ``sink-pending`` | final path (UTF-8) | staged path (UTF-8) |
+| ``sink-staging-dirs`` | directory (UTF-8) | empty |
+
+Completed-work markers: `IMPULSE_DONE`, `input_marker` (``<stage>:input``). Source
+positions: `stage_round_position` (``<stage>:round``, decimal). Manifest metadata keys:
+`ROUND`, `PENDING_RESIDUALS`, `NEXT_TIMER_MS`, ... and `LAYOUT_KEY`, the layout version
+(`LAYOUT_VERSION`) every checkpoint records; `check_restorable` refuses a checkpoint of an
+older layout that holds state this one cannot read. Leaves the meaning of each value to its
+owner (``sdf.checkpoint_handler``, ``runner.streaming.group``, ...). No Beam import: Beam
+values arrive encoded, and the trigger state's Beam types through `TreeCodec` hooks.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sparkbeam.checkpoint.errors import StateLayoutError
+
+LAYOUT_VERSION = 2  # 1: before this module (pickled GroupByKey and user state)
+LAYOUT_KEY = "state_layout"
+V1 = 1  # the version byte of every value codec below
+
+# Namespaces.
+SDF_RESIDUAL_PREFIX = "sdf-residual/"
+STAGE_OUTPUT_PREFIX = "stage-output/"
+PUSHBACK_PREFIX = "pushback/"
+GBK_PREFIX = "gbk/"
+USER_STATE_PREFIX = "user-state/"
+USER_TIMERS_PREFIX = "user-timers/"
+SIDE_INPUT_PREFIX = "side-input/"
+SINK_PENDING = "sink-pending"
+SINK_STAGING_DIRS = "sink-staging-dirs"
+
+# Completed-work markers, source positions and manifest metadata keys.
+IMPULSE_DONE = "impulse"
+FINISHED = "finished"
+ROUND = "round"
+PENDING_RESIDUALS = "pending_residuals"
+NEXT_TIMER_MS = "next_timer_ms"
+GROUP_HOLDS = "group_holds"
+GROUP_KEYS = "group_keys"
+GROUP_WATERMARKS = "group_watermarks"
+STATEFUL = "stateful"
+
+# Namespaces whose values carry a version byte (what an older layout wrote differently).
+VERSIONED_PREFIXES = (
+    SDF_RESIDUAL_PREFIX,
+    STAGE_OUTPUT_PREFIX,
+    PUSHBACK_PREFIX,
+    GBK_PREFIX,
+    USER_STATE_PREFIX,
+    USER_TIMERS_PREFIX,
+)
+
+
+def sdf_residual(stage: str) -> str:
+    return SDF_RESIDUAL_PREFIX + stage
+
+
+def stage_output(stage: str) -> str:
+    return STAGE_OUTPUT_PREFIX + stage
+
+
+def pushback(stage: str) -> str:
+    return PUSHBACK_PREFIX + stage
+
+
+def gbk(buffer: str) -> str:
+    return GBK_PREFIX + buffer
+
+
+def user_state(stage: str) -> str:
+    return USER_STATE_PREFIX + stage
+
+
+def user_timers(stage: str) -> str:
+    return USER_TIMERS_PREFIX + stage
+
+
+def side_input(buffer: str) -> str:
+    return SIDE_INPUT_PREFIX + buffer
+
+
+def input_marker(stage: str) -> str:
+    """Completed-work marker: the stage consumed its (bounded) input."""
+    return f"{stage}:input"
+
+
+def stage_round_position(stage: str) -> str:
+    """Source position holding a batch SDF stage's last committed round (decimal bytes)."""
+    return f"{stage}:round"
+
+
+# Restore check.
+
+
+def check_restorable(metadata: dict, namespaces: Iterable[str], where: str) -> None:
+    """Refuse a checkpoint of another layout version that holds versioned state.
+
+    ``where`` names the checkpoint (pipeline, id, store) for the message.
+    """
+    version = int(metadata.get(LAYOUT_KEY, 1))
+    if version == LAYOUT_VERSION:
+        return
+    held = sorted({ns for ns in namespaces if ns.startswith(VERSIONED_PREFIXES)})
+    if version < LAYOUT_VERSION and not held:
+        return  # nothing whose encoding changed: readable as is
+    raise StateLayoutError(
+        f"{where} was written with state layout version {version}, and this sparkbeam reads "
+        f"version {LAYOUT_VERSION}; its namespaces {', '.join(held[:5]) or '-'} cannot be read. "
+        "Finish the job with the sparkbeam version that wrote it, or start it over with a new "
+        "--checkpoint_dir (or after removing this pipeline's checkpoints from the store)."
+    )
+
+
+def _check(value: bytes, namespace: str, where: str) -> None:
+    if not value or value[0] != V1:
+        found = f"0x{value[0]:02x}" if value else "none (empty value)"
+        raise StateLayoutError(
+            f"A value in namespace {namespace!r}{' of ' + where if where else ''} has version "
+            f"byte {found}; this sparkbeam reads version {V1} (state layout {LAYOUT_VERSION}). "
+            "The checkpoint was written by another sparkbeam version or is damaged: finish the "
+            "job with the version that wrote it, or start it over with a new --checkpoint_dir."
+        )
+
+
+def check_value(value: bytes, namespace: str, where: str = "") -> None:
+    """Raise `StateLayoutError` unless ``value`` of a versioned namespace is readable."""
+    if namespace.startswith(VERSIONED_PREFIXES):
+        _check(value, namespace, where)
+
+
+# sdf-residual/<stage>.
+_RESIDUAL = struct.Struct(">BqqdH")
+
+
+def encode_residual(
+    transform: str, element: bytes, fire_at_ms: int, hold_micros: int, delay_ms: float
+) -> bytes:
+    """A pending residual: version, fire time ms, hold micros, delay ms, transform, element."""
+    name = transform.encode("utf-8")
+    return _RESIDUAL.pack(V1, fire_at_ms, hold_micros, delay_ms, len(name)) + name + element
+
+
+def decode_residual(value: bytes, namespace: str = SDF_RESIDUAL_PREFIX, where: str = ""):
+    """(transform, element, fire_at_ms, hold_micros, delay_ms) of `encode_residual` bytes."""
+    _check(value, namespace, where)
+    _, fire_at_ms, hold_micros, delay_ms, n = _RESIDUAL.unpack_from(value)
+    start = _RESIDUAL.size
+    transform = value[start : start + n].decode("utf-8")
+    return transform, value[start + n :], fire_at_ms, hold_micros, delay_ms
+
+
+# stage-output/<stage>, pushback/<stage>.
+_ROW = struct.Struct(">BH")
+
+
+def encode_row(name: str, data: bytes) -> bytes:
+    """A named chunk of Beam-encoded elements (an output buffer or an input transform)."""
+    raw = name.encode("utf-8")
+    return _ROW.pack(V1, len(raw)) + raw + data
+
+
+def decode_row(value: bytes, namespace: str, where: str = "") -> tuple[str, bytes]:
+    _check(value, namespace, where)
+    _, n = _ROW.unpack_from(value)
+    return value[_ROW.size : _ROW.size + n].decode("utf-8"), value[_ROW.size + n :]
+
+
+def row_key(round_no: int, partition: int, seq: int, round_width: int = 10) -> bytes:
+    """Keys that sort in commit order: round, partition, sequence within the task."""
+    return f"{round_no:0{round_width}d}/{partition:06d}/{seq:09d}".encode()
+
+
+# gbk/<buffer>: version, kind, header (next event-time wake, next processing timer, hold).
+_GROUP = struct.Struct(">BBqdq")
+GROUP_TRIGGER = 0  # Beam's GeneralTriggerDriver state
+GROUP_ON_TIME = 1  # the OnTimePanes buffer: {window: [encoded values]}
+
+
+def encode_group(kind: int, wake: int, real_ms: float, hold: int, body: bytes) -> bytes:
+    return _GROUP.pack(V1, kind, wake, real_ms, hold) + body
+
+
+def read_group_header(value: bytes, namespace: str = GBK_PREFIX) -> tuple[int, float, int]:
+    """(next event-time wake micros, next processing timer ms or inf, hold micros)."""
+    _check(value, namespace, "")
+    return _GROUP.unpack_from(value)[2:]
+
+
+def decode_group(value: bytes, namespace: str = GBK_PREFIX) -> tuple[int, bytes]:
+    """(kind, body) of `encode_group` bytes."""
+    _check(value, namespace, "")
+    return value[1], value[_GROUP.size :]
+
+
+# user-state/<stage> and user-timers/<stage>.
+_U32 = struct.Struct(">I")
+
+
+def _pack_blobs(blobs: Iterable[bytes]) -> bytes:
+    blobs = list(blobs)
+    parts = [bytes([V1]), _U32.pack(len(blobs))]
+    for blob in blobs:
+        parts += [_U32.pack(len(blob)), blob]
+    return b"".join(parts)
+
+
+def _unpack_blobs(value: bytes, namespace: str, where: str) -> list[bytes]:
+    _check(value, namespace, where)
+    (count,), pos, out = _U32.unpack_from(value, 1), 5, []
+    for _ in range(count):
+        (n,) = _U32.unpack_from(value, pos)
+        out.append(value[pos + 4 : pos + 4 + n])
+        pos += 4 + n
+    return out
+
+
+def encode_user_state(cells: dict[bytes, bytes]) -> bytes:
+    """One user key's state: {serialized Fn API StateKey: its raw state bytes}."""
+    return _pack_blobs(b for k in sorted(cells) for b in (k, cells[k]))
+
+
+def decode_user_state(value: bytes, namespace: str = USER_STATE_PREFIX, where: str = ""):
+    blobs = _unpack_blobs(value, namespace, where)
+    return dict(zip(blobs[::2], blobs[1::2]))
+
+
+def encode_user_timers(timers: Iterable[tuple[str, str, bytes]]) -> bytes:
+    """One user key's timers: (transform, timer family, Beam-encoded timer) each."""
+    parts = []
+    for transform, family, data in timers:
+        parts += [transform.encode("utf-8"), family.encode("utf-8"), data]
+    return _pack_blobs(parts)
+
+
+def decode_user_timers(value: bytes, namespace: str = USER_TIMERS_PREFIX, where: str = ""):
+    blobs = _unpack_blobs(value, namespace, where)
+    return [
+        (blobs[i].decode("utf-8"), blobs[i + 1].decode("utf-8"), blobs[i + 2])
+        for i in range(0, len(blobs), 3)
+    ]
+
+
+class TreeCodec:
+    """Plain data (None, bool, int, float, str, bytes, list, tuple, dict) as tagged bytes.
+
+    Types the layout does not know (Beam timestamps, windows) go through ``ext``:
+    ``ext_encode(obj) -> (tag, bytes) or None`` and ``ext_decode(tag, bytes) -> obj``.
+    Anything else raises TypeError: nothing falls back to pickle.
+    """
+
+    def __init__(self, ext_encode: Callable, ext_decode: Callable) -> None:
+        self.ext_encode, self.ext_decode = ext_encode, ext_decode
+
+    def encode(self, obj: Any) -> bytes:
+        out: list[bytes] = []
+        self._enc(obj, out)
+        return b"".join(out)
+
+    def _enc(self, obj: Any, out: list) -> None:
+        if obj is None or obj is True or obj is False:
+            out.append({None: b"N", True: b"T", False: b"F"}[obj])
+        elif type(obj) is int:
+            out += [b"i", struct.pack(">q", obj)]
+        elif type(obj) is float:
+            out += [b"d", struct.pack(">d", obj)]
+        elif type(obj) in (str, bytes):
+            raw = obj.encode("utf-8") if type(obj) is str else obj
+            out += [b"s" if type(obj) is str else b"b", _U32.pack(len(raw)), raw]
+        elif type(obj) in (list, tuple):
+            out += [b"l" if type(obj) is list else b"t", _U32.pack(len(obj))]
+            for item in obj:
+                self._enc(item, out)
+        elif isinstance(obj, dict):
+            out += [b"m", _U32.pack(len(obj))]
+            for k, v in obj.items():
+                self._enc(k, out)
+                self._enc(v, out)
+        else:
+            ext = self.ext_encode(obj)
+            if ext is None:
+                raise TypeError(
+                    f"The state layout cannot encode a {type(obj).__name__} in GroupByKey "
+                    "trigger state; this is a sparkbeam bug, please report it with the trigger."
+                )
+            tag, raw = ext
+            out += [b"x", bytes([tag]), _U32.pack(len(raw)), raw]
+
+    def decode(self, data: bytes) -> Any:
+        obj, _ = self._dec(memoryview(data), 0)
+        return obj
+
+    def _dec(self, data: memoryview, pos: int) -> tuple[Any, int]:
+        tag, pos = bytes(data[pos : pos + 1]), pos + 1
+        if tag in (b"N", b"T", b"F"):
+            return {b"N": None, b"T": True, b"F": False}[tag], pos
+        if tag in (b"i", b"d"):
+            return struct.unpack_from(">q" if tag == b"i" else ">d", data, pos)[0], pos + 8
+        if tag in (b"s", b"b"):
+            (n,) = _U32.unpack_from(data, pos)
+            raw = bytes(data[pos + 4 : pos + 4 + n])
+            return (raw.decode("utf-8") if tag == b"s" else raw), pos + 4 + n
+        if tag in (b"l", b"t", b"m"):
+            (n,) = _U32.unpack_from(data, pos)
+            pos += 4
+            items = []
+            for _ in range(n * (2 if tag == b"m" else 1)):
+                item, pos = self._dec(data, pos)
+                items.append(item)
+            if tag == b"m":
+                return dict(zip(items[::2], items[1::2])), pos
+            return (items if tag == b"l" else tuple(items)), pos
+        if tag == b"x":
+            ext, (n,) = data[pos], _U32.unpack_from(data, pos + 1)
+            raw = bytes(data[pos + 5 : pos + 5 + n])
+            return self.ext_decode(ext, raw), pos + 5 + n
+        raise StateLayoutError(f"GroupByKey trigger state has an unknown tag {tag!r}: damaged")
