@@ -5,8 +5,8 @@ a job that already finished.
 - The driver is killed mid-run (``SPARKBEAM_CRASH_AT``), 8 bytes of a segment that the newest
   checkpoints all name are flipped, the same command runs again: it restores the older
   fallback checkpoint and the output is exact -- every window once, none published twice.
-- A finished job run again fails, saying to pass ``--fresh``, and writes nothing; with
-  ``--fresh`` (and a new output) it runs from the beginning.
+- The job that run left finished, run again, fails, saying to pass ``--fresh``, and writes
+  nothing; with ``--fresh`` (and a new output) it runs from the beginning.
 """
 
 from __future__ import annotations
@@ -76,33 +76,46 @@ def _damage_shared_segment(ckpt: str) -> tuple[list[int], str]:
     return ids, shared[0]
 
 
-def test_damaged_shared_segment_resumes_from_an_older_checkpoint_exactly_once(tmp_path):
+@pytest.fixture(scope="module")
+def damaged_and_resumed(tmp_path_factory):
+    """A run killed mid-run, a shared segment damaged, the same command again (to the end).
+
+    The second test reruns the job this leaves finished, so one store serves both."""
+    tmp = tmp_path_factory.mktemp("store-faults")
     # No regular materialization during the run: the newest checkpoints share segments.
-    killed = _run(tmp_path, "out", "mid-round:6", "--materialization_interval_s=600")
+    killed = _run(tmp, "out", "mid-round:6", "--materialization_interval_s=600")
+    partial = _visible_lines(tmp)
+    damage = _damage_shared_segment(str(tmp / "ckpt")) if killed.returncode < 0 else None
+    resumed = _run(tmp)
+    return tmp, killed, partial, damage, resumed
+
+
+def test_damaged_shared_segment_resumes_from_an_older_checkpoint_exactly_once(
+    damaged_and_resumed,
+):
+    tmp, killed, partial, damage, resumed = damaged_and_resumed
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
-    partial = _visible_lines(tmp_path)
     assert partial and partial != _expected()  # windows were published before the kill
-    ids, damaged = _damage_shared_segment(str(tmp_path / "ckpt"))
-    resumed = _run(tmp_path)
+    ids, damaged = damage
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert f"Checkpoint {ids[-1]} of pipeline 'pipeline-0' is unusable" in resumed.stderr
     assert damaged in resumed.stderr
-    lines = _visible_lines(tmp_path)
+    lines = _visible_lines(tmp)
     duplicated = sorted({x for x in lines if lines.count(x) > 1})
     assert not duplicated, f"republished after the fallback: {duplicated}"
     assert lines == _expected()
 
 
-def test_rerunning_a_finished_streaming_job_fails_unless_fresh(tmp_path):
-    done = _run(tmp_path)
+def test_rerunning_a_finished_streaming_job_fails_unless_fresh(damaged_and_resumed):
+    tmp, *_, done = damaged_and_resumed
     assert done.returncode == 0, done.stderr[-3000:]
-    assert _visible_lines(tmp_path) == _expected()
-    again = _run(tmp_path)
+    assert _visible_lines(tmp) == _expected()
+    again = _run(tmp)
     assert again.returncode != 0
     assert "FinishedJobError: Pipeline 'pipeline-0' already finished" in again.stderr
     assert "pass --fresh (with a new --output)" in again.stderr
-    assert _visible_lines(tmp_path) == _expected()  # nothing written twice
-    fresh = _run(tmp_path, "out2", None, "--fresh")
+    assert _visible_lines(tmp) == _expected()  # nothing written twice
+    fresh = _run(tmp, "out2", None, "--fresh")
     assert fresh.returncode == 0, fresh.stderr[-3000:]
-    assert _visible_lines(tmp_path, "out2") == _expected()
-    assert _visible_lines(tmp_path) == _expected()
+    assert _visible_lines(tmp, "out2") == _expected()
+    assert _visible_lines(tmp) == _expected()
