@@ -7,7 +7,7 @@ feed side inputs through the state API, collect outputs and metrics, fire
 timers (batch: after all input, in timestamp order), and finalize bundles.
 Runner-initiated splits of SDF bundles are ``bundle_splits``'s; what they
 leave unprocessed goes to the driver here, as zero-delay residuals.
-Every ProcessBundleResponse field it does not handle raises, by name.
+Every ProcessBundleResponse field it does not handle raises, by name (`check_handled`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,25 @@ _TRUNCATE_URN = common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn
 
 class UserCodeError(RuntimeError):
     """Raised in the task; the driver turns it into StageFailedError."""
+
+
+# ``monitoring_data`` repeats ``monitoring_infos`` keyed by short ids; the latter is read.
+HANDLED_RESPONSE_FIELDS = frozenset(
+    {"residual_roots", "monitoring_infos", "monitoring_data", "requires_finalization"}
+)
+
+
+def check_handled(response: beam_fn_api_pb2.ProcessBundleResponse) -> None:
+    """Raise, naming the field, if the SDK set a response field this runner would drop.
+
+    E.g. ``elements`` (outputs embedded in the response) would be lost output: fail instead."""
+    unhandled = [f.name for f, _ in response.ListFields() if f.name not in HANDLED_RESPONSE_FIELDS]
+    if unhandled:
+        raise NotImplementedError(
+            f"The SDK set ProcessBundleResponse field(s) {', '.join(unhandled)}, which sparkbeam "
+            "does not handle (its output would be lost). Use the apache-beam version sparkbeam "
+            "pins (pyproject.toml) or report it."
+        )
 
 
 @dataclass(frozen=True)
@@ -137,6 +156,7 @@ class _StageWorker:
                 result.timers.setdefault(key, []).append(element.timers)
         if response.error:
             raise UserCodeError(response.error)
+        check_handled(response.process_bundle)
         if splits is not None:
             result.split = splits.outcome()
         if response.process_bundle.requires_finalization:
