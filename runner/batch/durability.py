@@ -21,8 +21,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Iterator
 
+from sparkbeam.runner.rounds.ledger import FINISHED
+
 OUTPUT_PREFIX = "stage-output/"
-FINISHED = "finished"
 _LOG = logging.getLogger(__name__)
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from sparkbeam.runner.streaming import watermarks
-from sparkbeam.runner.task.records import CommitRecord
+from sparkbeam.runner.task.records import CommitRecord, is_report
 from sparkbeam.runner.task.staged_state import staged_writer_for_task
 
 PREFIX = "pushback/"
@@ -68,7 +68,7 @@ def hold_rows(
     writer = staged_writer_for_task(url, pipeline, f"hold:{stage_id}", round_no, max_key_groups)
     seq = 0
     for row in rows:
-        if type(row) is tuple:  # (transform, bytes); reports are NamedTuples
+        if not is_report(row):  # a data row: (transform, bytes)
             transform, data = row
             key = f"{round_no:010d}/{partition:06d}/{seq:09d}".encode()
             writer.put(namespace(stage_id), key, transform.encode() + b"\x00" + data)

@@ -28,16 +28,14 @@ from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread
 from sparkbeam.runner.rounds.startpoints import with_startpoints
 from sparkbeam.runner.streaming import group as streaming_group
 from sparkbeam.runner.streaming import watermarks
-from sparkbeam.runner.streaming.group import GroupRound, partition_for_key
+from sparkbeam.runner.streaming.group import GroupRound
 from sparkbeam.runner.streaming.pushback import hold_rows, ready, take
 from sparkbeam.runner.streaming.stateful import KeyedState, StatefulRound, sdk_keyed
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
-from sparkbeam.runner.task.records import OutputRecord
+from sparkbeam.runner.task.records import OutputRecord, ReportKey, is_report
 from sparkbeam.runner.task.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind
-
-_REPORT = "sparkbeam-report"  # shuffle key of a carried report: (_REPORT, spread)
 
 
 class RoundBuilder:
@@ -210,13 +208,15 @@ class RoundBuilder:
             if edge.id in s.output_buffers and s.id in self._outs
         ]
         key, comps = self.ex.plan_key, self.ex.components
-        partitioner = functools.partial(_partition, parallelism=par, max_key_groups=max_kg)
+        partitioner = functools.partial(
+            grouping.partition_for_key, parallelism=par, max_key_groups=max_kg
+        )
         grouped = (
             self._union(writers)
             .mapPartitionsWithIndex(
                 lambda i, items: _carrying_pairs(
                     items,
-                    (_REPORT, i),
+                    ReportKey(i),
                     lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs),
                 )
             )
@@ -244,7 +244,9 @@ class RoundBuilder:
             if self.plan.edge(buffer).kind != EdgeKind.IMPULSE
         ]
         partitioner = functools.partial(
-            _partition, parallelism=spec.parallelism, max_key_groups=spec.max_key_groups
+            grouping.partition_for_key,
+            parallelism=spec.parallelism,
+            max_key_groups=spec.max_key_groups,
         )
         return self._union(keyed).partitionBy(spec.parallelism, partitioner)
 
@@ -261,14 +263,6 @@ class RoundBuilder:
 
 
 # --- task side: small, picklable by reference ------------------------------------------
-
-
-def is_report(record) -> bool:
-    return not isinstance(record, (OutputRecord, bytes))
-
-
-def _is_data_row(row) -> bool:
-    return type(row) is tuple  # (transform, bytes); reports are NamedTuples
 
 
 def _tag(transform: str, item):
@@ -291,10 +285,10 @@ def _carrying(items: Iterable, fn) -> Iterator:
 
     def data():
         for item in items:
-            if isinstance(item, bytes):
-                yield item
-            else:
+            if is_report(item):
                 reports.append(item)
+            else:
+                yield item
 
     yield from fn(data())
     yield from reports
@@ -303,13 +297,7 @@ def _carrying(items: Iterable, fn) -> Iterator:
 def _carrying_pairs(items: Iterable, report_key, fn) -> Iterator:
     """Like ``_carrying`` for a shuffle: reports travel as ``(report_key, report)`` pairs."""
     for out in _carrying(items, fn):
-        yield out if type(out) is tuple else (report_key, out)
-
-
-def _partition(key, parallelism: int, max_key_groups: int) -> int:
-    if isinstance(key, tuple):  # a carried report: any partition will do
-        return key[1] % parallelism
-    return partition_for_key(key, parallelism, max_key_groups)
+        yield (report_key, out) if is_report(out) else out
 
 
 def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, items):
@@ -320,15 +308,15 @@ def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, it
         for key, element in sdk_keyed(plan_key, stage, transform, blobs):
             yield key, (transform, element)
 
-    return _carrying_pairs(items, (_REPORT, index), keyed)
+    return _carrying_pairs(items, ReportKey(index), keyed)
 
 
 def _split_carried(rows: Iterable, carried: list) -> Iterator:
     for row in rows:
-        if _is_data_row(row):
-            yield row
-        else:
+        if is_report(row):
             carried.append(row)
+        else:
+            yield row
 
 
 def run_stateful(task: StageTask, spec: StatefulRound, components, side_bc, index: int, pairs):
