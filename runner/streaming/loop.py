@@ -29,11 +29,11 @@ from sparkbeam.runner.spark.filesystem_options import use_in_jobs
 from sparkbeam.runner.spark.labels import call_site, describe_job, job_group, stage_label
 from sparkbeam.runner.streaming import pushback as streaming_pushback
 from sparkbeam.runner.streaming import watermarks
-from sparkbeam.runner.streaming.round import RoundBuilder
+from sparkbeam.runner.streaming.round import RoundBuilder, RoundInputs, live_stages
 from sparkbeam.runner.task.bundle_executor import StageTask
 from sparkbeam.sdf import StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.startpoints.session import CONSUMED_METADATA_KEY, StartpointSession
-from sparkbeam.translation.plan import EdgeKind, PipelinePlan
+from sparkbeam.translation.plan import PipelinePlan
 
 _LOG = logging.getLogger(__name__)
 IMPULSE_DONE = "impulse"
@@ -114,7 +114,7 @@ class PipelineLoop:
         self.progress.ended(how, self.checkpoint_id, self._pending())
 
     def _pending(self) -> int:
-        return sum(h.pending() for h in self.handlers.values())
+        return feed.pending(self.handlers)
 
     def open(self) -> None:
         """Start from the pipeline's latest checkpoint, or from nothing."""
@@ -231,9 +231,12 @@ class PipelineLoop:
         sc, r = self.ex.sc, self.round_no
         marks = self._watermarks()
         now_ms = float("inf") if self.draining else time.time() * 1000.0
-        due = {s: h.pop_due(now_ms) for s, h in self.handlers.items()}
-        live = self._live_stages(due)
-        builder = RoundBuilder(self, marks, due, live)
+        due = feed.pop_due(self.handlers, now_ms)
+        live = live_stages(
+            self.plan, self.stages, due, self.impulse_done, self.group_keys, self.stateful,
+            self.pushed_back,
+        )  # fmt: skip
+        builder = RoundBuilder(self.round_inputs(marks, due, live))
         labels = {s.id: stage_label(s) for s in self.stages}
         label = f"{self.pipeline.id} round {r}: " + "; ".join(
             labels[s.id] for s in self.stages if s.id in live
@@ -252,29 +255,31 @@ class PipelineLoop:
         finally:
             builder.cleanup()
 
-    def _live_stages(self, due: dict) -> set[str]:
-        """Stages that may see data this round: downstream of the Impulse (first round),
-        of due residuals, or of a GroupByKey that holds state."""
-        live: set[str] = set()
-        producers_live: set[str] = set()  # buffers a live stage writes
-        for stage in self.stages:
-            for buffer in stage.input_buffers + tuple(si.buffer for si in stage.side_inputs):
-                kind = self.plan.edge(buffer).kind
-                if (
-                    (kind == EdgeKind.IMPULSE and not self.impulse_done)
-                    or buffer in producers_live
-                    or (kind == EdgeKind.GROUP and self.group_keys.get(buffer))
-                ):
-                    live.add(stage.id)
-            if (
-                due.get(stage.id)
-                or self.stateful.get(stage.id, {}).get("timers")
-                or stage.id in self.pushed_back
-            ):
-                live.add(stage.id)
-            if stage.id in live:
-                producers_live.update(stage.output_buffers)
-        return live
+    def round_inputs(self, marks, due: dict, live: set[str]) -> RoundInputs:
+        """The typed record a round is built from: this loop's state as the round starts."""
+        stages = [s for s in self.stages if s.id in live]
+        return RoundInputs(
+            sc=self.ex.sc,
+            plan=self.plan,
+            pipeline=self.pipeline.id,
+            stages=stages,
+            tasks={s.id: self.stage_task(s) for s in stages},
+            url=self.ex.url,
+            plan_key=self.ex.plan_key,
+            components=self.ex.components,
+            parallelism=self.ex.parallelism,
+            max_key_groups=self.state.max_key_groups,
+            checkpoint_id=self.checkpoint_id,
+            round_no=self.round_no,
+            impulse_done=self.impulse_done,
+            marks=marks,
+            due=due,
+            previous=self.previous,
+            side_values=self.side_values,
+            pushed_back=self.pushed_back,
+            state=self.state,
+            startpoints=self.startpoints,
+        )
 
     def stage_task(self, stage) -> tuple[StageTask, object]:
         """The stage's task and components; draining, SDF stages truncate their restrictions."""
