@@ -50,16 +50,10 @@ SIDE_INPUT_PREFIX = "side-input/"
 SINK_PENDING = "sink-pending"
 SINK_STAGING_DIRS = "sink-staging-dirs"
 
-# Completed-work markers, source positions and manifest metadata keys.
+# Completed-work markers, and the metadata key of a finished run (the round's other metadata is
+# ``sparkbeam.runner.rounds.ledger.RoundMetadata``'s).
 IMPULSE_DONE = "impulse"
 FINISHED = "finished"
-ROUND = "round"
-PENDING_RESIDUALS = "pending_residuals"
-NEXT_TIMER_MS = "next_timer_ms"
-GROUP_HOLDS = "group_holds"
-GROUP_KEYS = "group_keys"
-GROUP_WATERMARKS = "group_watermarks"
-STATEFUL = "stateful"
 
 # Namespaces whose values carry a version byte (what an older layout wrote differently).
 VERSIONED_PREFIXES = (

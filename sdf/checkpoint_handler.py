@@ -27,6 +27,9 @@ from sparkbeam.checkpoint import PipelineStore, state_layout
 from sparkbeam.sdf.residuals import ResidualRecord, decode_pending, encode_pending
 from sparkbeam.sdf.timer_service import ResidualTimerService
 
+MAX_RESIDUALS_PER_ROUND = 50_000
+"""At most this many due residuals are fed back in one round (batch and streaming alike)."""
+
 
 @dataclass(frozen=True)
 class DueResidual:
@@ -75,7 +78,7 @@ class StateAndTimerBundleCheckpointHandler:
     def watermark_hold_micros(self) -> int | None:
         return self.timers.hold_micros()
 
-    def pop_due(self, now_ms: float, limit: int = 100_000) -> list[DueResidual]:
+    def pop_due(self, now_ms: float, limit: int = MAX_RESIDUALS_PER_ROUND) -> list[DueResidual]:
         """Residuals whose timers fired by ``now_ms``; their state and holds are cleared."""
         due = []
         for key in self.timers.pop_due(now_ms, limit):

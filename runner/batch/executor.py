@@ -12,14 +12,11 @@ chain of ordinary stages is one Spark job, not one job per stage.
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import uuid
-import warnings
 from collections import defaultdict
 from typing import Any
 
-from apache_beam.portability.api import metrics_pb2
 from pyspark import StorageLevel
 from sparkbeam.checkpoint import MemoryStorage, open_store, state_layout
 from sparkbeam.runner import progress
@@ -34,20 +31,17 @@ from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.metrics import merge_monitoring_infos
 from sparkbeam.runner.rounds.compatibility import RestoreGuard
 from sparkbeam.runner.rounds.edges import EdgeBuilder
+from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.sink_files import (
     collect_sink_files,
     discard_staging,
     finalize,
     finalize_pending,
-    record_pending,
     staging_dirs,
 )
 from sparkbeam.runner.rounds.startpoints import (
-    StartpointOutcome,
     check_startpoints,
-    commit_round,
     open_session,
-    outcomes,
     record_failure,
     with_startpoints,
 )
@@ -61,13 +55,10 @@ from sparkbeam.runner.spark.labels import (
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
 from sparkbeam.runner.task.records import (
-    CommitRecord,
-    MetricsRecord,
     OutputRecord,
-    SinkFilesRecord,
-    WarningRecord,
+    is_report,
 )
-from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf import StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.startpoints.errors import StartpointFailedError
 from sparkbeam.sdf.startpoints.session import StartpointSession
 from sparkbeam.translation.plan import ExecutionPlan, StagePlan
@@ -94,7 +85,6 @@ class PlanExecutor:
         self.plan_key = f"{plan.fingerprint}-{uuid.uuid4().hex[:8]}"
         self.parallelism = parallelism or self.sc.defaultParallelism
         self.components = self.sc.broadcast(plan.components)
-        self.edges = EdgeBuilder(self.sc, plan, self.plan_key, self.components, self.parallelism)
         self.group = job_group(plan)  # the Spark job group of every job of this run
         self._labels = {s.id: stage_label(s) for s in plan.stages}
         self._broadcasts: list = [self.components]
@@ -104,20 +94,25 @@ class PlanExecutor:
         self.monitoring_infos_by_stage: dict[str, list] = {}
         # Residual state lives in a checkpoint store; in memory unless one is given.
         self.store = store or open_store(MemoryStorage(), materialization_interval_s=None)
+        self.edges = EdgeBuilder(
+            self.sc,
+            plan,
+            self.plan_key,
+            self.components,
+            self.parallelism,
+            self.store.max_key_groups,
+        )
         self.checkpoint_url = checkpoint_url
         self.residual_budget_s = residual_budget_s
         self.split_policy = split_policy or SplitPolicy()
         self._pipeline_states: dict = {}
-        self._round_commits: list = []
         self.resumed: dict[str, int] = {}  # stage -> pending residuals restored
         # (staged, final) files of committed task attempts, renamed when the run succeeds.
         self.sink_files: list[tuple[str, str]] = []
-        self._round_sink_files: list[tuple[str, str]] = []
         # Startpoints (with a checkpoint store only): one session per pipeline.
         self.startpoint_max_age_s = startpoint_max_age_s
         self.startpoints: dict[str, StartpointSession] = {}
         self._restored_metadata: dict[str, dict] = {}
-        self._round_outcomes: list[StartpointOutcome] = []
 
     def run(self) -> None:
         try:
@@ -176,12 +171,12 @@ class PlanExecutor:
         for directory in staging_dirs(self.sink_files):
             discard_staging(directory, keep=())
 
-    def _checkpoint(self, pipeline: str, metadata: dict, commits=()) -> None:
+    def _checkpoint(self, pipeline: str, metadata: dict) -> None:
         self._state_for(pipeline).checkpoint(
             fingerprint=self.plan.fingerprint,
             parallelism=self.parallelism,
             metadata={**metadata, **self._guard.metadata(pipeline)},
-            commit_messages=list(commits),
+            commit_messages=[],
         )
 
     @functools.cached_property
@@ -258,64 +253,66 @@ class PlanExecutor:
         return rdd
 
     def _run_in_rounds(self, stage: StagePlan, side_bc, state, completed) -> list:
+        """The batch round loop: run a round while input is new or residuals are pending."""
         handler = StateAndTimerBundleCheckpointHandler(state, stage.id)
+        rdds, first = [], 0
+        input_rdd = self.edges.stage_input(stage)
+        if input_marker(stage.id) in completed:
+            # Resume: committed outputs, pending residuals, and the next round number.
+            input_rdd = None
+            self.resumed[stage.id] = handler.restore()
+            chunks = restored_outputs(state, stage.id)
+            if chunks:
+                rows = [OutputRecord(b, d) for b, d in chunks]
+                rdds.append(self.sc.parallelize(rows, self.parallelism))
+            position = state_layout.stage_round_position(stage.id)
+            first = int(state.source_positions().get(position, b"0")) + 1
+        rounds = StageRounds(stage, handler, first)
+        while input_rdd is not None or rounds.pending():
+            if input_rdd is None:
+                rows = rounds.due_rows()
+                if not rows:
+                    continue
+                input_rdd = self.sc.parallelize(rows, max(1, min(self.parallelism, len(rows))))
+            rdds.append(self._run_round(stage, side_bc, handler, input_rdd, rounds.round_no))
+            rounds.round_no += 1
+            input_rdd = None
+        return rdds
 
-        def launch(rdd, round_no):
-            label = f"{self._labels[stage.id]} (round {round_no})"
-            describe_job(self.sc, self.group, label)
-            with call_site(self.sc, label):
-                rdd = self._stage_rdd(stage, rdd, side_bc, round_no)
-                reports = self._guarded(stage, rdd.filter(_is_report).collect)
-            self._take_reports(stage, reports, handler)
-            return rdd
+    def _run_round(self, stage: StagePlan, side_bc, handler, input_rdd, round_no: int):
+        """One round: one Spark job, its reports into one ledger, one checkpoint."""
+        label = f"{self._labels[stage.id]} (round {round_no})"
+        describe_job(self.sc, self.group, label)
+        with call_site(self.sc, label):
+            rdd = self._stage_rdd(stage, input_rdd, side_bc, round_no)
+            reports = self._guarded(stage, rdd.filter(is_report).collect)
+        ledger = self._absorb(stage, reports, handler)
+        if self._durable(stage):
+            self._commit_round(stage, handler, ledger, round_no)
+        return rdd
 
-        rounds = StageRounds(
-            self.sc,
-            stage,
-            handler,
-            self.parallelism,
-            launch,
-            on_round_end=lambda n: self._end_round(stage, handler, n),
-        )
-        if input_marker(stage.id) not in completed:
-            return rounds.run(self.edges.stage_input(stage))
-        # Resume: committed outputs, pending residuals, and the next round number.
-        self.resumed[stage.id] = handler.restore()
-        chunks = restored_outputs(state, stage.id)
-        prior = []
-        if chunks:
-            rows = [OutputRecord(b, d) for b, d in chunks]
-            prior.append(self.sc.parallelize(rows, self.parallelism))
-        first = (
-            int(state.source_positions().get(state_layout.stage_round_position(stage.id), b"0")) + 1
-        )
-        return prior + rounds.run(None, first_round=first)
-
-    def _end_round(self, stage: StagePlan, handler, round_no: int) -> None:
+    def _commit_round(self, stage: StagePlan, handler, ledger: RoundLedger, round_no: int):
         """The round barrier: with a checkpoint store, commit the pipeline's state."""
-        if not self._durable(stage):
-            return
         state = self._state_for(stage.pipeline)
         state.mark_completed(input_marker(stage.id))
         state.set_source_position(
             state_layout.stage_round_position(stage.id), str(round_no).encode()
         )
-        record_pending(state, self._round_sink_files)  # renamed at the end, even after a kill
-        metadata = {
-            "stage": stage.id,
-            "round": round_no,
-            "pending_residuals": handler.pending(),
-            "next_timer_ms": handler.next_fire_ms(),
-            "watermark_hold_micros": handler.watermark_hold_micros(),
-        }
-        commit_round(
-            self.startpoints.get(stage.pipeline),
-            self._round_outcomes,
-            lambda consumed: self._checkpoint(
-                stage.pipeline, {**metadata, **consumed}, self._round_commits
-            ),
+        metadata = RoundMetadata(
+            round_no=round_no,
+            pending_residuals=handler.pending(),
+            next_timer_ms=handler.next_fire_ms(),
+            stage=stage.id,
+            watermark_hold_micros=handler.watermark_hold_micros(),
         )
-        self._round_commits, self._round_outcomes = [], []
+        ledger.commit(  # sink files renamed at the end of the run, even after a kill
+            state,
+            self.startpoints.get(stage.pipeline),
+            metadata,
+            fingerprint=self.plan.fingerprint,
+            parallelism=self.parallelism,
+            plan_metadata=self._guard.metadata(stage.pipeline),
+        )
 
     def _run_remaining(self) -> None:
         """One Spark job that runs every stage not run yet and gathers all reports."""
@@ -324,36 +321,29 @@ class PlanExecutor:
         label = "; ".join(self._labels[stage.id] for stage, _ in self._lazy)
         describe_job(self.sc, self.group, label)
         with call_site(self.sc, label):
-            union = self.sc.union([rdd.filter(_is_report) for _, rdd in self._lazy])
+            union = self.sc.union([rdd.filter(is_report) for _, rdd in self._lazy])
             reports = self._guarded(None, union.collect)
         by_stage: dict[str, list] = defaultdict(list)
         for r in reports:
             by_stage[r.stage].append(r)
         for stage, _ in self._lazy:
-            self._take_reports(stage, by_stage.get(stage.id, []), None)
+            self._absorb(stage, by_stage.get(stage.id, []), None)
 
-    def _take_reports(self, stage: StagePlan, reports: list, handler) -> None:
-        _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
-        self._round_commits = [r.message for r in reports if isinstance(r, CommitRecord)]
-        self._round_sink_files = [
-            p for r in reports if isinstance(r, SinkFilesRecord) for p in r.pairs
-        ]
-        self.sink_files.extend(self._round_sink_files)
-        self._round_outcomes = outcomes(reports)
-        residuals = [r for r in reports if isinstance(r, ResidualRecord)]
-        if residuals and handler is None:
+    def _absorb(self, stage: StagePlan, reports: list, handler) -> RoundLedger:
+        """A round's reports into its ledger; residuals to the stage's handler."""
+        ledger = RoundLedger().absorb(reports)
+        self.sink_files.extend(ledger.sink_files)
+        residuals = ledger.residuals.get(stage.id, [])
+        if ledger.residual_count() and handler is None:
             raise NotImplementedError(
-                f"Stage {stage.id} returned {len(residuals)} residual(s) but is not a "
+                f"Stage {stage.id} returned {ledger.residual_count()} residual(s) but is not a "
                 "splittable-DoFn stage; this is a sparkbeam bug, please report it."
             )
         if handler is not None:
             handler.add(residuals)
-        self._infos[stage.id].extend(
-            metrics_pb2.MonitoringInfo.FromString(b)
-            for rec in reports
-            if isinstance(rec, MetricsRecord)
-            for b in rec.monitoring_infos
-        )
+        for infos in ledger.metrics.values():
+            self._infos[stage.id].extend(infos)
+        return ledger
 
     def _guarded(self, stage: StagePlan | None, action):
         """Run a Spark action; a task failure becomes StageFailedError naming the stage."""
@@ -383,21 +373,3 @@ def _is_output(buffer: str, record) -> bool:
 
 def _data(record) -> bytes:
     return record.data
-
-
-_REPORTS = (MetricsRecord, WarningRecord, ResidualRecord, CommitRecord, SinkFilesRecord)
-
-
-def _is_report(record) -> bool:
-    return isinstance(record, (*_REPORTS, StartpointOutcome))
-
-
-def _reissue_warnings(records) -> None:
-    """Re-issue each distinct worker warning on the driver, where users see it."""
-    for record in dict.fromkeys(records):
-        module, _, name = record.category.partition(":")
-        try:
-            category = getattr(importlib.import_module(module), name)
-        except (ImportError, AttributeError):
-            category = RuntimeWarning
-        warnings.warn(f"[{record.stage}] {record.message}", category, stacklevel=2)

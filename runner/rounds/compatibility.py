@@ -14,7 +14,7 @@ import logging
 from typing import Any
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.batch.durability import FINISHED
+from sparkbeam.checkpoint.state_layout import FINISHED
 from sparkbeam.runner.errors import IncompatiblePipelineError
 from sparkbeam.translation.compatibility import compare, incompatible
 from sparkbeam.translation.plan import ExecutionPlan

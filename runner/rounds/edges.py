@@ -2,7 +2,7 @@
 
 Impulse is a one-element RDD, a materialized buffer is the union of its
 writers (a Flatten when there are several), GroupByKey is a ``partitionBy``
-on the process-stable hash of the encoded key followed by Beam's grouping,
+on the key group of the encoded key (``grouping.partition_for_key``) followed by Beam's grouping,
 Reshuffle a repartition, and a stateful stage's input a ``partitionBy`` on its
 key. The functions at the bottom run on executors; they receive the plan's
 components as bytes (a broadcast), never driver objects.
@@ -23,12 +23,24 @@ from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StageP
 class EdgeBuilder:
     """Builds the RDD of encoded chunks flowing along each buffer."""
 
-    def __init__(self, sc, plan: ExecutionPlan, plan_key: str, components, parallelism: int):
+    def __init__(
+        self,
+        sc,
+        plan: ExecutionPlan,
+        plan_key: str,
+        components,
+        parallelism: int,
+        max_key_groups: int,
+    ):
         self.sc = sc
         self.plan = plan
         self.plan_key = plan_key
         self.components = components  # a broadcast of the serialized Components
         self.parallelism = parallelism
+        # Who owns a key: its key group's subtask, the function state restores use too.
+        self.partition = functools.partial(
+            grouping.partition_for_key, parallelism=parallelism, max_key_groups=max_key_groups
+        )
         self.writers: dict[BufferId, list] = defaultdict(list)  # buffer -> writer RDDs
 
     def add_writer(self, buffer: BufferId, rdd) -> None:
@@ -55,7 +67,7 @@ class EdgeBuilder:
         key, comps = self.plan_key, self.components
         return (
             rdd.mapPartitions(lambda blobs: _keyed(comps.value, key, coder, blobs))
-            .partitionBy(self.parallelism, grouping.stable_partition)
+            .partitionBy(self.parallelism, self.partition)
             .values()
             .mapPartitions(grouping.chunk)
         )
@@ -85,7 +97,7 @@ class EdgeBuilder:
                 source.mapPartitions(
                     lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs)
                 )
-                .partitionBy(self.parallelism, grouping.stable_partition)
+                .partitionBy(self.parallelism, self.partition)
                 .mapPartitions(lambda pairs: _grouped(comps.value, key, edge, pairs))
             )
         if edge.kind == EdgeKind.RESHUFFLE:

@@ -23,7 +23,7 @@ import math
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.runners.direct.clock import RealClock
@@ -31,10 +31,15 @@ from apache_beam.transforms import trigger
 from apache_beam.transforms.window import TimestampCombiner
 from apache_beam.utils import timestamp, windowed_value
 from apache_beam.utils.windowed_value import WindowedValue
-from sparkbeam.checkpoint import key_group, state_layout, subtask_for_key_group
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
 from sparkbeam.runner.task.grouping import split_elements
-from sparkbeam.runner.task.records import CommitRecord, OutputRecord
+from sparkbeam.runner.task.records import (
+    CommitRecord,
+    GroupReport,
+    OutputRecord,
+    is_report_key,
+)
 from sparkbeam.runner.task.staged_state import read_task_state, staged_writer_for_task
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.translation.plan import Edge
@@ -46,16 +51,6 @@ namespace = state_layout.gbk
 def commit_stage(buffer: str) -> str:
     """The name a GroupByKey's tasks commit under (the store's (stage, round, partition))."""
     return "gbk:" + buffer
-
-
-class GroupReport(NamedTuple):
-    """What one GroupByKey task tells the driver after its round."""
-
-    buffer: str
-    partition: int
-    keys: int  # keys with state after the round
-    hold_micros: int  # earliest watermark hold of buffered panes (MAX: none)
-    next_processing_ms: float | None  # earliest processing-time timer, if any
 
 
 @dataclass(frozen=True)
@@ -72,11 +67,6 @@ class GroupRound:
     max_key_groups: int
     input_watermark: int  # micros: fire event-time timers up to here
     previous_watermark: int  # micros: the watermark new elements are judged late against
-
-
-def partition_for_key(key: bytes, parallelism: int, max_key_groups: int) -> int:
-    """The subtask owning ``key``'s key group: the same function restores use."""
-    return subtask_for_key_group(key_group(key, max_key_groups), parallelism, max_key_groups)
 
 
 def group_round(
@@ -99,7 +89,7 @@ def group_round(
     incoming: dict[bytes, list] = {}
     carried: list = []  # reports of upstream tasks, travelling with the data (streaming_round)
     for key, element in pairs:
-        if isinstance(key, tuple):
+        if is_report_key(key):
             carried.append(element)
         else:
             incoming.setdefault(key, []).append(element)

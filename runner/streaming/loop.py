@@ -15,18 +15,14 @@ import time
 from collections import defaultdict
 from typing import Any, NamedTuple
 
-from apache_beam.portability.api import metrics_pb2
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner import progress
-from sparkbeam.runner.batch.durability import FINISHED
-from sparkbeam.runner.batch.executor import _reissue_warnings
 from sparkbeam.runner.errors import StageFailedError, run_guarded
 from sparkbeam.runner.faults import crash_point
-from sparkbeam.runner.rounds import sink_files
+from sparkbeam.runner.rounds import feed, sink_files
+from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.startpoints import (
-    commit_round,
     open_session,
-    outcomes,
     record_failure,
 )
 from sparkbeam.runner.spark import session_conf
@@ -34,26 +30,15 @@ from sparkbeam.runner.spark.filesystem_options import use_in_jobs
 from sparkbeam.runner.spark.labels import call_site, describe_job, job_group, stage_label
 from sparkbeam.runner.streaming import pushback as streaming_pushback
 from sparkbeam.runner.streaming import watermarks
-from sparkbeam.runner.streaming.group import GroupReport
-from sparkbeam.runner.streaming.round import RoundBuilder
-from sparkbeam.runner.streaming.stateful import (
-    KeyedStateReport,
-)
+from sparkbeam.runner.streaming.round import RoundBuilder, RoundInputs, live_stages
 from sparkbeam.runner.task.bundle_executor import StageTask
-from sparkbeam.runner.task.records import (
-    CommitRecord,
-    MetricsRecord,
-    SinkFilesRecord,
-    WarningRecord,
-)
-from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf import StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.startpoints.errors import StartpointFailedError
 from sparkbeam.sdf.startpoints.session import CONSUMED_METADATA_KEY, StartpointSession
-from sparkbeam.translation.plan import EdgeKind, PipelinePlan
+from sparkbeam.translation.plan import PipelinePlan
 
 _LOG = logging.getLogger(__name__)
 IMPULSE_DONE = state_layout.IMPULSE_DONE
-MAX_RESIDUALS_PER_ROUND = 50_000
 SIDE_INPUT_PREFIX = state_layout.SIDE_INPUT_PREFIX
 STAGING_DIRS = state_layout.SINK_STAGING_DIRS
 
@@ -134,7 +119,7 @@ class PipelineLoop:
         self.progress.ended(how, self.checkpoint_id, self._pending())
 
     def _pending(self) -> int:
-        return sum(h.pending() for h in self.handlers.values())
+        return feed.pending(self.handlers)
 
     def open(self) -> None:
         """Start from the pipeline's latest checkpoint, or from nothing."""
@@ -145,17 +130,18 @@ class PipelineLoop:
         meta = {}
         if info is not None:
             meta = self.ex.store.load_manifest(self.pipeline.id, info.checkpoint_id).metadata
-            if meta.get(FINISHED):
+            if meta.get(state_layout.FINISHED):
                 _LOG.info("Pipeline %s had finished; running it again", self.pipeline.id)
                 self.state.close()
                 self.state = self.ex.store.pipeline(self.pipeline.id)
                 info, meta = None, {k: v for k, v in meta.items() if k == CONSUMED_METADATA_KEY}
         self.checkpoint_id = info.checkpoint_id if info is not None else None
-        self.round_no = int(meta.get("round", -1)) + 1
-        self.group_holds = dict(meta.get("group_holds", {}))
-        self.group_keys = dict(meta.get("group_keys", {}))
-        self.previous = dict(meta.get("group_watermarks", {}))
-        self.stateful = dict(meta.get("stateful", {}))
+        restored = RoundMetadata.from_dict(meta)
+        self.round_no = restored.round_no + 1
+        self.group_holds = restored.group_holds or {}
+        self.group_keys = restored.group_keys
+        self.previous = restored.group_watermarks
+        self.stateful = restored.stateful
         self.impulse_done = IMPULSE_DONE in self.state.completed()
         self._scan_pushback()
         self.handlers = {
@@ -250,9 +236,12 @@ class PipelineLoop:
         sc, r = self.ex.sc, self.round_no
         marks = self._watermarks()
         now_ms = float("inf") if self.draining else time.time() * 1000.0
-        due = {s: h.pop_due(now_ms, MAX_RESIDUALS_PER_ROUND) for s, h in self.handlers.items()}
-        live = self._live_stages(due)
-        builder = RoundBuilder(self, marks, due, live)
+        due = feed.pop_due(self.handlers, now_ms)
+        live = live_stages(
+            self.plan, self.stages, due, self.impulse_done, self.group_keys, self.stateful,
+            self.pushed_back,
+        )  # fmt: skip
+        builder = RoundBuilder(self.round_inputs(marks, due, live))
         labels = {s.id: stage_label(s) for s in self.stages}
         label = f"{self.pipeline.id} round {r}: " + "; ".join(
             labels[s.id] for s in self.stages if s.id in live
@@ -271,29 +260,31 @@ class PipelineLoop:
         finally:
             builder.cleanup()
 
-    def _live_stages(self, due: dict) -> set[str]:
-        """Stages that may see data this round: downstream of the Impulse (first round),
-        of due residuals, or of a GroupByKey that holds state."""
-        live: set[str] = set()
-        producers_live: set[str] = set()  # buffers a live stage writes
-        for stage in self.stages:
-            for buffer in stage.input_buffers + tuple(si.buffer for si in stage.side_inputs):
-                kind = self.plan.edge(buffer).kind
-                if (
-                    (kind == EdgeKind.IMPULSE and not self.impulse_done)
-                    or buffer in producers_live
-                    or (kind == EdgeKind.GROUP and self.group_keys.get(buffer))
-                ):
-                    live.add(stage.id)
-            if (
-                due.get(stage.id)
-                or self.stateful.get(stage.id, {}).get("timers")
-                or stage.id in self.pushed_back
-            ):
-                live.add(stage.id)
-            if stage.id in live:
-                producers_live.update(stage.output_buffers)
-        return live
+    def round_inputs(self, marks, due: dict, live: set[str]) -> RoundInputs:
+        """The typed record a round is built from: this loop's state as the round starts."""
+        stages = [s for s in self.stages if s.id in live]
+        return RoundInputs(
+            sc=self.ex.sc,
+            plan=self.plan,
+            pipeline=self.pipeline.id,
+            stages=stages,
+            tasks={s.id: self.stage_task(s) for s in stages},
+            url=self.ex.url,
+            plan_key=self.ex.plan_key,
+            components=self.ex.components,
+            parallelism=self.ex.parallelism,
+            max_key_groups=self.state.max_key_groups,
+            checkpoint_id=self.checkpoint_id,
+            round_no=self.round_no,
+            impulse_done=self.impulse_done,
+            marks=marks,
+            due=due,
+            previous=self.previous,
+            side_values=self.side_values,
+            pushed_back=self.pushed_back,
+            state=self.state,
+            startpoints=self.startpoints,
+        )
 
     def stage_task(self, stage) -> tuple[StageTask, object]:
         """The stage's task and components; draining, SDF stages truncate their restrictions."""
@@ -317,82 +308,22 @@ class PipelineLoop:
         return values
 
     def _commit(self, reports: list, marks: watermarks.RoundWatermarks, held=()) -> None:
-        """The round barrier: apply every report, then commit one checkpoint."""
-        commits, residuals = [], defaultdict(list)
-        holds: dict[str, int] = {}
-        keys: dict[str, int] = defaultdict(int)
-        stateful: dict[str, dict] = {
-            s.id: {"keys": 0, "timers": 0, "hold": watermarks.MAX}
-            for s in self.stages
-            if s.stateful
-        }
-        ran = {r.stage for r in reports if isinstance(r, KeyedStateReport)}
-        timers: list = []
-        infos: dict[str, list] = defaultdict(list)
-        _reissue_warnings(r for r in reports if isinstance(r, WarningRecord))
-        pairs = [p for r in reports if isinstance(r, SinkFilesRecord) for p in r.pairs]
-        sink_files.record_pending(self.state, pairs)
-        for directory in sink_files.staging_dirs(pairs):  # cleaned of uncommitted files on restore
+        """The round barrier: absorb every report into the ledger, then commit one checkpoint."""
+        ledger = RoundLedger().absorb(reports)
+        for directory in sink_files.staging_dirs(ledger.sink_files):  # cleaned on restore
             self.state.put(STAGING_DIRS, directory.encode(), b"")
-        for rec in reports:
-            if isinstance(rec, CommitRecord):
-                commits.append(rec.message)
-            elif isinstance(rec, ResidualRecord):
-                residuals[rec.stage].append(rec)
-            elif isinstance(rec, GroupReport):
-                holds[rec.buffer] = min(holds.get(rec.buffer, watermarks.MAX), rec.hold_micros)
-                keys[rec.buffer] += rec.keys
-                timers.append(rec.next_processing_ms)
-            elif isinstance(rec, KeyedStateReport):
-                info = stateful[rec.stage]
-                info["keys"] += rec.keys
-                info["timers"] += rec.timers
-                info["hold"] = min(info["hold"], rec.hold_micros)
-                timers.append(rec.next_processing_ms)
-            elif isinstance(rec, MetricsRecord):
-                infos[rec.stage].extend(
-                    metrics_pb2.MonitoringInfo.FromString(b) for b in rec.monitoring_infos
-                )
-        for stage, records in residuals.items():
+        for stage, records in ledger.residuals.items():
             self.handlers[stage].add(records)
         self.state.mark_completed(IMPULSE_DONE)
-        pending = sum(h.pending() for h in self.handlers.values())
-        timers += [h.next_fire_ms() for h in self.handlers.values()]
-        self.next_timer_ms = min((t for t in timers if t is not None), default=None)
-        for stage_id, info in stateful.items():
-            if stage_id not in ran:  # not run this round: nothing changed
-                info.update(self.stateful.get(stage_id, {}))
-            else:
-                info["watermark"] = marks.stage_input[stage_id]
-        timers_left = sum(info["timers"] for info in stateful.values())
-        holding = [
-            r for r in reports if isinstance(r, CommitRecord) and r.stage.startswith("hold:")
-        ]
-        pushback_left = bool(self.pushed_back & set(held)) or any(r.message.files for r in holding)
-        self.finished = (
-            pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
-        )
-        metadata = {
-            "round": self.round_no,
-            "group_holds": holds,
-            "group_keys": dict(keys),
-            "group_watermarks": marks.group_input,
-            "stateful": stateful,
-            "pending_residuals": pending,
-            "next_timer_ms": self.next_timer_ms,
-            "watermark_micros": marks.source(),
-        }
-        if self.finished:
-            metadata[FINISHED] = True
-        cid = commit_round(  # startpoints this round consumed are deleted once it commits
+        meta = self._round_metadata(ledger, marks, held)
+        self.finished, self.next_timer_ms = meta.finished, meta.next_timer_ms
+        cid = ledger.commit(  # startpoints this round consumed are deleted once it commits
+            self.state,
             self.startpoints,
-            outcomes(reports),
-            lambda consumed: self.state.checkpoint(
-                fingerprint=self.plan.fingerprint,
-                parallelism=self.ex.parallelism,
-                metadata={**metadata, **consumed, **self.ex.guard.metadata(self.pipeline.id)},
-                commit_messages=commits,
-            ),
+            meta,
+            fingerprint=self.plan.fingerprint,
+            parallelism=self.ex.parallelism,
+            plan_metadata=self.ex.guard.metadata(self.pipeline.id),
         )
         # Committed: the round is real. Apply it to the loop and publish its files.
         crash_point("after-commit", self.round_no)
@@ -400,12 +331,61 @@ class PipelineLoop:
         self.checkpoint_id = int(cid)
         self.impulse_done = True
         self._scan_pushback()
-        self.group_holds, self.group_keys = holds, dict(keys)
+        self.group_holds, self.group_keys = meta.group_holds or {}, meta.group_keys
         self.previous = dict(marks.group_input)
-        self.stateful = stateful
-        for stage, stage_infos in infos.items():
+        self.stateful = meta.stateful
+        for stage, stage_infos in ledger.metrics.items():
             self.ex.add_metrics(stage, stage_infos)
         self.rounds_run += 1
-        moved = progress.records((i for v in infos.values() for i in v), self.edge_pcollections)
+        infos = (i for v in ledger.metrics.values() for i in v)
+        moved = progress.records(infos, self.edge_pcollections)
+        pending = meta.pending_residuals
         self.progress.round_committed(self.round_no, int(cid), moved, pending, marks.source())
         self.round_no += 1
+
+    def _round_metadata(self, ledger: RoundLedger, marks, held) -> RoundMetadata:
+        """What this round leaves: group and keyed state, residual timers, whether it is done."""
+        holds: dict[str, int] = {}
+        keys: dict[str, int] = defaultdict(int)
+        for rec in ledger.groups:
+            holds[rec.buffer] = min(holds.get(rec.buffer, watermarks.MAX), rec.hold_micros)
+            keys[rec.buffer] += rec.keys
+        stateful: dict[str, dict] = {
+            s.id: {"keys": 0, "timers": 0, "hold": watermarks.MAX}
+            for s in self.stages
+            if s.stateful
+        }
+        for rec in ledger.keyed:
+            info = stateful[rec.stage]
+            info["keys"] += rec.keys
+            info["timers"] += rec.timers
+            info["hold"] = min(info["hold"], rec.hold_micros)
+        ran = {r.stage for r in ledger.keyed}
+        for stage_id, info in stateful.items():
+            if stage_id not in ran:  # not run this round: nothing changed
+                info.update(self.stateful.get(stage_id, {}))
+            else:
+                info["watermark"] = marks.stage_input[stage_id]
+        timers = [r.next_processing_ms for r in (*ledger.groups, *ledger.keyed)]
+        timers.append(feed.next_fire_ms(self.handlers))
+        next_timer_ms = min((t for t in timers if t is not None), default=None)
+        pending = feed.pending(self.handlers)
+        timers_left = sum(info["timers"] for info in stateful.values())
+        holding = [
+            m for st, m in zip(ledger.commit_stages, ledger.commits, strict=True)
+            if st.startswith("hold:")
+        ]  # fmt: skip
+        pushback_left = bool(self.pushed_back & set(held)) or any(m.files for m in holding)
+        return RoundMetadata(
+            round_no=self.round_no,
+            pending_residuals=pending,
+            next_timer_ms=next_timer_ms,
+            group_holds=holds,
+            group_keys=dict(keys),
+            group_watermarks=marks.group_input,
+            stateful=stateful,
+            watermark_micros=marks.source(),
+            finished=(
+                pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
+            ),
+        )

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming import watermarks
-from sparkbeam.runner.task.records import CommitRecord
+from sparkbeam.runner.task.records import CommitRecord, is_report
 from sparkbeam.runner.task.staged_state import staged_writer_for_task
 
 PREFIX = state_layout.PUSHBACK_PREFIX
@@ -65,7 +65,7 @@ def hold_rows(
     writer = staged_writer_for_task(url, pipeline, f"hold:{stage_id}", round_no, max_key_groups)
     seq = 0
     for row in rows:
-        if type(row) is tuple:  # (transform, bytes); reports are NamedTuples
+        if not is_report(row):  # a data row: (transform, bytes)
             transform, data = row
             key = state_layout.row_key(round_no, partition, seq)
             writer.put(namespace(stage_id), key, state_layout.encode_row(transform, data))

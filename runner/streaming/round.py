@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
@@ -28,26 +29,75 @@ from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread
 from sparkbeam.runner.rounds.startpoints import with_startpoints
 from sparkbeam.runner.streaming import group as streaming_group
 from sparkbeam.runner.streaming import watermarks
-from sparkbeam.runner.streaming.group import GroupRound, partition_for_key
+from sparkbeam.runner.streaming.group import GroupRound
 from sparkbeam.runner.streaming.pushback import hold_rows, ready, take
 from sparkbeam.runner.streaming.stateful import KeyedState, StatefulRound, sdk_keyed
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
-from sparkbeam.runner.task.records import OutputRecord
+from sparkbeam.runner.task.records import OutputRecord, ReportKey, is_report
 from sparkbeam.runner.task.worker_context import register_plan
-from sparkbeam.translation.plan import BufferId, EdgeKind
+from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan
 
-_REPORT = "sparkbeam-report"  # shuffle key of a carried report: (_REPORT, spread)
+
+@dataclass(frozen=True)
+class RoundInputs:
+    """What one round of one pipeline is built from: the loop's state when the round starts.
+
+    The loop makes it (``PipelineLoop.round_inputs``); the builder reads nothing else of it."""
+
+    sc: Any
+    plan: ExecutionPlan
+    pipeline: str
+    stages: list  # the live stages of this round, in topological order
+    tasks: dict[str, tuple[StageTask, Any]]  # stage -> its task and components broadcast
+    url: str
+    plan_key: str
+    components: Any  # broadcast of the plan's serialized components
+    parallelism: int
+    max_key_groups: int
+    checkpoint_id: int | None
+    round_no: int
+    impulse_done: bool
+    marks: watermarks.RoundWatermarks
+    due: dict  # stage -> its due residuals
+    previous: dict[str, int]  # GroupByKey -> input watermark of the last round
+    side_values: dict  # side input buffer -> every chunk so far
+    pushed_back: set[str]  # stages with main input held in the store
+    state: Any  # the PipelineStore: pushed-back rows are taken from it
+    startpoints: Any  # the StartpointSession, or None
+
+
+def live_stages(
+    plan, stages, due: dict, impulse_done: bool, group_keys: dict, stateful: dict, pushed_back
+) -> set[str]:
+    """Stages that may see data this round: downstream of the Impulse (first round),
+    of due residuals, or of a GroupByKey that holds state."""
+    live: set[str] = set()
+    producers_live: set[str] = set()  # buffers a live stage writes
+    for stage in stages:
+        for buffer in stage.input_buffers + tuple(si.buffer for si in stage.side_inputs):
+            kind = plan.edge(buffer).kind
+            if (
+                (kind == EdgeKind.IMPULSE and not impulse_done)
+                or buffer in producers_live
+                or (kind == EdgeKind.GROUP and group_keys.get(buffer))
+            ):
+                live.add(stage.id)
+        if due.get(stage.id) or stateful.get(stage.id, {}).get("timers") or stage.id in pushed_back:
+            live.add(stage.id)
+        if stage.id in live:
+            producers_live.update(stage.output_buffers)
+    return live
 
 
 class RoundBuilder:
     """Builds one round of one pipeline; ``build()`` returns the RDD of all its reports."""
 
-    def __init__(self, loop, marks: watermarks.RoundWatermarks, due: dict, live: set) -> None:
-        self.loop, self.ex, self.plan = loop, loop.ex, loop.plan
-        self.sc, self.marks, self.due = loop.ex.sc, marks, due
-        self.par = loop.ex.parallelism
-        self.stages = [s for s in loop.stages if s.id in live]
+    def __init__(self, inputs: RoundInputs) -> None:
+        self.inp, self.plan = inputs, inputs.plan
+        self.sc, self.marks, self.due = inputs.sc, inputs.marks, inputs.due
+        self.par = inputs.parallelism
+        self.stages = inputs.stages
         self.persisted: list = []
         self.broadcasts: list = []
         self.side_inputs_read: set[BufferId] = set()
@@ -94,16 +144,16 @@ class RoundBuilder:
         return finals[0] if len(finals) == 1 else self.sc.union(finals)
 
     def _stage(self, stage, side_bc):
-        loop = self.loop
-        task, components = loop.stage_task(stage)
+        inp = self.inp
+        task, components = inp.tasks[stage.id]
         if stage.stateful:
             spec = StatefulRound(
-                pipeline=loop.pipeline.id,
-                url=self.ex.url,
-                checkpoint_id=loop.checkpoint_id,
-                round_no=loop.round_no,
+                pipeline=inp.pipeline,
+                url=inp.url,
+                checkpoint_id=inp.checkpoint_id,
+                round_no=inp.round_no,
                 parallelism=self.par,
-                max_key_groups=loop.state.max_key_groups,
+                max_key_groups=inp.max_key_groups,
                 input_watermark=self.marks.stage_input[stage.id],
             )
             run = functools.partial(run_stateful, task, spec, components, side_bc)
@@ -113,19 +163,19 @@ class RoundBuilder:
             for transform, buffer in stage.inputs
         ]
         rows = [(d.transform, d.element) for d in self.due.get(stage.id, ())]
-        held = stage.side_inputs and not ready(stage, loop.side_values, self.marks)
-        if not held and stage.id in loop.pushed_back:
-            rows += take(loop.state, stage.id)  # its side inputs are ready now
+        held = stage.side_inputs and not ready(stage, inp.side_values, self.marks)
+        if not held and stage.id in inp.pushed_back:
+            rows += take(inp.state, stage.id)  # its side inputs are ready now
         if rows:
             inputs.append(self.sc.parallelize(rows, max(1, min(self.par, len(rows)))))
         if held:  # side inputs not ready: keep the main input for a later round
             self.held.add(stage.id)
-            url, pipeline, kgs = self.ex.url, loop.pipeline.id, loop.state.max_key_groups
-            hold = functools.partial(hold_rows, url, pipeline, stage.id, loop.round_no, kgs)
+            url, pipeline, kgs = inp.url, inp.pipeline, inp.max_key_groups
+            hold = functools.partial(hold_rows, url, pipeline, stage.id, inp.round_no, kgs)
             return self._union(inputs).mapPartitions(hold)
-        assignment = loop.startpoints and loop.startpoints.assignment(stage.id)
+        assignment = inp.startpoints and inp.startpoints.assignment(stage.id)
         run = functools.partial(
-            run_stage, task, loop.round_no, components, side_bc, assignment=assignment
+            run_stage, task, inp.round_no, components, side_bc, assignment=assignment
         )
         return self._union(inputs).mapPartitions(run)
 
@@ -137,7 +187,7 @@ class RoundBuilder:
         ``consumer=None``: a side input (data only)."""
         edge = self.plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
-            if self.loop.impulse_done:
+            if self.inp.impulse_done:
                 return self.sc.emptyRDD()
             return self.sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
         if edge.kind == EdgeKind.GROUP:
@@ -156,7 +206,7 @@ class RoundBuilder:
         if edge.kind == EdgeKind.MATERIALIZE or not writers:
             return source
         if edge.kind == EdgeKind.RESHUFFLE:
-            key, comps = self.ex.plan_key, self.ex.components
+            key, comps = self.inp.plan_key, self.inp.components
             read_coder = edge.read_coder or edge.write_coder
             return (
                 source.mapPartitionsWithIndex(
@@ -188,19 +238,19 @@ class RoundBuilder:
         """The GroupByKey of one round, shuffled by key group (one RDD per edge)."""
         if edge.id in self._groups:
             return self._groups[edge.id]
-        loop, par = self.loop, self.par
-        max_kg = loop.state.max_key_groups
+        inp, par = self.inp, self.par
+        max_kg = inp.max_key_groups
         task = GroupRound(
-            plan_key=self.ex.plan_key,
+            plan_key=inp.plan_key,
             edge=edge,
-            pipeline=loop.pipeline.id,
-            url=self.ex.url,
-            checkpoint_id=loop.checkpoint_id,
-            round_no=loop.round_no,
+            pipeline=inp.pipeline,
+            url=inp.url,
+            checkpoint_id=inp.checkpoint_id,
+            round_no=inp.round_no,
             parallelism=par,
             max_key_groups=max_kg,
             input_watermark=self.marks.group_input.get(edge.id, watermarks.MAX),
-            previous_watermark=loop.previous.get(edge.id, watermarks.MIN),
+            previous_watermark=inp.previous.get(edge.id, watermarks.MIN),
         )
         writers = [
             self._outs[s.id].mapPartitions(
@@ -209,14 +259,16 @@ class RoundBuilder:
             for s in self.stages
             if edge.id in s.output_buffers and s.id in self._outs
         ]
-        key, comps = self.ex.plan_key, self.ex.components
-        partitioner = functools.partial(_partition, parallelism=par, max_key_groups=max_kg)
+        key, comps = self.inp.plan_key, self.inp.components
+        partitioner = functools.partial(
+            grouping.partition_for_key, parallelism=par, max_key_groups=max_kg
+        )
         grouped = (
             self._union(writers)
             .mapPartitionsWithIndex(
                 lambda i, items: _carrying_pairs(
                     items,
-                    (_REPORT, i),
+                    ReportKey(i),
                     lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs),
                 )
             )
@@ -235,7 +287,7 @@ class RoundBuilder:
         """A stateful stage's input, partitioned so partition ``p`` holds subtask ``p``'s keys.
 
         All inputs are keyed first and shuffled together: partition index = subtask."""
-        key, comps = self.ex.plan_key, self.ex.components
+        key, comps = self.inp.plan_key, self.inp.components
         keyed = [
             self.read(buffer, stage.id).mapPartitionsWithIndex(
                 functools.partial(_keyed_rows, comps, key, stage, transform)
@@ -244,7 +296,9 @@ class RoundBuilder:
             if self.plan.edge(buffer).kind != EdgeKind.IMPULSE
         ]
         partitioner = functools.partial(
-            _partition, parallelism=spec.parallelism, max_key_groups=spec.max_key_groups
+            grouping.partition_for_key,
+            parallelism=spec.parallelism,
+            max_key_groups=spec.max_key_groups,
         )
         return self._union(keyed).partitionBy(spec.parallelism, partitioner)
 
@@ -261,14 +315,6 @@ class RoundBuilder:
 
 
 # --- task side: small, picklable by reference ------------------------------------------
-
-
-def is_report(record) -> bool:
-    return not isinstance(record, (OutputRecord, bytes))
-
-
-def _is_data_row(row) -> bool:
-    return type(row) is tuple  # (transform, bytes); reports are NamedTuples
 
 
 def _tag(transform: str, item):
@@ -291,10 +337,10 @@ def _carrying(items: Iterable, fn) -> Iterator:
 
     def data():
         for item in items:
-            if isinstance(item, bytes):
-                yield item
-            else:
+            if is_report(item):
                 reports.append(item)
+            else:
+                yield item
 
     yield from fn(data())
     yield from reports
@@ -303,13 +349,7 @@ def _carrying(items: Iterable, fn) -> Iterator:
 def _carrying_pairs(items: Iterable, report_key, fn) -> Iterator:
     """Like ``_carrying`` for a shuffle: reports travel as ``(report_key, report)`` pairs."""
     for out in _carrying(items, fn):
-        yield out if type(out) is tuple else (report_key, out)
-
-
-def _partition(key, parallelism: int, max_key_groups: int) -> int:
-    if isinstance(key, tuple):  # a carried report: any partition will do
-        return key[1] % parallelism
-    return partition_for_key(key, parallelism, max_key_groups)
+        yield (report_key, out) if is_report(out) else out
 
 
 def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, items):
@@ -320,15 +360,15 @@ def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, it
         for key, element in sdk_keyed(plan_key, stage, transform, blobs):
             yield key, (transform, element)
 
-    return _carrying_pairs(items, (_REPORT, index), keyed)
+    return _carrying_pairs(items, ReportKey(index), keyed)
 
 
 def _split_carried(rows: Iterable, carried: list) -> Iterator:
     for row in rows:
-        if _is_data_row(row):
-            yield row
-        else:
+        if is_report(row):
             carried.append(row)
+        else:
+            yield row
 
 
 def run_stateful(task: StageTask, spec: StatefulRound, components, side_bc, index: int, pairs):

@@ -22,29 +22,17 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.utils import timestamp
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.streaming.group import partition_for_key
-from sparkbeam.runner.task.records import CommitRecord
+from sparkbeam.runner.task.grouping import partition_for_key
+from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport
 from sparkbeam.runner.task.staged_state import read_task_state, staged_writer_for_task
 from sparkbeam.runner.task.user_state import user_key
 
 _PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
-
-
-class KeyedStateReport(NamedTuple):
-    """What one stateful task tells the driver after its round."""
-
-    stage: str
-    partition: int
-    keys: int  # keys with state or timers after the round
-    timers: int  # pending timers
-    hold_micros: int  # earliest output-timestamp hold of a pending timer (MAX: none)
-    next_processing_ms: float | None
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Worker-side shuffles: GroupByKey, key partitioning and reshuffle on Spark.
 
-Spark moves the bytes (``partitionBy`` with a process-stable hash); Beam's
+Spark moves the bytes (``partitionBy`` on the key's key group, ``partition_for_key``); Beam's
 own machinery gives the semantics: ``GroupingBuffer`` groups by encoded key
 and runs the batch trigger driver, so every window fn (fixed, sliding,
 sessions, custom merging), trigger and timestamp combiner behaves exactly as
@@ -9,20 +9,26 @@ in Beam's FnApiRunner.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Iterator
 from typing import Any
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.runners.portability.fn_api_runner.execution import GroupingBuffer
+from sparkbeam.checkpoint import key_group, subtask_for_key_group
+from sparkbeam.runner.task.records import is_report_key
 from sparkbeam.runner.task.worker_context import plan_context
 
 CHUNK_BYTES = 1 << 20
 
 
-def stable_partition(key: bytes) -> int:
-    """A hash that is the same in every Python process (never ``hash()``)."""
-    return zlib.crc32(key)
+def partition_for_key(key, parallelism: int, max_key_groups: int) -> int:
+    """The task that owns ``key``: the subtask of its key group, for shuffles and state alike.
+
+    The one key-ownership function: batch and streaming shuffles place a key where a restore
+    (at any parallelism) puts its state. A carried report (``ReportKey``) goes anywhere."""
+    if is_report_key(key):
+        return key.spread % parallelism
+    return subtask_for_key_group(key_group(key, max_key_groups), parallelism, max_key_groups)
 
 
 def split_elements(blob: bytes, coder_impl) -> Iterator[tuple[Any, bytes]]:

@@ -1,13 +1,21 @@
 """Typed records that cross the Spark task boundary.
 
 A stage's Spark partition yields these, never positional streams: data for
-an output buffer, the bundle metrics of the task, (for SDF stages) the
-residuals the task could not finish, and the files it staged for sinks.
+an output buffer (``OutputRecord``) and *reports* for the driver — the bundle
+metrics of the task, its warnings, (for SDF stages) the residuals it could not
+finish, the commit messages of its staged state, the files it staged for sinks,
+the startpoints it met and what its keyed state holds after the round.
+``is_report`` is the one test that tells a report from data, in batch and
+streaming alike; the driver absorbs reports into a ``RoundLedger``
+(``sparkbeam.runner.rounds.ledger``). Data rows are never told apart by shape.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from sparkbeam.sdf.residuals import ResidualRecord
+from sparkbeam.sdf.startpoints.applier import StartpointOutcome
 
 
 class OutputRecord(NamedTuple):
@@ -44,3 +52,55 @@ class SinkFilesRecord(NamedTuple):
 
     stage: str
     pairs: tuple[tuple[str, str], ...]  # (staged path, final path)
+
+
+class GroupReport(NamedTuple):
+    """What one streaming GroupByKey task tells the driver after its round."""
+
+    buffer: str
+    partition: int
+    keys: int  # keys with state after the round
+    hold_micros: int  # earliest watermark hold of buffered panes (MAX: none)
+    next_processing_ms: float | None  # earliest processing-time timer, if any
+
+
+class KeyedStateReport(NamedTuple):
+    """What one streaming stateful task tells the driver after its round."""
+
+    stage: str
+    partition: int
+    keys: int  # keys with state or timers after the round
+    timers: int  # pending timers
+    hold_micros: int  # earliest output-timestamp hold of a pending timer (MAX: none)
+    next_processing_ms: float | None
+
+
+REPORT_TYPES: tuple[type, ...] = (
+    MetricsRecord,
+    WarningRecord,
+    CommitRecord,
+    SinkFilesRecord,
+    ResidualRecord,
+    StartpointOutcome,
+    GroupReport,
+    KeyedStateReport,
+)
+"""Every report a task may hand the driver: the allow-list ``is_report`` checks."""
+
+
+def is_report(record) -> bool:
+    """A report for the driver (not data): the one predicate, batch and streaming alike."""
+    return isinstance(record, REPORT_TYPES)
+
+
+class ReportKey(NamedTuple):
+    """The shuffle key of a report carried through a shuffle (data keys are bytes).
+
+    ``spread`` (the sending partition) only spreads reports over the receiving tasks."""
+
+    spread: int
+
+
+def is_report_key(key) -> bool:
+    """A shuffled pair's key that carries a report rather than a data element."""
+    return isinstance(key, ReportKey)
