@@ -18,17 +18,16 @@ from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineS
 from apache_beam.transforms import environments
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner import progress
-from sparkbeam.runner.batch.durability import refuse_finished_rerun
 from sparkbeam.runner.batch.executor import PlanExecutor
-from sparkbeam.runner.options import SparkRunnerOptions, check_option_values
+from sparkbeam.runner.options import SparkRunnerOptions, SparkStreamingOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
+from sparkbeam.runner.rounds.compatibility import refuse_finished_rerun
 from sparkbeam.runner.rounds.startpoints import check_startpoints
 from sparkbeam.runner.spark.filesystem_options import apply_in_driver, use_in_jobs
 from sparkbeam.runner.spark.session import get_or_create_session
 from sparkbeam.runner.spark.shipping import ship_user_code
 from sparkbeam.runner.spark.storage_check import check_shared_storage
 from sparkbeam.runner.streaming.job import open_streaming_store, start_streaming
-from sparkbeam.runner.streaming.options import SparkStreamingOptions
 from sparkbeam.translation import translate
 
 _LOG = logging.getLogger(__name__)
@@ -61,50 +60,65 @@ class SparkCheckpointRunner(PipelineRunner):
 
     def run_pipeline(self, pipeline, options: PipelineOptions) -> PipelineResult:
         progress.make_visible()
-        # Step 1: check what sparkbeam can be asked for (one-line errors, before any Spark).
+        # 1. Check what sparkbeam can be asked for (one-line errors, before any Spark).
         check_option_values(options)
         RuntimeValueProvider.set_runtime_options({})
         debug = options.view_as(DebugOptions)
         debug.experiments = list({*(debug.experiments or []), "beam_fn_api"})
         proto = portable_proto(pipeline, options)
-        # Step 2: plan it (raises naming what is unsupported).
+        # 2. Plan it (raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
-        # Step 3: take the store's lock before Spark starts (a second copy of the job is
-        # refused at once), then execute on Spark: streaming on driver threads, batch here.
-        spark_options = options.view_as(SparkRunnerOptions)
+        # 3. Execute: the store first -- its lock, a failed startpoint, a finished job are
+        #    refused in about a second, before Spark starts -- then Spark.
         job_name = options.view_as(GoogleCloudOptions).job_name
-        check_shared_storage(spark_options)  # a cluster's executors must reach the store
-        fs_options = apply_in_driver(options)  # s3://... options here, for the store
-        streaming = options.view_as(StandardOptions).streaming
+        spark_options = options.view_as(SparkRunnerOptions)
+        fs_options = apply_in_driver(options)  # s3://... options here (the store), then in tasks
         store = open_job_store(plan, options, spark_options.spark_app_name or job_name)
-        try:
-            if store is not None:  # a bad or failed startpoint is refused before Spark starts
-                check_startpoints(store.startpoints, plan)
-            spark = get_or_create_session(spark_options, job_name)
-            ship_user_code(spark, options)  # the user's modules and packages reach the executors
-            use_in_jobs(spark.sparkContext, fs_options)  # ... and in every task
-        except BaseException:
-            if store is not None:
-                store.close()
-            raise
-        if streaming:
+        spark = start_spark(options, job_name, store, fs_options)
+        if options.view_as(StandardOptions).streaming:
             drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
             return start_streaming(spark, plan, options, store, drain_plan, fs_options)
         executor = run_batch(spark, plan, options, store)
-        # Step 4: the result, with metrics merged from every stage.
+        # 4. The result, with metrics merged from every stage.
         return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)
 
 
 def open_job_store(plan, options: PipelineOptions, job_name: str | None):
-    """The run's locked checkpoint store: streaming always has one (default: under the job
-    name); batch only with --checkpoint_dir. Needs no Spark."""
+    """The run's locked checkpoint store, checked (needs no Spark): streaming always has one
+    (default: under the job name); batch only with --checkpoint_dir.
+
+    Refuses a store cluster executors cannot reach, a bad or failed startpoint, and a finished
+    job without --fresh."""
+    check_shared_storage(options.view_as(SparkRunnerOptions))
+    streaming = options.view_as(SparkStreamingOptions)
     if options.view_as(StandardOptions).streaming:
-        return open_streaming_store(plan, options, job_name)
-    url = options.view_as(SparkRunnerOptions).checkpoint_dir
-    if not url:
+        store = open_streaming_store(plan, options, job_name)
+    elif options.view_as(SparkRunnerOptions).checkpoint_dir:
+        url = options.view_as(SparkRunnerOptions).checkpoint_dir
+        store = open_store(url, job_name=job_name or "sparkbeam", break_lock=streaming.break_lock)
+    else:
         return None
-    break_lock = options.view_as(SparkStreamingOptions).break_lock
-    return open_store(url, job_name=job_name or "sparkbeam", break_lock=break_lock)
+    try:
+        check_startpoints(store.startpoints, plan)
+        refuse_finished_rerun(store, [p.id for p in plan.pipelines], streaming.fresh)
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def start_spark(options: PipelineOptions, job_name: str | None, store, fs_options: str):
+    """The Spark session, with the user's code shipped and the (encoded) filesystem options in
+    every task; closes ``store`` if Spark cannot start."""
+    try:
+        spark = get_or_create_session(options.view_as(SparkRunnerOptions), job_name)
+        ship_user_code(spark, options)  # the user's modules and packages reach the executors
+        use_in_jobs(spark.sparkContext, fs_options)  # ... and in every task
+        return spark
+    except BaseException:
+        if store is not None:
+            store.close()
+        raise
 
 
 def run_batch(spark, plan, options: PipelineOptions, store) -> PlanExecutor:
@@ -114,8 +128,6 @@ def run_batch(spark, plan, options: PipelineOptions, store) -> PlanExecutor:
     url = spark_options.checkpoint_dir
     streaming_options = options.view_as(SparkStreamingOptions)
     try:
-        if store is not None:  # a finished job runs again only with --fresh
-            refuse_finished_rerun(store, [p.id for p in plan.pipelines], streaming_options.fresh)
         executor = PlanExecutor(
             spark,
             plan,

@@ -25,8 +25,7 @@ def _register_runner(module) -> None:
 
 def _register_options(module) -> None:
     try:
-        import sparkbeam.runner.options  # noqa: F401 - registers SparkRunnerOptions
-        import sparkbeam.runner.streaming.options  # noqa: F401 - and the streaming flags
+        import sparkbeam.runner.options  # noqa: F401 - registers every sparkbeam flag
     except Exception:  # noqa: BLE001 - never break the user's import of Beam
         pass
 

@@ -11,9 +11,8 @@ What survives a driver kill (seed 000's "completed work is not redeployed"):
 On restart a stage whose input is consumed skips round 0, its producers are
 not run at all, and it continues from its pending residuals.
 
-A job whose last checkpoint is finished is not run again by accident: rerunning
-it would publish its output a second time, so `refuse_finished_rerun` fails the
-start unless the operator passed ``--fresh`` (batch and streaming alike).
+A job whose last checkpoint is finished is not run again by accident
+(``sparkbeam.runner.rounds.compatibility.refuse_finished_rerun``).
 """
 
 from __future__ import annotations
@@ -26,38 +25,6 @@ from sparkbeam.checkpoint import state_layout
 OUTPUT_PREFIX = state_layout.STAGE_OUTPUT_PREFIX
 FINISHED = state_layout.FINISHED
 _LOG = logging.getLogger(__name__)
-
-
-class FinishedJobError(RuntimeError):
-    """The job's last checkpoint is finished: running it again would repeat its output."""
-
-    def __init__(self, pipeline_id: str, checkpoint_id: int, url: str) -> None:
-        self.pipeline_id, self.checkpoint_id, self.url = pipeline_id, checkpoint_id, url
-        super().__init__(
-            f"Pipeline {pipeline_id!r} already finished: checkpoint {checkpoint_id} in store "
-            f"{url!r} is its finished last checkpoint, and running it again would write its "
-            "output a second time. To run the job again from the beginning pass --fresh (with "
-            "a new --output); to start with no history, use a new --checkpoint_dir."
-        )
-
-
-def refuse_finished_rerun(store, pipeline_ids: Iterable[str], fresh: bool) -> None:
-    """Before a job starts: raise `FinishedJobError` if a pipeline's latest checkpoint is
-    finished, unless ``fresh`` (then that pipeline runs again from the beginning)."""
-    for pid in pipeline_ids:
-        readable = [i for i in store.list_checkpoints(pid) if i.error is None]
-        if not readable:
-            continue
-        cid = readable[-1].checkpoint_id
-        if not store.load_manifest(pid, cid).metadata.get(FINISHED):
-            continue  # an unfinished run resumes, with or without --fresh
-        if not fresh:
-            raise FinishedJobError(pid, cid, store.url)
-        _LOG.warning(
-            "Pipeline %s finished in checkpoint %d of %s; --fresh: running it again from the "
-            "beginning",
-            pid, cid, store.url,
-        )  # fmt: skip
 
 
 input_marker = state_layout.input_marker

@@ -6,11 +6,16 @@ once; compatible differences (new stages, changed DoFn bodies, ...) are logged a
 goes on; incompatible ones raise `IncompatiblePipelineError` listing them. Checkpoints written
 before shapes were recorded fall back to the whole-plan fingerprint. Leaves the comparison
 rules to ``sparkbeam.translation.compatibility`` and the restore itself to the store.
+
+A job whose last checkpoint is finished is not run again by accident: rerunning it would
+publish its output a second time, so `refuse_finished_rerun` fails the start (before Spark)
+unless the operator passed ``--fresh`` (batch and streaming alike).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from sparkbeam.checkpoint import state_layout
@@ -111,3 +116,35 @@ class RestoreGuard:
                 f"{self.plan.fingerprint!r} (stages, transforms or edges changed)"
             ],
         )
+
+
+class FinishedJobError(RuntimeError):
+    """The job's last checkpoint is finished: running it again would repeat its output."""
+
+    def __init__(self, pipeline_id: str, checkpoint_id: int, url: str) -> None:
+        self.pipeline_id, self.checkpoint_id, self.url = pipeline_id, checkpoint_id, url
+        super().__init__(
+            f"Pipeline {pipeline_id!r} already finished: checkpoint {checkpoint_id} in store "
+            f"{url!r} is its finished last checkpoint, and running it again would write its "
+            "output a second time. To run the job again from the beginning pass --fresh (with "
+            "a new --output); to start with no history, use a new --checkpoint_dir."
+        )
+
+
+def refuse_finished_rerun(store, pipeline_ids: Iterable[str], fresh: bool) -> None:
+    """Before a job starts: raise `FinishedJobError` if a pipeline's latest checkpoint is
+    finished, unless ``fresh`` (then that pipeline runs again from the beginning)."""
+    for pid in pipeline_ids:
+        readable = [i for i in store.list_checkpoints(pid) if i.error is None]
+        if not readable:
+            continue
+        cid = readable[-1].checkpoint_id
+        if not store.load_manifest(pid, cid).metadata.get(FINISHED):
+            continue  # an unfinished run resumes, with or without --fresh
+        if not fresh:
+            raise FinishedJobError(pid, cid, store.url)
+        _LOG.warning(
+            "Pipeline %s finished in checkpoint %d of %s; --fresh: running it again from the "
+            "beginning",
+            pid, cid, store.url,
+        )  # fmt: skip

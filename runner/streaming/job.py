@@ -15,11 +15,8 @@ from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOpt
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiMetrics
 from apache_beam.runners.runner import PipelineResult, PipelineState
 from sparkbeam.checkpoint import open_store
-from sparkbeam.runner.batch.durability import refuse_finished_rerun
-from sparkbeam.runner.options import SparkRunnerOptions
-from sparkbeam.runner.rounds.startpoints import check_startpoints
+from sparkbeam.runner.options import SparkRunnerOptions, SparkStreamingOptions
 from sparkbeam.runner.streaming.executor import DRAIN_REQUEST, StreamingExecutor
-from sparkbeam.runner.streaming.options import SparkStreamingOptions
 from sparkbeam.translation.plan import ExecutionPlan
 
 _LOG = logging.getLogger(__name__)
@@ -57,12 +54,6 @@ def start_streaming(
     spark_options = options.view_as(SparkRunnerOptions)
     streaming = options.view_as(SparkStreamingOptions)
     url = store.url
-    try:
-        check_startpoints(store.startpoints, plan)  # a bad one fails run(), not a loop thread
-        refuse_finished_rerun(store, [p.id for p in plan.pipelines], streaming.fresh)
-    except BaseException:
-        store.close()
-        raise
     executor = StreamingExecutor(
         spark,
         plan,

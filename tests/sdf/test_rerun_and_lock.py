@@ -9,8 +9,8 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from sparkbeam.checkpoint import StoreLockedError, open_store
 from sparkbeam.checkpoint.lock import LOCK_FILE
-from sparkbeam.runner.batch.durability import FinishedJobError
-from sparkbeam.runner.streaming.options import SparkStreamingOptions
+from sparkbeam.runner.options import SparkStreamingOptions
+from sparkbeam.runner.rounds.compatibility import FinishedJobError
 
 from tests.conftest import spark_test_options
 

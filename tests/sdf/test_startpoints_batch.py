@@ -15,7 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 from sparkbeam.checkpoint import Startpoint, StartpointKind, open_store
 from sparkbeam.runner.cli import main as cli
-from sparkbeam.runner.streaming.options import SparkStreamingOptions
+from sparkbeam.runner.options import SparkStreamingOptions
 from sparkbeam.sdf.startpoints.session import (
     StartpointError,
     UnknownStartpointTransformError,

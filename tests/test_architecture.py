@@ -1,0 +1,93 @@
+"""The imports between sparkbeam's folders follow the arrows of ARCHITECTURE.md.
+
+Parsed from the source (no import runs), so a new arrow fails here with the module that
+draws it, and either the design or the import changes on purpose.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDERS = ("translation", "checkpoint", "sdf", "runner")
+SUBPACKAGES = {
+    "sdf": ("startpoints", "testing"),
+    "runner": ("spark", "task", "rounds", "batch", "streaming"),
+}
+
+# unit -> the units it may import (besides itself)
+ALLOWED = {
+    "translation": set(),
+    "checkpoint": set(),
+    "sdf": {"checkpoint"},
+    "sdf.startpoints": {"sdf", "checkpoint"},
+    "sdf.testing": {"sdf", "checkpoint"},
+    "runner.spark": {"runner", "checkpoint"},
+    "runner.task": {"runner.spark", "sdf", "sdf.startpoints", "checkpoint", "translation"},
+    "runner.rounds": {
+        "runner", "runner.task", "runner.spark", "sdf", "sdf.startpoints", "checkpoint",
+        "translation",
+    },
+    "runner.batch": {
+        "runner", "runner.rounds", "runner.task", "runner.spark", "sdf", "sdf.startpoints",
+        "checkpoint", "translation",
+    },
+    "runner.streaming": {
+        "runner", "runner.rounds", "runner.task", "runner.spark", "sdf", "sdf.startpoints",
+        "checkpoint", "translation",
+    },
+}  # fmt: skip
+# The front door wires everything; the warm worker daemon pre-imports the task code.
+FRONT_DOOR = {"runner": None, "runner.spark.daemon": None}
+
+
+def unit_of(module: str) -> str | None:
+    """``sparkbeam.runner.task.records`` -> ``runner.task``; None outside the four folders."""
+    parts = module.split(".")
+    if len(parts) < 2 or parts[0] != "sparkbeam" or parts[1] not in FOLDERS:
+        return None
+    if len(parts) >= 3 and parts[2] in SUBPACKAGES.get(parts[1], ()):
+        return f"{parts[1]}.{parts[2]}"
+    return parts[1]
+
+
+def imports_of(path: Path) -> set[str]:
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def modules():
+    for folder in FOLDERS:
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            rel = path.relative_to(ROOT).with_suffix("")
+            yield "sparkbeam." + ".".join(rel.parts).removesuffix(".__init__"), path
+
+
+def test_imports_follow_the_allowed_arrows():
+    wrong = []
+    for module, path in modules():
+        unit = unit_of(module)
+        if unit in FRONT_DOOR or module.removeprefix("sparkbeam.") in FRONT_DOOR:
+            continue
+        for name in imports_of(path):
+            target = unit_of(name)
+            if target is None or target == unit or name in {f"sparkbeam.{f}" for f in FOLDERS}:
+                continue
+            if target not in ALLOWED[unit]:
+                wrong.append(f"{module} ({unit}) imports {name} ({target})")
+    assert not wrong, "imports against ARCHITECTURE.md's arrows:\n" + "\n".join(sorted(wrong))
+
+
+def test_every_subpackage_is_installed():
+    text = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    for folder, subs in SUBPACKAGES.items():
+        for sub in subs:
+            package = f"sparkbeam.{folder}.{sub}"
+            assert f'"{package}"' in text, f"add {package} to packages in pyproject.toml"
