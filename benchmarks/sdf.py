@@ -107,6 +107,7 @@ def _child(args: argparse.Namespace) -> None:
 
     sys.path.insert(0, os.path.join(REPO, "examples"))
     from sdf_offsets import EmitWithCheckpoints  # noqa: E402
+
     from sparkbeam.sdf import OffsetRangeProvider  # noqa: E402
 
     call_log = args.call_log

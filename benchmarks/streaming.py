@@ -69,9 +69,9 @@ def build(p, args: argparse.Namespace, call_log: str, out: str) -> None:
     from apache_beam.transforms import window
     from apache_beam.transforms.core import WatermarkEstimatorProvider
     from apache_beam.utils.timestamp import Duration, Timestamp
-    from sparkbeam.sdf import OffsetRangeProvider
 
     from sparkbeam.io import WriteToFilesOnCheckpoint
+    from sparkbeam.sdf import OffsetRangeProvider
 
     shards, keys, per_call, delay_s = args.shards, args.keys, args.per_call, args.delay_s
     rate_per_shard = args.rate / shards if args.rate > 0 else 0.0

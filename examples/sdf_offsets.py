@@ -22,6 +22,7 @@ import os
 import apache_beam as beam
 from apache_beam.metrics import Metrics
 from apache_beam.options.pipeline_options import PipelineOptions
+
 from sparkbeam.sdf import OffsetRangeProvider
 
 

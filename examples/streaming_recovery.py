@@ -36,9 +36,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window
 from apache_beam.transforms.core import WatermarkEstimatorProvider
 from apache_beam.utils.timestamp import Duration, Timestamp
-from sparkbeam.sdf import OffsetRangeProvider
 
 from sparkbeam.io import WriteToFilesOnCheckpoint
+from sparkbeam.sdf import OffsetRangeProvider
 
 DEFAULT_SOURCES = "clicks:1200,views:900"
 

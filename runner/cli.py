@@ -43,6 +43,7 @@ from apache_beam.runners.runner import (  # noqa: E402 - after the quiet import
     PipelineRunner,
     PipelineState,
 )
+
 from sparkbeam.checkpoint import cli as checkpoint_cli  # noqa: E402
 from sparkbeam.sdf.testing import cli as sdf_check_cli  # noqa: E402
 from sparkbeam.translation import translate  # noqa: E402

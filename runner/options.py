@@ -8,6 +8,7 @@ import os
 import re
 
 from apache_beam.options import pipeline_options
+
 from sparkbeam.runner.errors import PipelineOptionsError
 
 DEFAULT_MASTER = "local[*]"

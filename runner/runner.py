@@ -16,6 +16,7 @@ from apache_beam.options.value_provider import RuntimeValueProvider
 from apache_beam.runners.pipeline_utils import group_by_key_input_visitor
 from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineState
 from apache_beam.transforms import environments
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner import progress
 from sparkbeam.runner.batch.executor import PlanExecutor

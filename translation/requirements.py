@@ -6,6 +6,7 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.utils import proto_utils
+
 from sparkbeam.translation.errors import UnsupportedFeatureError
 
 SUPPORTED_REQUIREMENTS = frozenset(

@@ -25,6 +25,7 @@ from apache_beam.portability.api import (
 )
 from apache_beam.runners.portability.fn_api_runner import translations as t
 from google.protobuf import text_format
+
 from sparkbeam.translation.plan import EdgeKind, ExecutionPlan, PipelineId, StagePlan
 
 SHAPE_VERSION = 1

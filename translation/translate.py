@@ -23,6 +23,7 @@ from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.runners.portability.fn_api_runner.execution import SAFE_WINDOW_FNS
 from apache_beam.runners.worker import bundle_processor
 from apache_beam.utils import proto_utils
+
 from sparkbeam.translation.edge_coders import same_coder, same_grouped_coders
 from sparkbeam.translation.phases import KNOWN_RUNNER_URNS, standard_phases
 from sparkbeam.translation.plan import (

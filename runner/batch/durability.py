@@ -36,6 +36,7 @@ def stage_outputs_durably(
 ) -> Iterator:
     """Task side: pass records through, staging every output chunk; end with the commit message."""
     from pyspark import TaskContext
+
     from sparkbeam.checkpoint import open_staged_writer
     from sparkbeam.runner.spark.filesystem_options import apply_in_task
     from sparkbeam.runner.task.records import CommitRecord, OutputRecord

@@ -18,6 +18,7 @@ from collections import defaultdict
 from typing import Any
 
 from pyspark import StorageLevel
+
 from sparkbeam.checkpoint import MemoryStorage, open_store, state_layout
 from sparkbeam.runner import progress
 from sparkbeam.runner.batch.durability import (

@@ -14,6 +14,7 @@ import functools
 from collections import defaultdict
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
+
 from sparkbeam.runner.spark.labels import call_site, shuffle_label, stage_label
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.worker_context import register_plan

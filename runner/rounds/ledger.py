@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from apache_beam.portability.api import metrics_pb2
+
 from sparkbeam.checkpoint.state_layout import FINISHED
 from sparkbeam.runner.rounds import sink_files
 from sparkbeam.runner.rounds.startpoints import commit_round

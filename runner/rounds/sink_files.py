@@ -32,6 +32,7 @@ from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
+
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task.records import SinkFilesRecord
 

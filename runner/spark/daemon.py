@@ -9,9 +9,10 @@ SparkSession. Importing does not start gRPC threads, so forking stays safe.
 
 import apache_beam.runners.worker.bundle_processor  # noqa: F401
 import apache_beam.runners.worker.sdk_worker  # noqa: F401
+from pyspark import daemon
+
 import sparkbeam.runner.rounds.edges  # noqa: F401
 import sparkbeam.runner.task.bundle_executor  # noqa: F401
-from pyspark import daemon
 
 if __name__ == "__main__":
     daemon.manager()

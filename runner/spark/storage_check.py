@@ -44,6 +44,7 @@ def check_shared_storage(options) -> None:
     (local), so it is checked as that path.
     """
     from apache_beam.options.pipeline_options import StandardOptions
+
     from sparkbeam.runner.options import DEFAULT_CHECKPOINT_ROOT
 
     flag, url = "--checkpoint_dir", options.checkpoint_dir

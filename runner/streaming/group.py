@@ -31,6 +31,7 @@ from apache_beam.transforms import trigger
 from apache_beam.transforms.window import TimestampCombiner
 from apache_beam.utils import timestamp, windowed_value
 from apache_beam.utils.windowed_value import WindowedValue
+
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
 from sparkbeam.runner.task.grouping import split_elements

@@ -14,6 +14,7 @@ import threading
 from apache_beam.options.pipeline_options import GoogleCloudOptions, PipelineOptions
 from apache_beam.runners.portability.fn_api_runner.fn_runner import FnApiMetrics
 from apache_beam.runners.runner import PipelineResult, PipelineState
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.options import SparkRunnerOptions, SparkStreamingOptions
 from sparkbeam.runner.streaming.executor import DRAIN_REQUEST, StreamingExecutor

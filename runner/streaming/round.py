@@ -24,6 +24,7 @@ from typing import Any
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 from pyspark import StorageLevel
+
 from sparkbeam.runner.rounds import sink_files
 from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread
 from sparkbeam.runner.rounds.startpoints import with_startpoints

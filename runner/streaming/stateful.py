@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.utils import timestamp
+
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task.grouping import partition_for_key
 from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport

@@ -13,6 +13,7 @@ import struct
 
 from apache_beam.transforms.window import BoundedWindow, GlobalWindow, IntervalWindow
 from apache_beam.utils import timestamp
+
 from sparkbeam.checkpoint import state_layout
 
 _TIMESTAMP, _DURATION, _WINDOW = 1, 2, 3

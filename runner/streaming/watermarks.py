@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from apache_beam.utils import timestamp
+
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
 
 MIN = timestamp.MIN_TIMESTAMP.micros

@@ -30,6 +30,7 @@ from apache_beam.runners.worker import data_plane, sdk_worker
 from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
 from apache_beam.runners.worker.statecache import StateCache
 from apache_beam.utils import timestamp
+
 from sparkbeam.runner.task.bundle_splits import (
     BundleSplitter,
     SplitCounts,

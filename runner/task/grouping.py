@@ -14,6 +14,7 @@ from typing import Any
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.runners.portability.fn_api_runner.execution import GroupingBuffer
+
 from sparkbeam.checkpoint import key_group, subtask_for_key_group
 from sparkbeam.runner.task.records import is_report_key
 from sparkbeam.runner.task.worker_context import plan_context

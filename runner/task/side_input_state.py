@@ -13,6 +13,7 @@ import struct
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import WindowGroupingBuffer
+
 from sparkbeam.translation.plan import StagePlan
 
 

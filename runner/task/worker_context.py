@@ -14,6 +14,7 @@ import threading
 
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
+
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
 
 _LOCK = threading.Lock()

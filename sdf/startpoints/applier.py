@@ -22,6 +22,7 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.runners import common, pipeline_context
 from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
+
 from sparkbeam.checkpoint.startpoints import Startpoint
 from sparkbeam.sdf.startpoints.errors import StartpointApplyError
 from sparkbeam.sdf.startpoints.restrictions import (

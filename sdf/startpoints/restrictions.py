@@ -29,6 +29,7 @@ import sys
 from typing import Any, Protocol
 
 from apache_beam.io.restriction_trackers import OffsetRange
+
 from sparkbeam.checkpoint.startpoints import Startpoint, StartpointKind
 from sparkbeam.sdf.startpoints.errors import StartpointError, UnsupportedStartpointError
 

@@ -36,6 +36,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.runners.sdf_utils import RestrictionTrackerView
 from apache_beam.utils.timestamp import Duration
+
 from sparkbeam.sdf.testing.static import is_offset_like
 
 OUT_FILE = "events.jsonl"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from checkpoint_conformance import check_state_table, check_storage, check_store
+
 from sparkbeam.checkpoint import (
     FileSystemsStorage,
     LocalStorage,

@@ -6,6 +6,7 @@ import logging
 import os
 
 import pytest
+
 from sparkbeam.checkpoint import CheckpointCorruptError, open_store
 from sparkbeam.checkpoint.layout import pipeline_dir
 

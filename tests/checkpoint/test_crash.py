@@ -12,6 +12,7 @@ import threading
 import time
 
 from crash_writer import MAX_KG, expected_state
+
 from sparkbeam.checkpoint import key_group_range, open_store
 
 WRITER = os.path.join(os.path.dirname(__file__), "crash_writer.py")

@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("apache_beam")
 from apache_beam.io.filesystems import FileSystems  # noqa: E402
 from apache_beam.options.pipeline_options import PipelineOptions, S3Options  # noqa: E402
+
 from sparkbeam.checkpoint import cli  # noqa: E402
 from sparkbeam.checkpoint.filesystem_options import apply, collect, encode  # noqa: E402
 

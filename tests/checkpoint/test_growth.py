@@ -17,6 +17,7 @@ import tempfile
 import time
 
 import pytest
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint import pipeline as pipeline_module
 

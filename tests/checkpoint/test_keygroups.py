@@ -9,6 +9,7 @@ import sys
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+
 from sparkbeam.checkpoint import (
     key_group,
     key_group_range,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+
 from sparkbeam.checkpoint import StoreLockedError, open_store
 from sparkbeam.checkpoint.cli import main as cli
 from sparkbeam.checkpoint.filesystem import LocalStorage

@@ -14,6 +14,7 @@ import uuid
 
 import pytest
 from checkpoint_conformance import check_storage, check_store
+
 from sparkbeam.checkpoint import FileSystemsStorage, StoreLockedError, open_storage, open_store
 from sparkbeam.checkpoint.filesystem_options import apply, collect, encode
 from sparkbeam.checkpoint.layout import pipeline_dir

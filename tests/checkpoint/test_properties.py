@@ -12,6 +12,7 @@ import tempfile
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
 from sparkbeam.checkpoint import LocalStorage, MemoryStorage, open_store
 
 MAX_KG = 16

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from sparkbeam.checkpoint import MemoryStorage, key_group, key_group_range, open_store
 
 MAX_KG = 64

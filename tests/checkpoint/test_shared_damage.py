@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 
 import pytest
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint.cli import main as cli
 from sparkbeam.checkpoint.layout import pipeline_dir

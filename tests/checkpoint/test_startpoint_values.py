@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 import pytest
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint.cli import main
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from sparkbeam.checkpoint import StartpointKind, open_store
 from sparkbeam.checkpoint.cli import main
 from sparkbeam.checkpoint.layout import pipeline_dir

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 import pytest
+
 from sparkbeam.checkpoint import state_layout as sl
 from sparkbeam.checkpoint.errors import StateLayoutError
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+
 from sparkbeam.checkpoint import (
     CommitStatus,
     IncompatibleCheckpointError,

@@ -12,8 +12,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import fn_runner_test
-from sparkbeam.runner import SparkCheckpointRunner
 
+from sparkbeam.runner import SparkCheckpointRunner
 from tests.conftest import get_test_session, spark_test_options
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+
 from sparkbeam.checkpoint import LocalStorage, open_store
 from sparkbeam.runner.rounds import sink_files
 from sparkbeam.runner.task.records import SinkFilesRecord

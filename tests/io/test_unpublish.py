@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 
 import apache_beam as beam
-from sparkbeam.runner.rounds import sink_files
-from sparkbeam.translation.translate import translate
 
 from sparkbeam.io import WriteToFilesOnCheckpoint
+from sparkbeam.runner.rounds import sink_files
+from sparkbeam.translation.translate import translate
 
 
 def test_unpublish_after_deletes_only_later_rounds_of_the_pipelines_stages(tmp_path):

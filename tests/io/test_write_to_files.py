@@ -15,9 +15,9 @@ from pathlib import Path
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from sparkbeam.runner.rounds.sink_files import STAGING_DIR
 
 from sparkbeam.io import WriteToFilesOnCheckpoint
+from sparkbeam.runner.rounds.sink_files import STAGING_DIR
 from tests.conftest import spark_test_options
 
 HERE = Path(__file__).parent

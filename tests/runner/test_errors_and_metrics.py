@@ -9,9 +9,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 from apache_beam.testing.util import assert_that, equal_to
+
 from sparkbeam.runner import SparkCheckpointRunner
 from sparkbeam.runner.errors import StageFailedError
-
 from tests.conftest import spark_test_options
 
 pytestmark = pytest.mark.spark

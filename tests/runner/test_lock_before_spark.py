@@ -8,8 +8,8 @@ import sys
 import time
 
 import pytest
-from sparkbeam.checkpoint import open_store
 
+from sparkbeam.checkpoint import open_store
 from tests.conftest import TEST_MASTER
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

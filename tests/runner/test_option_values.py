@@ -5,6 +5,7 @@ from __future__ import annotations
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+
 from sparkbeam.runner import SparkCheckpointRunner
 from sparkbeam.runner.errors import PipelineOptionsError
 from sparkbeam.runner.options import check_option_values

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+
 from sparkbeam.runner import SparkRunnerOptions
 from sparkbeam.runner.errors import PipelineOptionsError, SparkSessionError
 from sparkbeam.runner.spark.session import check_master_url

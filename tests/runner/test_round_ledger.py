@@ -6,6 +6,7 @@ import warnings
 
 import pytest
 from apache_beam.portability.api import metrics_pb2
+
 from sparkbeam.checkpoint import key_group, key_group_range
 from sparkbeam.runner.rounds.ledger import FINISHED, RoundLedger, RoundMetadata
 from sparkbeam.runner.task.grouping import partition_for_key

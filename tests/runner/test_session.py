@@ -14,10 +14,10 @@ import time
 import pyspark
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+
 from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.spark.session import get_or_create_session, probe_master
-
 from tests.conftest import TEST_MASTER
 
 HERE = os.path.dirname(os.path.abspath(__file__))

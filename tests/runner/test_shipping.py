@@ -14,13 +14,13 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from sparkbeam.runner.errors import StageFailedError
 from sparkbeam.runner.spark.shipping import (
     ModuleNotOnExecutorsError,
     main_folder_modules,
     missing_module_error,
 )
-
 from tests.runner.user_code import stage_user_pipeline
 
 MASTER = "local-cluster[1,1,1024]"
@@ -119,6 +119,7 @@ def test_setup_file_and_extra_package_become_importable_zips(tmp_path):
     import zipfile
 
     from apache_beam.options.pipeline_options import PipelineOptions
+
     from sparkbeam.runner.spark.shipping import staged_packages
 
     app = stage_user_pipeline(tmp_path / "app").parent

@@ -7,11 +7,11 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+
 from sparkbeam.runner import SparkCheckpointRunner
 from sparkbeam.runner.runner import portable_proto
 from sparkbeam.runner.spark.labels import job_group
 from sparkbeam.translation import translate
-
 from tests.conftest import spark_test_options
 
 pytestmark = pytest.mark.spark

@@ -7,6 +7,7 @@ import sys
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.spark.storage_check import (
     SharedStorageError,

@@ -6,6 +6,7 @@ import time
 
 import apache_beam as beam
 from apache_beam.utils.timestamp import Duration
+
 from sparkbeam.sdf import OffsetRangeProvider
 
 

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from sparkbeam.sdf.testing.run import committed_rounds
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -7,11 +7,11 @@ from __future__ import annotations
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+
 from sparkbeam.checkpoint import StoreLockedError, open_store
 from sparkbeam.checkpoint.lock import LOCK_FILE
 from sparkbeam.runner.options import SparkStreamingOptions
 from sparkbeam.runner.rounds.compatibility import FinishedJobError
-
 from tests.conftest import spark_test_options
 
 pytestmark = pytest.mark.spark

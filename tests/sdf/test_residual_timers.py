@@ -6,9 +6,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+
 from sparkbeam.checkpoint import MemoryStorage, open_store
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
-
 from tests.conftest import spark_test_options
 from tests.sdf.sdfs import ChunkedWithDelay
 

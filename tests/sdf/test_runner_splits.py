@@ -15,6 +15,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.testing.util import BeamAssertException, assert_that
 from apache_beam.utils.windowed_value import WindowedValue
+
 from sparkbeam.runner.errors import PipelineOptionsError
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.task.bundle_splits import (
@@ -24,7 +25,6 @@ from sparkbeam.runner.task.bundle_splits import (
     encoded_elements,
 )
 from sparkbeam.sdf import OffsetRangeProvider
-
 from tests.conftest import spark_test_options
 
 _CODER = coders.WindowedValueCoder(coders.VarIntCoder()).get_impl()

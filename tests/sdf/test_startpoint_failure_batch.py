@@ -11,10 +11,10 @@ import os
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.cli import main as cli
 from sparkbeam.sdf.startpoints.errors import StartpointFailedError
-
 from tests.conftest import spark_test_options
 from tests.streaming.tail_source import PIPELINE, SOURCE, write
 from tests.streaming.test_startpoint_failure import TailNoTimestamps

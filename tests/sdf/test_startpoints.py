@@ -16,6 +16,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.worker.bundle_processor import DATA_OUTPUT_URN
 from apache_beam.transforms.core import RestrictionProvider
+
 from sparkbeam.checkpoint import Startpoint, StartpointKind, open_store
 from sparkbeam.runner.rounds.edges import ENCODED_IMPULSE_VALUE
 from sparkbeam.runner.task import grouping

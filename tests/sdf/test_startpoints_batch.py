@@ -13,6 +13,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+
 from sparkbeam.checkpoint import Startpoint, StartpointKind, open_store
 from sparkbeam.runner.cli import main as cli
 from sparkbeam.runner.options import SparkStreamingOptions
@@ -21,7 +22,6 @@ from sparkbeam.sdf.startpoints.session import (
     UnknownStartpointTransformError,
     UnsupportedStartpointError,
 )
-
 from tests.conftest import spark_test_options
 from tests.streaming.tail_source import PIPELINE, SOURCE, tail, write
 

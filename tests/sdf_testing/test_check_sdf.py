@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
+from examples.line_reader_sdf import LineReaderFn
 from sparkbeam.sdf.testing import SdfCheckError, check_sdf
 from sparkbeam.sdf.testing import cli as sdf_check_cli
 from sparkbeam.sdf.testing.run import load_dofn
-
-from examples.line_reader_sdf import LineReaderFn
 from tests.conftest import TEST_MASTER, get_test_session
 from tests.sdf_testing import sdfs
 

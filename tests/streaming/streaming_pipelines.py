@@ -12,9 +12,9 @@ import time
 import apache_beam as beam
 from apache_beam.transforms import window
 from apache_beam.utils.timestamp import Duration, Timestamp
-from sparkbeam.sdf import OffsetRangeProvider
 
 from examples.streaming_recovery import ManualWatermark
+from sparkbeam.sdf import OffsetRangeProvider
 
 
 class EventTimeOffsets(beam.DoFn):

@@ -13,9 +13,9 @@ import os
 import signal
 
 import pytest
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint.errors import CheckpointCorruptError
-
 from tests.streaming.test_recovery import _expected, _run, _visible_lines
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

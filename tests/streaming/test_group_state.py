@@ -11,6 +11,7 @@ from apache_beam.transforms import trigger, window
 from apache_beam.transforms.core import Windowing
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
+
 from sparkbeam.runner.streaming.group import (
     OnTimePanes,
     TriggerPanes,

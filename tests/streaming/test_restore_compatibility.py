@@ -13,9 +13,9 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import window
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.errors import IncompatiblePipelineError
-
 from tests.conftest import spark_test_options
 from tests.streaming.streaming_pipelines import EventTimeOffsets
 

@@ -20,11 +20,11 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
+
 from sparkbeam.checkpoint import open_store
+from sparkbeam.io import WriteToFilesOnCheckpoint
 from sparkbeam.runner.cli import main as cli
 from sparkbeam.sdf.startpoints.errors import StartpointFailedError
-
-from sparkbeam.io import WriteToFilesOnCheckpoint
 from tests.conftest import spark_test_options
 from tests.streaming.tail_source import (
     PIPELINE,

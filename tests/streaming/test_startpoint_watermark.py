@@ -14,9 +14,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
-from sparkbeam.runner.cli import main as cli
 
 from sparkbeam.io import WriteToFilesOnCheckpoint
+from sparkbeam.runner.cli import main as cli
 from tests.conftest import spark_test_options
 from tests.streaming.streaming_pipelines import EventTimeOffsets
 from tests.streaming.tail_source import positions, visible

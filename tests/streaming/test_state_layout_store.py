@@ -15,8 +15,8 @@ import shutil
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from sparkbeam.checkpoint.errors import StateLayoutError
 
+from sparkbeam.checkpoint.errors import StateLayoutError
 from tests.conftest import spark_test_options
 from tests.fixtures.layout_pipeline import build, expected_lines
 

@@ -18,9 +18,9 @@ import subprocess
 import sys
 
 import pytest
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint.layout import pipeline_dir
-
 from tests.conftest import TEST_MASTER
 from tests.streaming.streaming_pipelines import expected_lines
 

@@ -18,10 +18,10 @@ from apache_beam.runners.runner import PipelineState
 from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms import trigger, userstate, window
 from apache_beam.transforms.core import RestrictionProvider
-from sparkbeam.checkpoint import open_store
-from sparkbeam.runner import cli
 
+from sparkbeam.checkpoint import open_store
 from sparkbeam.io import WriteToFilesOnCheckpoint
+from sparkbeam.runner import cli
 from tests.conftest import spark_test_options
 from tests.streaming.streaming_pipelines import EventTimeOffsets, expected_counts, windowed_counts
 

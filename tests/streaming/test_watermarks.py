@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+
 from sparkbeam.runner.runner import portable_proto
 from sparkbeam.runner.streaming import watermarks
 from sparkbeam.translation import translate
 from sparkbeam.translation.plan import EdgeKind
-
 from tests.streaming.streaming_pipelines import windowed_counts
 
 

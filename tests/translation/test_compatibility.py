@@ -9,13 +9,13 @@ import pytest
 from apache_beam.coders import VarIntCoder
 from apache_beam.transforms import window
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+
 from sparkbeam.checkpoint.manifest import Manifest
 from sparkbeam.runner.errors import IncompatiblePipelineError
 from sparkbeam.runner.rounds.compatibility import RestoreGuard
 from sparkbeam.translation import translate
 from sparkbeam.translation.compatibility import compare, incompatible
 from sparkbeam.translation.shape import PipelineShape, pipeline_shapes
-
 from tests.translation.test_translate import _CountTo, _proto
 
 

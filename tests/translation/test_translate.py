@@ -10,6 +10,7 @@ from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTr
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import environments
 from apache_beam.transforms.core import RestrictionProvider
+
 from sparkbeam.translation import EdgeKind, UnsupportedFeatureError, translate
 
 
