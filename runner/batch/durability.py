@@ -35,26 +35,15 @@ def stage_outputs_durably(
     records: Iterable, url: str, pipeline: str, stage_id: str, round_no: int, max_key_groups: int
 ) -> Iterator:
     """Task side: pass records through, staging every output chunk; end with the commit message."""
-    from pyspark import TaskContext
-
-    from sparkbeam.checkpoint import open_staged_writer
-    from sparkbeam.runner.spark.filesystem_options import apply_in_task
     from sparkbeam.runner.task.records import CommitRecord, OutputRecord
+    from sparkbeam.runner.task.staged_state import staged_writer_for_task
 
-    apply_in_task()
-
-    ctx = TaskContext.get()
-    if ctx is None:
-        raise RuntimeError("stage_outputs_durably runs inside a Spark task only")
-    partition, attempt = ctx.partitionId(), ctx.attemptNumber()
-    writer = open_staged_writer(
-        url, pipeline, stage_id, round_no, partition, attempt, max_key_groups=max_key_groups
-    )
+    writer = staged_writer_for_task(url, pipeline, stage_id, round_no, max_key_groups)
     namespace = output_namespace(stage_id)
     seq = 0
     for record in records:
         if isinstance(record, OutputRecord):
-            key = state_layout.row_key(round_no, partition, seq, round_width=8)
+            key = state_layout.row_key(round_no, writer.partition, seq, round_width=8)
             writer.put(namespace, key, state_layout.encode_row(record.buffer, record.data))
             seq += 1
         yield record
