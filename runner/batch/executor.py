@@ -101,7 +101,9 @@ class PlanExecutor:
             self.plan_key,
             self.components,
             self.parallelism,
-            self.store.max_key_groups,
+            # Batch shuffles restore no state: one key group per partition keeps them balanced
+            # at any parallelism (streaming's follow the store's key groups: its state does).
+            max_key_groups=self.parallelism,
         )
         self.checkpoint_url = checkpoint_url
         self.residual_budget_s = residual_budget_s
