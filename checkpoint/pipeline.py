@@ -164,17 +164,7 @@ class PipelineStore:
             if entry is not None:
                 self._chain.append(entry)
             # Step 3.
-            for msg, records in staged:
-                for op, kg, ns, key, value in records:
-                    if op is Op.PUT:
-                        self._table.put(ns, key, value, kg)
-                    else:
-                        self._table.delete(ns, key, kg)
-                self._chain.extend(msg.files)
-                self._completed.update(msg.completed)
-                self._positions.update(msg.source_positions)
-                self._committed_tasks[msg.task] = msg.attempt
-                self._rounds_done[msg.stage] = max(msg.round, self._rounds_done.get(msg.stage, -1))
+            self._apply_staged(staged)
             # Step 4.
             if self._materialization_due():
                 self.materialize()
@@ -182,21 +172,7 @@ class PipelineStore:
                 self._compact()
             # Step 5.
             cid = CheckpointId(self._store._next_checkpoint_id(self.pipeline_id))
-            manifest = Manifest(
-                pipeline_id=self.pipeline_id,
-                checkpoint_id=cid,
-                created=time.time(),
-                fingerprint=fingerprint,
-                parallelism=parallelism,
-                max_key_groups=self.max_key_groups,
-                materialization=self._materialization,
-                changelog=tuple(self._chain),
-                completed=frozenset(self._completed),
-                source_positions=dict(self._positions),
-                entries=len(self._table),
-                metadata=dict(metadata or {}),
-                commits=tuple((*m.task, m.attempt) for m, _ in staged),
-            )
+            manifest = self._manifest(cid, fingerprint, parallelism, metadata, staged)
             self.status = CommitStatus.PREPARED
             if os.environ.get("SPARKBEAM_CRASH_AT") == f"prepared:{cid}":  # recovery tests
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -209,14 +185,51 @@ class PipelineStore:
             self.status = CommitStatus.ABORTED
             raise
         self.last_checkpoint_id = cid
-        # Step 7.
+        self._retain()  # Step 7.
+        return cid
+
+    def _apply_staged(self, staged: list) -> None:
+        """Step 3: the staged changes into the working table, their files into the chain."""
+        for msg, records in staged:
+            for op, kg, ns, key, value in records:
+                if op is Op.PUT:
+                    self._table.put(ns, key, value, kg)
+                else:
+                    self._table.delete(ns, key, kg)
+            self._chain.extend(msg.files)
+            self._completed.update(msg.completed)
+            self._positions.update(msg.source_positions)
+            self._committed_tasks[msg.task] = msg.attempt
+            self._rounds_done[msg.stage] = max(msg.round, self._rounds_done.get(msg.stage, -1))
+
+    def _manifest(
+        self, cid: CheckpointId, fingerprint: str, parallelism: int, metadata, staged: list
+    ) -> Manifest:
+        """Step 5: the manifest naming the materialization and the chain."""
+        return Manifest(
+            pipeline_id=self.pipeline_id,
+            checkpoint_id=cid,
+            created=time.time(),
+            fingerprint=fingerprint,
+            parallelism=parallelism,
+            max_key_groups=self.max_key_groups,
+            materialization=self._materialization,
+            changelog=tuple(self._chain),
+            completed=frozenset(self._completed),
+            source_positions=dict(self._positions),
+            entries=len(self._table),
+            metadata=dict(metadata or {}),
+            commits=tuple((*m.task, m.attempt) for m, _ in staged),
+        )
+
+    def _retain(self) -> None:
+        """Step 7: retention after a commit, and a sweep every `SWEEP_EVERY` commits."""
         self._store._apply_retention(self.pipeline_id, self.live_files(), self._abandoned)
         self._abandoned = ()
         self._commits_since_sweep += 1
         if self._commits_since_sweep >= SWEEP_EVERY:
             self._commits_since_sweep = 0
             self._store._sweep(self.pipeline_id, self._rounds_done, self.live_files())
-        return cid
 
     def _write_manifest(self, cid: CheckpointId, data: bytes) -> None:
         """Write-once: a checkpoint id is never reused, even by a job that lost the lock."""
