@@ -75,18 +75,6 @@ def group_round(
 ) -> Iterator[Any]:
     """The body of one GroupByKey task in one round; yields output chunks and reports."""
     register_plan(task.plan_key, components)
-    context = plan_context(task.plan_key)
-    edge = task.edge
-    windowing = context.windowing_strategies[edge.windowing_strategy]
-    write = context.coders[edge.write_coder]
-    kv = write.wrapped_value_coder
-    key_impl, value_impl = kv.key_coder().get_impl(), kv.value_coder().get_impl()
-    write_impl = write.get_impl()
-    read_impl = context.coders[edge.read_coder].get_impl()
-    codec = trigger_state_codec(windowing)
-    panes = OnTimePanes(codec) if OnTimePanes.applies(windowing) else TriggerPanes(windowing, codec)
-    ns = namespace(edge.id)
-
     incoming: dict[bytes, list] = {}
     carried: list = []  # reports of upstream tasks, travelling with the data (streaming_round)
     for key, element in pairs:
@@ -94,62 +82,96 @@ def group_round(
             carried.append(element)
         else:
             incoming.setdefault(key, []).append(element)
-    stored = {}
-    if task.checkpoint_id is not None:
-        stored = read_task_state(
-            task.url, task.pipeline, task.checkpoint_id, partition, task.parallelism, ns
-        )
-    writer = staged_writer_for_task(
-        task.url, task.pipeline, commit_stage(edge.id), task.round_no, task.max_key_groups
-    )
-    watermark = timestamp.Timestamp(micros=task.input_watermark)
-    previous = timestamp.Timestamp(micros=task.previous_watermark)
-    now = time.time()
-    out = create_OutputStream()
-    hold, next_ms, keys = MAX_MICROS, None, 0
-
-    now_ms = now * 1000.0
+    group = _KeysOfOneTask(task, partition)
+    stored = group.read_state()
     for key in sorted(set(incoming) | set(stored)):
-        if key not in incoming:
-            wake, real_ms, key_hold = read_header(stored[key])
-            if wake > watermark.micros and real_ms > now_ms:
-                keys += 1  # nothing due for this key: its state is not even decoded
-                hold = min(hold, key_hold)
-                if real_ms != math.inf:
-                    next_ms = real_ms if next_ms is None else min(next_ms, real_ms)
-                continue
+        group.step(key, stored.get(key), incoming.get(key, ()))
+    yield from group.finish()
+    yield from carried
+
+
+class _KeysOfOneTask:
+    """One task's keys of one GroupByKey in one round: read, step each key, stage, report."""
+
+    def __init__(self, task: GroupRound, partition: int) -> None:
+        context = plan_context(task.plan_key)
+        edge = self.edge = task.edge
+        self.task, self.partition = task, partition
+        windowing = context.windowing_strategies[edge.windowing_strategy]
+        write = context.coders[edge.write_coder]
+        kv = write.wrapped_value_coder
+        self.key_impl, self.value_impl = kv.key_coder().get_impl(), kv.value_coder().get_impl()
+        self.write_impl = write.get_impl()
+        self.read_impl = context.coders[edge.read_coder].get_impl()
+        codec = trigger_state_codec(windowing)
+        self.panes = (
+            OnTimePanes(codec) if OnTimePanes.applies(windowing) else TriggerPanes(windowing, codec)
+        )
+        self.ns = namespace(edge.id)
+        self.writer = staged_writer_for_task(
+            task.url, task.pipeline, commit_stage(edge.id), task.round_no, task.max_key_groups
+        )
+        self.watermark = timestamp.Timestamp(micros=task.input_watermark)
+        self.previous = timestamp.Timestamp(micros=task.previous_watermark)
+        self.now = time.time()
+        self.out = create_OutputStream()
+        self.hold, self.next_ms, self.keys = MAX_MICROS, None, 0
+
+    def read_state(self) -> dict[bytes, bytes]:
+        """This task's keys' state as of the previous round's checkpoint."""
+        task = self.task
+        if task.checkpoint_id is None:
+            return {}
+        return read_task_state(
+            task.url, task.pipeline, task.checkpoint_id, self.partition, task.parallelism, self.ns
+        )
+
+    def step(self, key: bytes, blob: bytes | None, chunks: Iterable[bytes]) -> None:
+        """Run one key's trigger driver over its new elements and due timers; stage its state."""
+        if not chunks and blob is not None:
+            wake, real_ms, _ = read_header(blob)
+            if wake > self.watermark.micros and real_ms > self.now * 1000.0:
+                self._keep(blob)  # nothing due for this key: its state is not even decoded
+                return
         elements = [
-            wv.with_value(value_impl.encode(wv.value[1]))
-            for blob in incoming.get(key, ())
-            for wv, _ in split_elements(blob, write_impl)
+            wv.with_value(self.value_impl.encode(wv.value[1]))
+            for chunk in chunks
+            for wv, _ in split_elements(chunk, self.write_impl)
         ]
-        fired, blob = panes.step(stored.get(key), elements, previous, watermark, now)
+        fired, new = self.panes.step(blob, elements, self.previous, self.watermark, self.now)
         if fired:
-            user_key = key_impl.decode(key)
+            user_key = self.key_impl.decode(key)
             for wv in fired:
-                values = [value_impl.decode(v) for v in wv.value]
-                read_impl.encode_to_stream(
+                values = [self.value_impl.decode(v) for v in wv.value]
+                self.read_impl.encode_to_stream(
                     WindowedValue((user_key, values), wv.timestamp, wv.windows, wv.pane_info),
-                    out,
+                    self.out,
                     True,
                 )
-        if blob is None:
-            if key in stored:
-                writer.delete(ns, key)
-            continue
-        if blob != stored.get(key):
-            writer.put(ns, key, blob)
-        keys += 1
+        if new is None:
+            if blob is not None:
+                self.writer.delete(self.ns, key)
+            return
+        if new != blob:
+            self.writer.put(self.ns, key, new)
+        self._keep(new)
+
+    def _keep(self, blob: bytes) -> None:
+        """A key that keeps state: count it, and its hold and processing-time timer."""
+        self.keys += 1
         _, real_ms, key_hold = read_header(blob)
-        hold = min(hold, key_hold)
+        self.hold = min(self.hold, key_hold)
         if real_ms != math.inf:
-            next_ms = real_ms if next_ms is None else min(next_ms, real_ms)
-    data = out.get()
-    if data:
-        yield OutputRecord(edge.id, data)
-    yield CommitRecord(commit_stage(edge.id), writer.finish())
-    yield GroupReport(edge.id, partition, keys, hold, next_ms)
-    yield from carried
+            self.next_ms = real_ms if self.next_ms is None else min(self.next_ms, real_ms)
+
+    def finish(self) -> Iterator[Any]:
+        """The round's output chunk, the staged state's commit message, the group's report."""
+        edge_id = self.edge.id
+        data = self.out.get()
+        if data:
+            yield OutputRecord(edge_id, data)
+        yield CommitRecord(commit_stage(edge_id), self.writer.finish())
+        yield GroupReport(edge_id, self.partition, self.keys, self.hold, self.next_ms)
 
 
 class TriggerPanes:
