@@ -7,6 +7,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Two pytest workers (each with its own Spark session): many tests wait on a driver subprocess
+# or a resume delay. The cluster tests share one standalone cluster, hence one worker.
+XDIST ?= -n 2 --dist loadgroup
 
 # The newest pyspark sparkbeam supports (pyproject.toml: pyspark>=4.0,<4.4). `make test` runs the
 # whole suite on the pinned one (constraints.txt) and SMOKE_TESTS on this one, in .venv-newest:
@@ -49,7 +52,7 @@ demo: $(STAMP) java-check
 	@cat out/wordcount-* | sort -t: -k2 -nr | head -15
 
 test: $(STAMP) java-check
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(MAKE) test-newest-spark
 
 # Smoke subset (batch, SDF resume, streaming kill-and-resume) on the newest supported pyspark.

@@ -49,3 +49,11 @@ def pytest_sessionfinish(session, exitstatus):
     lines = "\n".join(f"  {pid}: {cmd[:200]}" for pid, cmd in left)
     print(f"\nERROR: server processes outlived the session (killed):\n{lines}", file=sys.stderr)
     session.exitstatus = 1
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist, every test of this folder runs on one worker: they share one cluster."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        if str(item.path).startswith(here):
+            item.add_marker(pytest.mark.xdist_group("cluster"))
