@@ -22,12 +22,22 @@ class EventTimeOffsets(beam.DoFn):
 
     Claims ``per_round`` positions per call, then defers the rest by ``delay_s``
     with the watermark set to the next position: it behaves like an unbounded
-    source that receives ``per_round`` records every ``delay_s`` seconds.
+    source that receives ``per_round`` records every ``delay_s`` seconds. ``claim_sleep_s``
+    makes every claimed record take that long, after touching ``running_marker`` (a file): a
+    test can then signal the driver while a round is surely running.
     """
 
-    def __init__(self, per_round: int = 10, delay_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        per_round: int = 10,
+        delay_s: float = 0.05,
+        claim_sleep_s: float = 0.0,
+        running_marker: str | None = None,
+    ) -> None:
         self.per_round = per_round
         self.delay_s = delay_s
+        self.claim_sleep_s = claim_sleep_s
+        self.running_marker = running_marker
 
     WATERMARK = ManualWatermark()
 
@@ -45,6 +55,10 @@ class EventTimeOffsets(beam.DoFn):
         for _ in range(self.per_round):
             if not tracker.try_claim(pos):
                 return
+            if self.claim_sleep_s:
+                if self.running_marker:
+                    open(self.running_marker, "w").close()
+                time.sleep(self.claim_sleep_s)
             yield window.TimestampedValue((name, pos), pos)
             pos += 1
         estimator.set_watermark(Timestamp(pos))
@@ -52,12 +66,16 @@ class EventTimeOffsets(beam.DoFn):
             tracker.defer_remainder(Duration(seconds=self.delay_s))
 
 
-def windowed_counts(p, sources, window_s: int = 10, per_round: int = 10, delay_s: float = 0.05):
-    """'name window_start count' lines for every fixed window of every source."""
+def windowed_counts(
+    p, sources, window_s: int = 10, per_round: int = 10, delay_s: float = 0.05, **slow
+):
+    """'name window_start count' lines for every fixed window of every source.
+
+    ``slow``: ``claim_sleep_s`` and ``running_marker`` of `EventTimeOffsets`."""
     return (
         p
         | "Sources" >> beam.Create(sources)
-        | "Read" >> beam.ParDo(EventTimeOffsets(per_round, delay_s))
+        | "Read" >> beam.ParDo(EventTimeOffsets(per_round, delay_s, **slow))
         | "Window" >> beam.WindowInto(window.FixedWindows(window_s))
         | "Count" >> beam.combiners.Count.PerKey()
         | "Format" >> beam.ParDo(_FormatWithWindow())
@@ -95,12 +113,17 @@ def main(argv=None) -> None:
     parser.add_argument("--sources", default="a:200,b:150")
     parser.add_argument("--per_round", type=int, default=10)
     parser.add_argument("--delay_s", type=float, default=0.05)
+    parser.add_argument("--claim_sleep_s", type=float, default=0.0)
+    parser.add_argument("--running_marker")
     known, rest = parser.parse_known_args(argv)
     sources = [(s.split(":")[0], int(s.split(":")[1])) for s in known.sources.split(",")]
     options = PipelineOptions(rest)
     start = time.time()
     with beam.Pipeline(options=options) as p:
-        lines = windowed_counts(p, sources, per_round=known.per_round, delay_s=known.delay_s)
+        slow = {"claim_sleep_s": known.claim_sleep_s, "running_marker": known.running_marker}
+        lines = windowed_counts(
+            p, sources, per_round=known.per_round, delay_s=known.delay_s, **slow
+        )
         # A bounded input flattened with the unbounded one: read exactly once across crashes.
         bounded = (
             p

@@ -1,5 +1,9 @@
 """Ctrl-C stops a streaming job gracefully: the running round commits, one line says so, and
-the next run resumes from there with exact output. A second Ctrl-C exits at once."""
+the next run resumes from there with exact output. A second Ctrl-C exits at once.
+
+The signals land while a round surely runs: the source sleeps on every record after touching
+a marker file, and the test waits for a fresh marker after the first checkpoint. (Sent between
+rounds, the first Ctrl-C stops at once and a second one finds the job already ended.)"""
 
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ def _start(tmp) -> subprocess.Popen:
         "--runner=SparkCheckpointRunner", f"--spark_master_url={TEST_MASTER}",
         "--streaming", "--checkpoint_dir", str(tmp / "ckpt"),
         "--checkpoint_interval_s", "0.05", "--parallelism=2",
+        "--claim_sleep_s", "0.5", "--running_marker", str(tmp / "running"),
     ]  # fmt: skip
     return subprocess.Popen(
         cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -34,18 +39,30 @@ def _start(tmp) -> subprocess.Popen:
 
 
 def _wait_for_checkpoint(tmp, proc, timeout_s: float = 400) -> None:
-    deadline = time.monotonic() + timeout_s
     pattern = str(tmp / "ckpt" / "pipelines" / "*" / "manifests" / "chk-*.json")
-    while not glob.glob(pattern):
+    _wait(proc, lambda: glob.glob(pattern), "no checkpoint committed", timeout_s)
+
+
+def _wait_for_running_round(tmp, proc, timeout_s: float = 120) -> None:
+    """A record of a round after the first checkpoint is being read (and sleeps 0.5 s)."""
+    marker = tmp / "running"
+    marker.unlink(missing_ok=True)
+    _wait(proc, marker.exists, "no round ran after the first checkpoint", timeout_s, step=0.02)
+
+
+def _wait(proc, done, what: str, timeout_s: float, step: float = 0.2) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
         assert proc.poll() is None, proc.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, "no checkpoint committed in time"
-        time.sleep(0.2)
+        assert time.monotonic() < deadline, f"{what} in time"
+        time.sleep(step)
 
 
 @pytest.mark.parametrize("signals", [1, 2], ids=["graceful", "twice"])
 def test_sigint_stops_resumably_and_the_rerun_is_exact(tmp_path, signals):
     proc = _start(tmp_path)
     _wait_for_checkpoint(tmp_path, proc)
+    _wait_for_running_round(tmp_path, proc)
     for _ in range(signals):
         proc.send_signal(signal.SIGINT)
         time.sleep(0.3)
