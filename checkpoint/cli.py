@@ -19,14 +19,11 @@ import sys
 from collections.abc import Sequence
 
 from sparkbeam.checkpoint.cli_store import (
-    StoreArgumentError,
     add_store_arguments,
     check_store_url,
-    input_error,
     read_only_store,
+    run_store_command,
     table,
-    unreachable,
-    use_store_arguments,
     when,
 )
 from sparkbeam.checkpoint.errors import (
@@ -83,16 +80,8 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Argument
 
 def run(args: argparse.Namespace) -> int:
     """Run a parsed ``checkpoints`` command; returns the exit code."""
-    use_store_arguments(args)
-    try:
-        return args.checkpoints_func(args)
-    except StoreArgumentError as e:
-        return input_error("checkpoints", e)
-    except (CheckpointCorruptError, CheckpointNotFoundError, StoreLockedError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:
-        return unreachable(args, e)
+    errors = (CheckpointCorruptError, CheckpointNotFoundError, StoreLockedError)
+    return run_store_command("checkpoints", args.checkpoints_func, args, errors)
 
 
 def _size(n: int) -> str:

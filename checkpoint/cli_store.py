@@ -13,7 +13,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from sparkbeam.checkpoint import filesystem_options
 from sparkbeam.checkpoint.store import CheckpointStore, open_store
@@ -34,6 +34,26 @@ def use_store_arguments(args: argparse.Namespace) -> None:
     url = args.checkpoint_dir
     if "://" in url and not url.startswith(("file://", "memory://")):
         filesystem_options.apply_cli_arguments(args)
+
+
+def run_store_command(
+    command: str,
+    func: Callable[[argparse.Namespace], int],
+    args: argparse.Namespace,
+    errors: tuple[type[Exception], ...],
+) -> int:
+    """Run a parsed store subcommand: a bad ``--checkpoint_dir``, ``errors`` and an unreachable
+    store become one line on stderr and exit code 2."""
+    use_store_arguments(args)
+    try:
+        return func(args)
+    except StoreArgumentError as e:
+        return input_error(command, e)
+    except errors as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        return unreachable(args, e)
 
 
 def input_error(command: str, error: Exception) -> int:

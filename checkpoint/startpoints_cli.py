@@ -14,14 +14,11 @@ import sys
 import time
 
 from sparkbeam.checkpoint.cli_store import (
-    StoreArgumentError,
     add_store_arguments,
-    input_error,
     locked_store,
     read_only_store,
+    run_store_command,
     table,
-    unreachable,
-    use_store_arguments,
     when,
 )
 from sparkbeam.checkpoint.errors import CheckpointCorruptError, StoreLockedError
@@ -82,16 +79,8 @@ def add_startpoint_subcommands(subparsers: argparse._SubParsersAction) -> argpar
 
 def run_startpoints(args: argparse.Namespace) -> int:
     """Run a parsed ``startpoints`` command; returns the exit code."""
-    use_store_arguments(args)
-    try:
-        return args.startpoints_func(args)
-    except StoreArgumentError as e:
-        return input_error("startpoints", e)
-    except (CheckpointCorruptError, StoreLockedError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    except Exception as e:
-        return unreachable(args, e)
+    errors = (CheckpointCorruptError, StoreLockedError, ValueError)
+    return run_store_command("startpoints", args.startpoints_func, args, errors)
 
 
 def _sp_set(args: argparse.Namespace) -> int:

@@ -45,6 +45,7 @@ from apache_beam.runners.runner import (  # noqa: E402 - after the quiet import
 )
 
 from sparkbeam.checkpoint import cli as checkpoint_cli  # noqa: E402
+from sparkbeam.checkpoint import cli_store, startpoints_cli  # noqa: E402
 from sparkbeam.sdf.testing import cli as sdf_check_cli  # noqa: E402
 from sparkbeam.translation import translate  # noqa: E402
 
@@ -88,7 +89,7 @@ def _drain(args: argparse.Namespace) -> int:
     from sparkbeam.checkpoint.lock import read_lock
     from sparkbeam.runner.streaming.executor import DRAIN_REQUEST
 
-    checkpoint_cli.use_store_arguments(args)
+    cli_store.use_store_arguments(args)
     storage = open_storage(args.checkpoint_dir)
     holder = read_lock(storage)
     if holder is None:
@@ -120,10 +121,10 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
     plan.set_defaults(func=_plan)
     drain = sub.add_parser("drain", help="drain the streaming job running on a checkpoint store")
-    checkpoint_cli.add_store_arguments(drain)  # --checkpoint_dir and --s3_endpoint_url, ...
+    cli_store.add_store_arguments(drain)  # --checkpoint_dir and --s3_endpoint_url, ...
     drain.set_defaults(func=_drain)
     checkpoint_cli.add_subcommands(sub)
-    checkpoint_cli.add_startpoint_subcommands(sub)
+    startpoints_cli.add_startpoint_subcommands(sub)
     sdf_check_cli.add_subcommands(sub)
     return parser
 
