@@ -14,15 +14,16 @@ them is a small explicit format whose first byte is its version.
 | ``gbk/<buffer>`` | encoded key | `encode_group` v1 (header + trigger state tree) |
 | ``user-state/<stage>`` | SDK-encoded user key | `encode_user_state` v1 (Fn API cells) |
 | ``user-timers/<stage>`` | SDK-encoded user key | `encode_user_timers` v1 (Beam timers) |
-| ``side-input/<buffer>`` | ``round/...`` | the side input's Beam-encoded chunk |
-| ``sink-pending`` | final path (UTF-8) | staged path (UTF-8) |
-| ``sink-staging-dirs`` | directory (UTF-8) | empty |
+| ``side-input/<buffer>`` | ``round/...`` | `encode_side_input` v1 (Beam-encoded chunk) |
+| ``sink-pending`` | final path (UTF-8) | `encode_sink_pending` v1 (staged path, UTF-8) |
+| ``sink-staging-dirs`` | directory (UTF-8) | `encode_staging_dir` v1 (the version byte) |
 
 Completed-work markers: `IMPULSE_DONE`, `input_marker` (``<stage>:input``). Source
 positions: `stage_round_position` (``<stage>:round``, decimal). Manifest metadata keys:
 `ROUND`, `PENDING_RESIDUALS`, `NEXT_TIMER_MS`, ... and `LAYOUT_KEY`, the layout version
 (`LAYOUT_VERSION`) every checkpoint records; `check_restorable` refuses a checkpoint of an
-older layout that holds state this one cannot read. Leaves the meaning of each value to its
+older layout that holds state this one cannot read, and `upgrade` rewrites what an older
+layout stored raw (layout 2's side-input and sink values). Leaves the meaning of each value to its
 owner (``sdf.checkpoint_handler``, ``runner.streaming.group``, ...). No Beam import: Beam
 values arrive encoded, and the trigger state's Beam types through `TreeCodec` hooks.
 """
@@ -35,7 +36,9 @@ from typing import Any
 
 from sparkbeam.checkpoint.errors import StateLayoutError
 
-LAYOUT_VERSION = 2  # 1: before this module (pickled GroupByKey and user state)
+LAYOUT_VERSION = 3
+# 1: before this module (pickled GroupByKey and user state): refused if it holds such state.
+# 2: side-input chunks, pending sink files and staging directories stored raw: `upgrade`d.
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
 
@@ -55,8 +58,8 @@ SINK_STAGING_DIRS = "sink-staging-dirs"
 IMPULSE_DONE = "impulse"
 FINISHED = "finished"
 
-# Namespaces whose values carry a version byte (what an older layout wrote differently).
-VERSIONED_PREFIXES = (
+# Namespaces layout 1 wrote in formats this one cannot read (pickle, unversioned residuals).
+UNREADABLE_BEFORE_2 = (
     SDF_RESIDUAL_PREFIX,
     STAGE_OUTPUT_PREFIX,
     PUSHBACK_PREFIX,
@@ -64,6 +67,10 @@ VERSIONED_PREFIXES = (
     USER_STATE_PREFIX,
     USER_TIMERS_PREFIX,
 )
+# Namespaces layouts 1 and 2 stored raw: `upgrade` rewrites them on restore.
+RAW_BEFORE_3 = (SIDE_INPUT_PREFIX, SINK_PENDING, SINK_STAGING_DIRS)
+# Namespaces whose values carry a version byte: all of them.
+VERSIONED_PREFIXES = UNREADABLE_BEFORE_2 + RAW_BEFORE_3
 
 
 def sdf_residual(stage: str) -> str:
@@ -115,15 +122,35 @@ def check_restorable(metadata: dict, namespaces: Iterable[str], where: str) -> N
     version = int(metadata.get(LAYOUT_KEY, 1))
     if version == LAYOUT_VERSION:
         return
-    held = sorted({ns for ns in namespaces if ns.startswith(VERSIONED_PREFIXES)})
-    if version < LAYOUT_VERSION and not held:
-        return  # nothing whose encoding changed: readable as is
+    held = sorted({ns for ns in namespaces if ns.startswith(UNREADABLE_BEFORE_2)})
+    if version < LAYOUT_VERSION and (version >= 2 or not held):
+        return  # readable as is, or after `upgrade`
     raise StateLayoutError(
         f"{where} was written with state layout version {version}, and this sparkbeam reads "
         f"version {LAYOUT_VERSION}; its namespaces {', '.join(held[:5]) or '-'} cannot be read. "
         "Finish the job with the sparkbeam version that wrote it, or start it over with a new "
         "--checkpoint_dir (or after removing this pipeline's checkpoints from the store)."
     )
+
+
+def upgrade(state, metadata: dict) -> int:
+    """Rewrite what a restored checkpoint of an older layout stored raw; returns how many.
+
+    Call right after a restore that `check_restorable` accepted, before anything reads the
+    state: ``state`` (a ``PipelineStore``) then holds this layout's values only, and its next
+    checkpoint, which records this layout version, commits them.
+    """
+    if int(metadata.get(LAYOUT_KEY, 1)) >= 3:
+        return 0
+    raw = [(ns, key, value) for ns, key, value in state.items() if ns.startswith(RAW_BEFORE_3)]
+    for namespace, key, value in raw:
+        if namespace == SINK_PENDING:
+            state.put(namespace, *encode_sink_pending(key.decode("utf-8"), value.decode("utf-8")))
+        elif namespace == SINK_STAGING_DIRS:
+            state.put(namespace, *encode_staging_dir(key.decode("utf-8")))
+        else:
+            state.put(namespace, key, encode_side_input(value))
+    return len(raw)
 
 
 def _check(value: bytes, namespace: str, where: str) -> None:
@@ -183,6 +210,45 @@ def decode_row(value: bytes, namespace: str, where: str = "") -> tuple[str, byte
 def row_key(round_no: int, partition: int, seq: int, round_width: int = 10) -> bytes:
     """Keys that sort in commit order: round, partition, sequence within the task."""
     return f"{round_no:0{round_width}d}/{partition:06d}/{seq:09d}".encode()
+
+
+# side-input/<buffer>: version, the side input's Beam-encoded chunk.
+def encode_side_input(chunk: bytes) -> bytes:
+    return bytes([V1]) + chunk
+
+
+def decode_side_input(value: bytes, namespace: str = SIDE_INPUT_PREFIX, where: str = "") -> bytes:
+    _check(value, namespace, where)
+    return value[1:]
+
+
+# sink-pending: key the final path; value version, staged path (UTF-8 both).
+def encode_sink_pending(final: str, staged: str) -> tuple[bytes, bytes]:
+    """(key, value) of a staged sink file awaiting its rename to ``final``."""
+    return final.encode("utf-8"), bytes([V1]) + staged.encode("utf-8")
+
+
+def decode_sink_pending(key: bytes, value: bytes, where: str = "") -> tuple[str, str]:
+    """(staged, final) of `encode_sink_pending`'s key and value."""
+    _check(value, SINK_PENDING, where)
+    return value[1:].decode("utf-8"), key.decode("utf-8")
+
+
+# sink-staging-dirs: key the directory (UTF-8); value the version byte alone.
+def encode_staging_dir(directory: str) -> tuple[bytes, bytes]:
+    """(key, value) recording a sink staging directory to clean on restore."""
+    return directory.encode("utf-8"), bytes([V1])
+
+
+def decode_staging_dir(key: bytes, value: bytes, where: str = "") -> str:
+    _check(value, SINK_STAGING_DIRS, where)
+    if len(value) != 1:
+        raise StateLayoutError(
+            f"A value in namespace {SINK_STAGING_DIRS!r}{' of ' + where if where else ''} "
+            f"has {len(value)} bytes, the version byte alone was expected: the checkpoint is "
+            "damaged; start the job over with a new --checkpoint_dir."
+        )
+    return key.decode("utf-8")
 
 
 # gbk/<buffer>: version, kind, header (next event-time wake, next processing timer, hold).

@@ -53,7 +53,8 @@ class RestoreGuard:
         """``state.restore()`` the latest checkpoint, refusing one the plan cannot continue.
 
         A checkpoint of a finished job is not checked: the job runs again from scratch. One
-        of an older state layout is refused if it holds state whose encoding changed.
+        of an older state layout is refused if it holds state whose encoding changed, and
+        its values stored raw are rewritten in this layout's codecs (`state_layout.upgrade`).
         """
         info = state.restore()
         if info is None:
@@ -66,6 +67,7 @@ class RestoreGuard:
                 namespaces = {ns for ns, _, _ in state.items()}
                 state_layout.check_restorable(manifest.metadata, namespaces, where)
                 self.check(manifest, store.url)
+                state_layout.upgrade(state, manifest.metadata)  # an older layout's raw values
             except (IncompatiblePipelineError, state_layout.StateLayoutError):
                 state.close()
                 raise

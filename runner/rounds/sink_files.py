@@ -11,7 +11,9 @@ Owns both halves of the protocol behind ``sparkbeam.io.WriteToFilesOnCheckpoint`
   ``discard_staging`` deletes staged files no commit names. For rounds committed as
   checkpoints (streaming), ``record_pending`` puts the pairs into the pipeline's state
   before the checkpoint and ``finalize_pending`` renames them after it commits, and again on
-  restore, so a crash between the two loses nothing and duplicates nothing.
+  restore, so a crash between the two loses nothing and duplicates nothing;
+  ``record_staging_dir`` keeps the staging directories a restore cleans. The values' format
+  is ``sparkbeam.checkpoint.state_layout``'s.
 - Fallback: a restore that falls back past a lost checkpoint (its manifest damaged) first
   ``unpublish_after`` the restored round: files published by the lost rounds are deleted,
   since the replay writes their data again -- possibly at another parallelism, under other
@@ -41,6 +43,8 @@ _LOG = logging.getLogger(__name__)
 STAGING_DIR = ".sparkbeam-staging"
 pending_namespace = state_layout.SINK_PENDING
 """Checkpoint-store namespace of staged files awaiting their rename (key: final path)."""
+staging_dirs_namespace = state_layout.SINK_STAGING_DIRS
+"""Checkpoint-store namespace of the staging directories a restore cleans (key: directory)."""
 DIRECTORY_ANNOTATION = "sparkbeam:sink_directory"
 """Transform annotation naming a sink's output directory (set by ``sparkbeam.io``)."""
 
@@ -250,15 +254,29 @@ def output_directories(components: bytes, staging_dirs: Iterable[str]) -> set[st
 def record_pending(pipeline_store, pairs: Iterable[tuple[str, str]]) -> None:
     """Round commit, step 1: put the round's pairs into the state its checkpoint commits."""
     for staged, final in pairs:
-        pipeline_store.put(pending_namespace, final.encode(), staged.encode())
+        pipeline_store.put(pending_namespace, *state_layout.encode_sink_pending(final, staged))
 
 
 def finalize_pending(pipeline_store) -> int:
     """After a checkpoint commits, and on restore: finalize every pending pair, then forget it."""
     pending = [
-        (value.decode(), key.decode()) for _, key, value in pipeline_store.items(pending_namespace)
+        state_layout.decode_sink_pending(key, value)
+        for _, key, value in pipeline_store.items(pending_namespace)
     ]
     renamed = finalize(pending)
     for _, final in pending:
-        pipeline_store.delete(pending_namespace, final.encode())
+        pipeline_store.delete(pending_namespace, final.encode("utf-8"))
     return renamed
+
+
+def record_staging_dir(pipeline_store, directory: str) -> None:
+    """Remember a staging directory in the state, so a restore cleans what is left in it."""
+    pipeline_store.put(staging_dirs_namespace, *state_layout.encode_staging_dir(directory))
+
+
+def recorded_staging_dirs(pipeline_store) -> list[str]:
+    """The staging directories `record_staging_dir` put into the (restored) state."""
+    return [
+        state_layout.decode_staging_dir(key, value)
+        for _, key, value in pipeline_store.items(staging_dirs_namespace)
+    ]

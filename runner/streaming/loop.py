@@ -40,7 +40,6 @@ from sparkbeam.translation.plan import PipelinePlan
 _LOG = logging.getLogger(__name__)
 IMPULSE_DONE = state_layout.IMPULSE_DONE
 SIDE_INPUT_PREFIX = state_layout.SIDE_INPUT_PREFIX
-STAGING_DIRS = state_layout.SINK_STAGING_DIRS
 
 
 class RoundTime(NamedTuple):
@@ -153,7 +152,8 @@ class PipelineLoop:
         stored: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
         for ns, key, value in self.state.items():
             if ns.startswith(SIDE_INPUT_PREFIX):
-                stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, value))
+                chunk = state_layout.decode_side_input(value, ns)
+                stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, chunk))
         self.side_values = defaultdict(
             list, {b: [v for _, v in sorted(kv)] for b, kv in stored.items()}
         )
@@ -164,12 +164,12 @@ class PipelineLoop:
             )  # fmt: skip
         stage_ids = [s.id for s in self.stages]
         if info is not None:  # rounds after the restored one are lost: unpublish their files
-            staging = [d.decode() for _, d, _ in self.state.items(STAGING_DIRS)]
+            staging = sink_files.recorded_staging_dirs(self.state)
             dirs = sink_files.output_directories(self.plan.components, staging)
             sink_files.unpublish_after(dirs, stage_ids, self.round_no - 1)
         sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
-        for _, directory, _ in self.state.items(STAGING_DIRS):  # files no checkpoint names
-            sink_files.discard_stage_files(directory.decode(), stage_ids)
+        for directory in sink_files.recorded_staging_dirs(self.state):  # files no checkpoint names
+            sink_files.discard_stage_files(directory, stage_ids)
         # Startpoints fan out from the checkpoint just restored (after a failed round, too).
         self.startpoints = open_session(
             self.ex.store.startpoints, self.plan, self.pipeline.id, meta,
@@ -302,7 +302,8 @@ class PipelineLoop:
                 new = run_guarded(stage.id, edges.read(si.buffer, None).collect)
                 for i, chunk in enumerate(new):
                     key = f"{self.round_no:010d}/{i:08d}".encode()
-                    self.state.put(state_layout.side_input(si.buffer), key, chunk)
+                    value = state_layout.encode_side_input(chunk)
+                    self.state.put(state_layout.side_input(si.buffer), key, value)
                 self.side_values[si.buffer].extend(new)
             values[si.buffer] = list(self.side_values[si.buffer])
         return values
@@ -311,7 +312,7 @@ class PipelineLoop:
         """The round barrier: absorb every report into the ledger, then commit one checkpoint."""
         ledger = RoundLedger().absorb(reports)
         for directory in sink_files.staging_dirs(ledger.sink_files):  # cleaned on restore
-            self.state.put(STAGING_DIRS, directory.encode(), b"")
+            sink_files.record_staging_dir(self.state, directory)
         for stage, records in ledger.residuals.items():
             self.handlers[stage].add(records)
         self.state.mark_completed(IMPULSE_DONE)

@@ -44,6 +44,9 @@ def test_rows_user_state_and_timers_round_trip():
         (sl.user_state("s"), sl.encode_user_state({b"k": b"v"})),
         (sl.user_timers("s"), sl.encode_user_timers([("t", "f", b"v")])),
         (sl.gbk("b"), sl.encode_group(sl.GROUP_TRIGGER, 1, 2.0, 3, b"N")),
+        (sl.side_input("b"), sl.encode_side_input(b"\x7fchunk")),
+        (sl.SINK_PENDING, sl.encode_sink_pending("/out/f", "/out/.staging/f")[1]),
+        (sl.SINK_STAGING_DIRS, sl.encode_staging_dir("/out/.staging")[1]),
     ],
 )
 def test_every_versioned_namespace_refuses_a_wrong_version_byte(namespace, value):
@@ -96,5 +99,71 @@ def test_restore_check_refuses_an_older_layout_only_when_it_holds_changed_state(
     assert "state layout version 1" in message and f"version {sl.LAYOUT_VERSION}" in message
     assert "'gbk/b'" not in message and "gbk/b" in message and where in message
     assert "--checkpoint_dir" in message
-    with pytest.raises(StateLayoutError, match="layout version 3"):
-        sl.check_restorable({sl.LAYOUT_KEY: 3}, [], where)  # a newer layout: never guessed
+    newer = sl.LAYOUT_VERSION + 1
+    with pytest.raises(StateLayoutError, match=f"layout version {newer}"):
+        sl.check_restorable({sl.LAYOUT_KEY: newer}, [], where)  # a newer layout: never guessed
+
+
+def test_a_layout_2_checkpoint_is_restorable_whatever_it_holds():
+    namespaces = [sl.gbk("b"), sl.user_state("s"), sl.side_input("b"), sl.SINK_PENDING]
+    sl.check_restorable({sl.LAYOUT_KEY: 2}, namespaces, "Checkpoint 4 of pipeline 'p'")
+
+
+def test_side_input_and_sink_values_round_trip():
+    for chunk in (b"", b"\x01", b"\x7f\xdf;dZ\x1c\xac\t\x00"):
+        assert sl.decode_side_input(sl.encode_side_input(chunk)) == chunk
+    key, value = sl.encode_sink_pending("s3://b/out/f-é", "s3://b/out/.staging/f-é.tmp")
+    assert key == "s3://b/out/f-é".encode()  # the key is the final path, as in layout 2
+    assert sl.decode_sink_pending(key, value) == ("s3://b/out/.staging/f-é.tmp", "s3://b/out/f-é")
+    key, value = sl.encode_staging_dir("/out/.sparkbeam-staging")
+    assert (key, value) == (b"/out/.sparkbeam-staging", bytes([sl.V1]))
+    assert sl.decode_staging_dir(key, value) == "/out/.sparkbeam-staging"
+
+
+def test_side_input_and_sink_values_of_layout_2_are_refused_not_misread():
+    where = "checkpoint 3 of pipeline 'p'"
+    with pytest.raises(StateLayoutError, match=r"'sink-pending' of checkpoint 3.*byte 0x2f"):
+        sl.decode_sink_pending(b"/out/f", b"/out/.staging/f", where)  # raw staged path
+    with pytest.raises(StateLayoutError, match=r"'sink-staging-dirs'.*none \(empty value\)"):
+        sl.decode_staging_dir(b"/out/.staging", b"")  # layout 2 stored nothing
+    with pytest.raises(StateLayoutError, match=r"'side-input/b'.*0x7f.*--checkpoint_dir"):
+        sl.decode_side_input(b"\x7fchunk", sl.side_input("b"))
+    with pytest.raises(StateLayoutError, match=r"'sink-staging-dirs'.*has 3 bytes.*damaged"):
+        sl.decode_staging_dir(b"/out/.staging", bytes([sl.V1]) + b"xy")
+
+
+def _layout_2_state(store):
+    """A pipeline's state as layout 2 left it: side-input, sink-pending, staging-dir values raw."""
+    state = store.pipeline("p")
+    state.put(sl.side_input("b"), b"0000000001/00000000", b"\x01looks versioned")
+    state.put(sl.side_input("b"), b"0000000002/00000000", b"\x7fchunk")
+    state.put(sl.SINK_PENDING, b"/out/f", b"/out/.staging/f")
+    state.put(sl.SINK_STAGING_DIRS, b"/out/.staging", b"")
+    state.put(sl.gbk("g"), b"key", sl.encode_group(sl.GROUP_TRIGGER, 1, 2.0, 3, b"N"))
+    state.checkpoint(metadata={sl.LAYOUT_KEY: 2})
+    return state
+
+
+def test_upgrade_rewrites_a_layout_2_checkpoint_and_the_next_checkpoint_keeps_it(tmp_path):
+    from sparkbeam.checkpoint import open_store
+
+    with open_store(str(tmp_path / "store")) as store:
+        _layout_2_state(store).close()
+        state = store.pipeline("p")
+        info = state.restore()
+        metadata = store.load_manifest("p", info.checkpoint_id).metadata
+        assert sl.upgrade(state, metadata) == 4  # the gbk value was versioned already
+        assert sl.upgrade(state, {sl.LAYOUT_KEY: sl.LAYOUT_VERSION}) == 0
+        state.checkpoint(metadata={sl.LAYOUT_KEY: sl.LAYOUT_VERSION})
+        state.close()
+        state = store.pipeline("p")
+        state.restore()
+        values = {(ns, key): value for ns, key, value in state.items()}
+        chunks = [sl.decode_side_input(v) for (ns, _), v in sorted(values.items()) if "side" in ns]
+        assert chunks == [b"\x01looks versioned", b"\x7fchunk"]  # sniffing would misread 0x01
+        pending = values[(sl.SINK_PENDING, b"/out/f")]
+        assert sl.decode_sink_pending(b"/out/f", pending) == ("/out/.staging/f", "/out/f")
+        staging = values[(sl.SINK_STAGING_DIRS, b"/out/.staging")]
+        assert sl.decode_staging_dir(b"/out/.staging", staging) == "/out/.staging"
+        assert sl.decode_group(values[(sl.gbk("g"), b"key")]) == (sl.GROUP_TRIGGER, b"N")
+        state.close()

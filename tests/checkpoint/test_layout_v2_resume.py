@@ -1,0 +1,84 @@
+"""A store of state layout 2 resumes under layout 3, and its next checkpoints are layout 3.
+
+``tests/fixtures/layout_v2_store`` is ``tests.fixtures.layout_pipeline`` (``--side_input``) as
+the code of layout 2 wrote it -- side-input chunks, pending sink files and the staging
+directory stored raw -- killed after the commit of round 3 and before that round's files were
+published (``tests/fixtures/make_layout_v2_store.sh``); ``layout_v2_output`` is its output
+directory at that moment. The store names staged files by absolute path, so the output goes
+back where the killed run wrote it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from sparkbeam.checkpoint import open_store
+from sparkbeam.checkpoint import state_layout as sl
+from tests.conftest import spark_test_options
+from tests.fixtures.layout_pipeline import build, expected_lines
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
+OUTPUT = "/tmp/sparkbeam-layout-v2-fixture"  # where make_layout_v2_store.sh wrote it
+PIPELINE = "pipeline-0"
+
+
+def _lines(output: str) -> list[str]:
+    lines = []
+    for path in glob.glob(os.path.join(output, "out-*")):
+        with open(path) as f:
+            lines.extend(line.rstrip("\n") for line in f if line.strip())
+    return sorted(lines)
+
+
+def _manifests(url: str) -> list:
+    with open_store(url, read_only=True) as store:
+        ids = [c.checkpoint_id for c in store.list_checkpoints(PIPELINE)]
+        return [store.load_manifest(PIPELINE, cid) for cid in ids]
+
+
+def _raw_before_3_values(url: str) -> dict:
+    with open_store(url, break_lock=True) as store:
+        state = store.pipeline(PIPELINE)
+        state.restore()
+        values = {}
+        for ns, key, value in state.items():
+            if ns.startswith(sl.RAW_BEFORE_3):
+                values.setdefault(ns.split("/")[0], []).append((key, value))
+        state.close()
+        return values
+
+
+def test_a_layout_2_store_resumes_and_publishes_each_line_once(spark, tmp_path):
+    url = str(tmp_path / "ckpt")
+    shutil.copytree(os.path.join(FIXTURES, "layout_v2_store"), url)
+    before = _manifests(url)
+    assert [m.metadata[sl.LAYOUT_KEY] for m in before] == [2, 2, 2]
+    assert {"side-input", "sink-pending", "sink-staging-dirs"} <= set(_raw_before_3_values(url))
+    shutil.rmtree(OUTPUT, ignore_errors=True)
+    shutil.copytree(os.path.join(FIXTURES, "layout_v2_output"), OUTPUT)
+    try:
+        assert len(_lines(OUTPUT)) == 4  # rounds 1-2 published; round 3's files still staged
+        options = spark_test_options(
+            "--streaming", f"--checkpoint_dir={url}", "--checkpoint_interval_s=0.05"
+        )
+        with beam.Pipeline(options=PipelineOptions(options)) as p:
+            build(p, OUTPUT, side_input=True)
+        assert _lines(OUTPUT) == expected_lines()  # nothing lost, nothing published twice
+    finally:
+        shutil.rmtree(OUTPUT, ignore_errors=True)
+    after = [m for m in _manifests(url) if m.checkpoint_id > before[-1].checkpoint_id]
+    assert after and all(m.metadata[sl.LAYOUT_KEY] == sl.LAYOUT_VERSION for m in after)
+    assert after[0].metadata["round"] == 4  # resumed after round 3, not run from the start
+    values = _raw_before_3_values(url)
+    chunks = [sl.decode_side_input(v, sl.SIDE_INPUT_PREFIX) for _, v in values["side-input"]]
+    assert chunks  # the side input restored from layout 2, rewritten as layout 3
+    for key, value in values.get("sink-staging-dirs", []):
+        assert sl.decode_staging_dir(key, value).endswith(".sparkbeam-staging")
