@@ -5,6 +5,10 @@ with two-phase commit across Spark tasks, restore at another parallelism, comple
 source positions, startpoints, retention, verification, and the state layout (``state_layout``:
 every namespace and its versioned value codec). Imports nothing of Beam or Spark (Beam's
 ``FileSystems`` only lazily, for non-local URLs).
+
+One pipeline's state is three modules: ``pipeline`` (`PipelineStore`, the working state),
+``commit`` (the numbered commit protocol, materialization, retention) and ``restore`` (the
+latest usable checkpoint, with fallback); ``store`` holds the store-wide concerns.
 """
 
 from sparkbeam.checkpoint.errors import (

@@ -8,7 +8,7 @@ Owns the rules, as plain functions over checkpoint ids and the file names each n
   byte, a deleted snapshot) makes every retained checkpoint unusable. With it, any single
   damaged file leaves the newest checkpoint or the fallback restorable. After a
   materialization the fallback is the last checkpoint before it, kept until the next one.
-- `needs_fallback`: a commit rewrites the state into new files (`PipelineStore._compact`)
+- `needs_fallback`: a commit rewrites the state into new files (`commit.CheckpointChain`)
   when no retained checkpoint would be disjoint from it (a new pipeline's second
   checkpoint, the first after restoring the fallback), so the guarantee does not wait for
   the materialization interval.
@@ -22,7 +22,7 @@ Owns the rules, as plain functions over checkpoint ids and the file names each n
   the job runs.
 
 Leaves to others: deleting manifests and files and loading them (`store`), when to commit
-(`pipeline`).
+(`commit`).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@ Owns: one store at a URL -- its lock, its options, the `PipelineStore` of each i
 pipeline, listing pipelines and checkpoints, loading manifests, reading exactly one subtask's
 key groups of a checkpoint (rescaling), verification, applying retention (the rules are in
 `retention`) and cleaning of unreferenced files. Leaves to others: one pipeline's state and
-commit protocol (`pipeline`), task-side staging (`staging`), file formats and storage backends.
+commit protocol (`pipeline`, `commit`, `restore`), task-side staging (`staging`), file
+formats and storage backends.
 
 Typical use (driver)::
 

@@ -4,7 +4,7 @@ A kill from outside lands anywhere; these land exactly where recovery is
 hardest — after a round's Spark job but before its checkpoint ("mid-round"),
 and after the checkpoint's manifest but before its sink files are published
 ("after-commit"). The store has its own point inside the commit (see
-``sparkbeam.checkpoint.pipeline``). Unset, this costs one dict lookup.
+``sparkbeam.checkpoint.commit``). Unset, this costs one dict lookup.
 """
 
 from __future__ import annotations

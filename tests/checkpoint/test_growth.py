@@ -18,8 +18,8 @@ import time
 
 import pytest
 
+from sparkbeam.checkpoint import commit as commit_module
 from sparkbeam.checkpoint import open_store
-from sparkbeam.checkpoint import pipeline as pipeline_module
 
 ROUNDS = 500
 STAGES = ("read", "group")
@@ -75,7 +75,7 @@ def _stage(store, n: int, attempts=(0,)) -> list:
 )
 def test_files_and_directories_stay_bounded_over_500_rounds(root, interval_s, bound, monkeypatch):
     clock = _Clock()
-    monkeypatch.setattr(pipeline_module, "time", clock)
+    monkeypatch.setattr(commit_module, "time", clock)
     counts = []
     with open_store(root, materialization_interval_s=interval_s, materialization_files=2) as store:
         st = store.pipeline("p")

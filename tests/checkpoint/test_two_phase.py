@@ -134,7 +134,7 @@ def test_clean_keeps_files_of_a_round_in_progress(tmp_path):
         pending.put("n", b"b", b"2")
         msg = pending.finish()
         st.put("n", b"driver", b"uncommitted but flushed")
-        st._log.flush_bytes = 1  # force a flush of the driver's buffer
+        st.log.flush_bytes = 1  # force a flush of the driver's buffer
         st.put("n", b"driver2", b"x")
         assert store.clean(grace_s=1e9) == []
         st.checkpoint(commit_messages=[msg])

@@ -1,0 +1,281 @@
+"""The commit protocol of one pipeline: `CheckpointChain`, the files its next checkpoint names.
+
+Owns: the numbered steps of a checkpoint commit (`CheckpointChain.commit`, `CommitStatus`),
+checking and reading the tasks' commit messages, materialization and compaction (so a
+checkpoint has a fallback), writing the manifest (the commit point), and applying retention
+and sweeps after it. Leaves to others: the working state the chain checkpoints
+(``pipeline.PipelineStore``, which calls in here), restore (``restore``), the retention rules
+(``retention``), the store-wide listing and deleting (``store``) and the file formats
+(``changelog``, ``materialization``, ``manifest``).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from sparkbeam.checkpoint.changelog import ChangelogWriter, Op, iter_records, read_segment
+from sparkbeam.checkpoint.errors import CheckpointConflictError
+from sparkbeam.checkpoint.ids import CheckpointId, FileEntry
+from sparkbeam.checkpoint.manifest import Manifest, encode_manifest, manifest_name
+from sparkbeam.checkpoint.materialization import write_materialization
+from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus
+
+if TYPE_CHECKING:
+    from sparkbeam.checkpoint.pipeline import PipelineStore
+    from sparkbeam.checkpoint.store import CheckpointStore
+
+SWEEP_EVERY = 16
+"""Commits between two sweeps of files nobody will commit (one listing each)."""
+COMPACT_MAX_ENTRIES = 50_000
+"""Up to this many entries, the snapshot that gives a checkpoint its fallback is one segment."""
+
+Staged = list[tuple[CommitMessage, list[tuple]]]
+"""The commit messages of one checkpoint, each with the records of its staged files."""
+
+
+class CheckpointChain:
+    """The materialization and changelog files the next checkpoint of a pipeline names, and
+    what the last commit or restore left: committed tasks, rounds, files, status."""
+
+    def __init__(self, store: CheckpointStore, work: PipelineStore) -> None:
+        self.store, self.work = store, work
+        self.materialization: tuple[FileEntry, ...] = ()
+        self.files: list[FileEntry] = []
+        """Changelog segments after the materialization, in order."""
+        self.committed_files: set[str] = set()
+        """Files named by the last committed manifest."""
+        self.committed_tasks: dict[tuple[str, int, int], int] = {}
+        self.rounds_done: dict[str, int] = {}
+        """Per stage, the latest round committed: its other staged files are garbage."""
+        self.abandoned: tuple[CheckpointId, ...] = ()
+        """Damaged checkpoints newer than the restored one; the next commit drops them."""
+        self.commits_since_sweep = 0
+        self.last_materialized = time.monotonic()
+        self.last_checkpoint_id: CheckpointId | None = None
+        self.status: CommitStatus | None = None
+
+    def add(self, entry: FileEntry | None) -> None:
+        """Append a segment the driver's changelog flushed (None: nothing was flushed)."""
+        if entry is not None:
+            self.files.append(entry)
+
+    def live_files(self) -> set[str]:
+        """Names (relative to the pipeline dir) the next checkpoint will need."""
+        return {f.name for f in self.materialization} | {f.name for f in self.files}
+
+    # -- commit --------------------------------------------------------------------------------
+    def commit(
+        self,
+        fingerprint: str,
+        parallelism: int,
+        metadata: dict[str, Any] | None,
+        commit_messages: Iterable[CommitMessage],
+    ) -> CheckpointId:
+        """Commit the working state as the next checkpoint (``PipelineStore.checkpoint``).
+
+        Step 1. STARTED: check the commit messages (one attempt per (stage, round, partition))
+                and read + verify all their staged files before anything is applied.
+        Step 2. Flush the driver's changelog buffer: its changes precede the staged ones.
+        Step 3. Apply the staged changes to the working table and append their files to the
+                chain, in (stage, round, partition) order.
+        Step 4. Materialize if ``materialization_interval_s`` has passed; else, if no
+                retained checkpoint would share no file with this one, compact the state into
+                new files so that the previous checkpoint is its fallback (`retention`).
+        Step 5. PREPARED: build the manifest naming the materialization and the chain.
+        Step 6. Write the manifest atomically -- the commit point. COMMITTED.
+        Step 7. Retention: drop checkpoints beyond ``retain`` but the fallback, and abandoned
+                ones, then files only they named; every `SWEEP_EVERY` commits, delete files
+                nobody will commit (`retention.sweep`).
+        A failure before step 6 leaves the status ABORTED and no new checkpoint visible; the
+        changes stay in the working state and go into the next checkpoint.
+        """
+        self.status = CommitStatus.STARTED
+        try:
+            staged = self._read_commit_messages(list(commit_messages))  # Step 1.
+            self.add(self.work.log.flush())  # Step 2.
+            self._apply_staged(staged)  # Step 3.
+            if self._materialization_due():  # Step 4.
+                self.materialize()
+            elif self._needs_fallback():
+                self._compact()
+            # Step 5.
+            cid = CheckpointId(self.store._next_checkpoint_id(self.work.pipeline_id))
+            manifest = self._manifest(cid, fingerprint, parallelism, metadata, staged)
+            self.status = CommitStatus.PREPARED
+            if os.environ.get("SPARKBEAM_CRASH_AT") == f"prepared:{cid}":  # recovery tests
+                os.kill(os.getpid(), signal.SIGKILL)
+            self._write_manifest(manifest)  # Step 6.
+            self.status = CommitStatus.COMMITTED
+        except BaseException:
+            self.status = CommitStatus.ABORTED
+            raise
+        self.last_checkpoint_id = cid
+        self._retain()  # Step 7.
+        return cid
+
+    def _read_commit_messages(self, messages: list[CommitMessage]) -> Staged:
+        """Step 1: one message per task not committed before, with its verified records."""
+        seen: dict[tuple[str, int, int], CommitMessage] = {}
+        for msg in messages:
+            self._check_message(msg, seen.get(msg.task))
+            if msg.task not in self.committed_tasks:
+                seen[msg.task] = msg
+        staged = []
+        for task in sorted(seen):
+            msg, records = seen[task], []
+            for f in msg.files:
+                path = f"{self.work.directory}/{f.name}"
+                records.extend(iter_records(read_segment(self.store.storage, path, f), path))
+            staged.append((msg, records))
+        return staged
+
+    def _check_message(self, msg: CommitMessage, other: CommitMessage | None) -> None:
+        pid, max_key_groups = self.work.pipeline_id, self.work.max_key_groups
+        if msg.pipeline_id != pid:
+            raise ValueError(
+                f"Commit message of pipeline {msg.pipeline_id!r} passed to pipeline {pid!r}; "
+                "commit each pipeline's messages on its own store."
+            )
+        if msg.max_key_groups != max_key_groups:
+            raise ValueError(
+                f"Commit message of stage {msg.stage!r} partition {msg.partition} used "
+                f"max_key_groups={msg.max_key_groups}, the pipeline uses {max_key_groups}; "
+                "open staged writers with the store's value."
+            )
+        done = self.committed_tasks.get(msg.task)
+        if other is not None or (done is not None and done != msg.attempt):
+            attempts = sorted({msg.attempt, other.attempt if other else done})
+            raise ValueError(
+                f"Two attempts {attempts} of stage {msg.stage!r} round {msg.round} partition "
+                f"{msg.partition} of pipeline {pid!r} were passed to commit; pass exactly one "
+                "commit message per (stage, round, partition)."
+            )
+
+    def _apply_staged(self, staged: Staged) -> None:
+        """Step 3: the staged changes into the working state, their files into the chain."""
+        for msg, records in staged:
+            self.work.apply(msg, records)
+            self.files.extend(msg.files)
+            self.committed_tasks[msg.task] = msg.attempt
+            self.rounds_done[msg.stage] = max(msg.round, self.rounds_done.get(msg.stage, -1))
+
+    def _manifest(
+        self, cid: CheckpointId, fingerprint: str, parallelism: int, metadata, staged: Staged
+    ) -> Manifest:
+        """Step 5: the manifest naming the materialization and the chain."""
+        work = self.work
+        return Manifest(
+            pipeline_id=work.pipeline_id,
+            checkpoint_id=cid,
+            created=time.time(),
+            fingerprint=fingerprint,
+            parallelism=parallelism,
+            max_key_groups=work.max_key_groups,
+            materialization=self.materialization,
+            changelog=tuple(self.files),
+            completed=work.completed(),
+            source_positions=work.source_positions(),
+            entries=len(work),
+            metadata=dict(metadata or {}),
+            commits=tuple((*m.task, m.attempt) for m, _ in staged),
+        )
+
+    def _write_manifest(self, manifest: Manifest) -> None:
+        """Step 6, write-once: a checkpoint id is never reused, even by a job that lost the
+        lock."""
+        pid, cid = self.work.pipeline_id, manifest.checkpoint_id
+        path = f"{self.work.directory}/{manifest_name(cid)}"
+        try:
+            self.store.storage.write_new(path, encode_manifest(manifest))
+        except FileExistsError:
+            raise CheckpointConflictError(self.store.url, pid, cid) from None
+        self.store._manifest_cache[(pid, cid)] = manifest
+        self.committed_files = {f.name for f in manifest.files}
+
+    def _retain(self) -> None:
+        """Step 7: retention after a commit, and a sweep every `SWEEP_EVERY` commits."""
+        pid = self.work.pipeline_id
+        self.store._apply_retention(pid, self.live_files(), self.abandoned)
+        self.abandoned = ()
+        self.commits_since_sweep += 1
+        if self.commits_since_sweep >= SWEEP_EVERY:
+            self.commits_since_sweep = 0
+            self.store._sweep(pid, self.rounds_done, self.live_files())
+
+    # -- materialization and compaction ---------------------------------------------------------
+    def _materialization_due(self) -> bool:
+        interval = self.store.materialization_interval_s
+        return interval is not None and time.monotonic() - self.last_materialized >= interval
+
+    def _needs_fallback(self) -> bool:
+        """Checkpoints exist, but none would share no file with the next (`retention`)."""
+        return self.store.materialization_interval_s is not None and self.store._needs_fallback(
+            self.work.pipeline_id, self.live_files(), self.abandoned
+        )
+
+    def _compact(self) -> None:
+        """Give the next checkpoint a fallback: rewrite the state into files no earlier
+        checkpoint names. Small state (a new pipeline's second checkpoint) becomes one
+        changelog segment, about the cost of the segment the commit writes anyway; large
+        state (after restoring a fallback) a materialization."""
+        if len(self.work) > COMPACT_MAX_ENTRIES:
+            self.materialize()
+            return
+        base = ChangelogWriter(
+            self.store.storage, self.work.directory, "base", 1 << 62, name_prefix="changelog/"
+        )
+        for kg, ns, key, value in self.work.table.snapshot():
+            base.append(Op.PUT, kg, ns, key, value)
+        entry = base.flush()
+        self._drop_uncommitted_files()
+        self.work.log.discard()  # buffered changes are in the table, hence in the base segment
+        self.files = [entry] if entry is not None else []
+        self.materialization = ()
+
+    def materialize(self) -> None:
+        """Write a full snapshot now; later checkpoints name it instead of the older changelog."""
+        subdir, entries = write_materialization(
+            self.store.storage,
+            f"{self.work.directory}/materializations",
+            self.work.table,
+            self.store.materialization_files,
+        )
+        self.materialization = tuple(
+            FileEntry(
+                name=f"materializations/{e.name}",
+                size=e.size,
+                checksum=e.checksum,
+                records=e.records,
+                kg_start=e.kg_start,
+                kg_stop=e.kg_stop,
+            )
+            for e in entries
+        )
+        self._drop_uncommitted_files()
+        self.files = []
+        self.work.log.discard()  # buffered changes are in the snapshot
+        self.last_materialized = time.monotonic()
+
+    def _drop_uncommitted_files(self) -> None:
+        """Segments flushed since the last commit are covered by a new snapshot and named by
+        no manifest: delete them now rather than leave them to `clean`."""
+        for f in self.files:
+            if f.name not in self.committed_files:
+                self.store.storage.delete(f"{self.work.directory}/{f.name}")
+
+    # -- restore ---------------------------------------------------------------------------------
+    def adopt(self, manifest: Manifest) -> None:
+        """After a restore of ``manifest``: the chain is the one it names."""
+        self.materialization = manifest.materialization
+        self.files = list(manifest.changelog)
+        self.committed_tasks = {(s, r, p): a for s, r, p, a in manifest.commits}
+        self.rounds_done = {}
+        for stage, rnd, _p, _a in manifest.commits:
+            self.rounds_done[stage] = max(rnd, self.rounds_done.get(stage, -1))
+        self.committed_files = {f.name for f in manifest.files}
+        self.last_materialized = time.monotonic()
+        self.last_checkpoint_id = manifest.checkpoint_id
