@@ -151,20 +151,24 @@ class RoundLoop:
     def run_round(self) -> None:
         """Feed what is due, one Spark job, its reports into one ledger, one checkpoint."""
         r = self.round_no
+        # 1. Feed what is due.
         due = feed.pop_due(self.handlers, self.job.now_ms())
         if not self.job.has_input(due):
             return  # woken before the timer: nothing to run yet
+        # 2. Run one Spark job.
         started, t0 = time.time(), time.monotonic()
         reports = self.job.run(self, due)
         t1 = time.monotonic()
         crash_point("mid-round", r)
+        # 3. Absorb its typed reports into one ledger; residuals to their stage's handler.
         ledger = RoundLedger().absorb(reports)
         for stage, records in ledger.residuals.items():
             self.handlers[stage].add(records)
+        # 4. Commit one checkpoint (without a store: advance in memory).
         meta = self.job.barrier(self, ledger)
         self.commit(ledger, meta)
         crash_point("after-commit", r)
-        # Committed: the round is real.
+        # 5. The round is real: the job, the metrics and the loop move on.
         self.finished, self.next_timer_ms = meta.finished, meta.next_timer_ms
         for stage, infos in ledger.metrics.items():
             self.ctx.metrics.add(stage, infos)
