@@ -80,7 +80,7 @@ class StageRounds:
         if self.input is None:
             self.resumed = pending
 
-    def now_ms(self) -> float:
+    def begin_round(self, loop: RoundLoop) -> float:
         return time.time() * 1000.0
 
     def has_input(self, due: dict) -> bool:

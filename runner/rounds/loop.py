@@ -67,8 +67,9 @@ class RoundJob(Protocol):
     def opened(self, loop: RoundLoop, pending: int) -> None:
         """After ``open``, with the handlers restored: the job's own bookkeeping."""
 
-    def now_ms(self) -> float:
-        """The feed's clock for the next round (+inf feeds everything)."""
+    def begin_round(self, loop: RoundLoop) -> float:
+        """Fix what the round starts from, before the feed takes residuals (and their
+        watermark holds) away; returns the feed's clock in ms (+inf: everything is due)."""
 
     def has_input(self, due: dict[str, list[DueResidual]]) -> bool:
         """Whether a round with these due residuals has anything to run."""
@@ -152,7 +153,7 @@ class RoundLoop:
         """Feed what is due, one Spark job, its reports into one ledger, one checkpoint."""
         r = self.round_no
         # 1. Feed what is due.
-        due = feed.pop_due(self.handlers, self.job.now_ms())
+        due = feed.pop_due(self.handlers, self.job.begin_round(self))
         if not self.job.has_input(due):
             return  # woken before the timer: nothing to run yet
         # 2. Run one Spark job.

@@ -133,11 +133,14 @@ class PipelineRounds:
 
     # --- one round -----------------------------------------------------------------------
 
-    def now_ms(self) -> float:
-        """Now; +inf once a drain was asked for (every residual is due, then truncated)."""
+    def begin_round(self, loop: RoundLoop) -> float:
+        """The round's watermarks, fixed from what the previous round left (before the feed
+        releases the holds of the residuals it takes); the feed's clock: now, or +inf once a
+        drain was asked for (every residual is due, then truncated)."""
         if not self.draining and self.drain.requested():
             self.draining = True
-            _LOG.warning("Pipeline %s: draining", self.pipeline.id)
+            _LOG.warning("Pipeline %s: draining from round %d", self.pipeline.id, loop.round_no)
+        self._marks = self._watermarks()
         return float("inf") if self.draining else time.time() * 1000.0
 
     def has_input(self, due: dict) -> bool:
@@ -146,7 +149,7 @@ class PipelineRounds:
     def run(self, loop: RoundLoop, due: dict) -> list:
         """The round's live stages as one Spark job; its reports."""
         self._round_no = round_no = loop.round_no
-        self._marks = marks = self._watermarks()
+        marks = self._marks
         live = live_stages(
             self.plan, self.stages, due, self.impulse_done, self.group_keys, self.stateful,
             self.pushed_back,
