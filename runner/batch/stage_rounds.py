@@ -1,53 +1,140 @@
-"""The round clock of one batch SDF stage: which round is next, and what it feeds back.
+"""A batch SDF stage's part of a round: its input first, then its due residuals.
 
-Round 0 processes the stage's input. Each residual a task returns goes to the
-stage's ``StateAndTimerBundleCheckpointHandler`` (durable state + a timer).
-Between rounds the driver sleeps until the earliest timer — no polling, no
-CPU — then feeds the due residuals back to the same stage as a new Spark job
-(Approach 1 of seed 003). The batch loop (``PlanExecutor._run_in_rounds``) ends
-when nothing is pending; the round itself (one job, one ledger, one commit) is
-the executor's ``_run_round``.
+``StageRounds`` is the batch ``RoundJob`` of ``sparkbeam.runner.rounds.loop.RoundLoop``.
+Round 0 runs the stage over its input. Each residual a task returns goes to the stage's
+``StateAndTimerBundleCheckpointHandler`` (durable state + a timer, kept by the loop); between
+rounds the loop sleeps until the earliest timer — no polling, no CPU — and the due residuals
+are the next round's input (Approach 1 of seed 003). Every round's output RDD is kept for the
+stage's consumers. The loop ends when nothing is pending.
+
+On resume (``--checkpoint_dir``, the stage's input consumed by a committed round) the stage
+starts from its committed output chunks and its pending residuals; its round number comes
+from the restored checkpoint's ``RoundMetadata`` (stores written before sparkbeam kept it
+there only: from the ``<stage>:round`` source position).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
+from sparkbeam.checkpoint import state_layout
+from sparkbeam.runner.batch.durability import input_marker, restored_outputs
+from sparkbeam.runner.batch.stage_rdd import StageRdds
+from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.rounds import feed
-from sparkbeam.sdf import StateAndTimerBundleCheckpointHandler
+from sparkbeam.runner.rounds.context import RunContext
+from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
+from sparkbeam.runner.rounds.loop import Opened, RoundLoop
+from sparkbeam.runner.spark.labels import call_site, describe_job
+from sparkbeam.runner.task.records import OutputRecord, is_report
 from sparkbeam.translation.plan import StagePlan
 
 _LOG = logging.getLogger(__name__)
 
 
 class StageRounds:
-    """Round numbers and due residuals of one SDF stage (no Spark job runs here)."""
+    """The rounds of one SDF stage; ``outputs`` holds every round's RDD for its consumers."""
 
     def __init__(
-        self, stage: StagePlan, handler: StateAndTimerBundleCheckpointHandler, first_round: int
+        self,
+        ctx: RunContext,
+        rdds: StageRdds,
+        stage: StagePlan,
+        side_bc,
+        state,
+        input_rdd,
+        restored_metadata: dict[str, Any] | None = None,
     ) -> None:
-        self.stage = stage
-        self.handler = handler
-        self.round_no = first_round
+        """``input_rdd`` None: resume (a committed round consumed the input)."""
+        self.ctx, self.rdds, self.stage = ctx, rdds, stage
+        self.pipeline = next(p for p in ctx.plan.pipelines if p.id == stage.pipeline)
+        self.sdf_stages = (stage.id,)
+        self.side_bc, self.state, self.input = side_bc, state, input_rdd
+        self.restored_metadata = restored_metadata or {}
+        self.outputs: list = []  # every round's output RDD (and the restored chunks)
+        self.sink_files: list[tuple[str, str]] = []  # (staged, final) of every round
+        self.resumed: int | None = None  # residuals pending when the stage resumed
 
-    def pending(self) -> bool:
-        return bool(self.handler.pending())
+    def open(self) -> Opened:
+        resume = self.input is None
+        if resume:
+            chunks = restored_outputs(self.state, self.stage.id)
+            if chunks:
+                rows = [OutputRecord(b, d) for b, d in chunks]
+                self.outputs.append(self.ctx.sc.parallelize(rows, self.ctx.parallelism))
+        metadata = RoundMetadata(self.restored_round() if resume else -1, 0, None)
+        session = self.rdds.startpoints.get(self.stage.pipeline)
+        return Opened(self.state, metadata, None, session, input_done=resume)
 
-    def due_rows(self) -> list[tuple[str, bytes]]:
-        """Sleep until the earliest timer, then the rows of the residuals due (maybe none)."""
-        wait = feed.seconds_until(self.handler.next_fire_ms())
-        if wait > 0:
-            _LOG.info("%s", self.progress_line(wait))
-            time.sleep(wait)
-        return feed.due_rows(feed.pop_due({self.stage.id: self.handler})[self.stage.id])
+    def restored_round(self) -> int:
+        """The last committed round of this stage (-1: none)."""
+        restored = RoundMetadata.from_dict(self.restored_metadata)
+        if restored.stage == self.stage.id:
+            return restored.round_no
+        position = state_layout.stage_round_position(self.stage.id)  # stores of 0.x
+        return int(self.state.source_positions().get(position, b"-1"))
 
-    def progress_line(self, wait_s: float | None = None) -> str:
-        hold = self.handler.watermark_hold_micros()
+    def opened(self, loop: RoundLoop, pending: int) -> None:
+        if self.input is None:
+            self.resumed = pending
+
+    def begin_round(self, loop: RoundLoop) -> float:
+        return time.time() * 1000.0
+
+    def has_input(self, due: dict) -> bool:
+        return self.input is not None or bool(due[self.stage.id])
+
+    def run(self, loop: RoundLoop, due: dict) -> list:
+        """Round 0 over the stage's input, later rounds over its due residuals."""
+        input_rdd, self.input = self.input, None
+        if input_rdd is None:
+            rows = feed.due_rows(due[self.stage.id])
+            input_rdd = self.ctx.sc.parallelize(rows, max(1, min(self.ctx.parallelism, len(rows))))
+        label = f"{self.rdds.labels[self.stage.id]} (round {loop.round_no})"
+        describe_job(self.ctx.sc, self.rdds.group, label)
+        with call_site(self.ctx.sc, label):
+            rdd = self.rdds.build(self.stage, input_rdd, self.side_bc, loop.round_no)
+            action = rdd.filter(is_report).collect
+            reports = run_guarded(self.stage.id, action, self.rdds.labels.get)
+        self.outputs.append(rdd)
+        return reports
+
+    def barrier(self, loop: RoundLoop, ledger: RoundLedger) -> RoundMetadata:
+        """The input is consumed; the metadata names the stage, its round and its residuals."""
+        handler = loop.handlers[self.stage.id]
+        if self.ctx.durable:
+            self.state.mark_completed(input_marker(self.stage.id))
+        return RoundMetadata(
+            round_no=loop.round_no,
+            pending_residuals=handler.pending(),
+            next_timer_ms=handler.next_fire_ms(),
+            stage=self.stage.id,
+            watermark_hold_micros=handler.watermark_hold_micros(),
+            finished=not handler.pending(),
+        )
+
+    def committed(self, loop: RoundLoop, ledger: RoundLedger, meta: RoundMetadata) -> None:
+        self.sink_files.extend(ledger.sink_files)  # renamed when the run succeeds
+
+    def watermark_moves(self) -> bool:
+        return False  # a batch stage's next round waits for its residuals' timers only
+
+    def waiting(self, loop: RoundLoop, wait_s: float) -> None:
+        if wait_s > 0:
+            _LOG.info("%s", self.progress_line(loop, wait_s))
+
+    def ended(self, loop: RoundLoop) -> None:
+        pass  # the run reports when every stage is done (``progress.batch_done``)
+
+    def progress_line(self, loop: RoundLoop, wait_s: float | None = None) -> str:
+        handler = loop.handlers[self.stage.id]
+        hold = handler.watermark_hold_micros()
         parts = [
-            f"sparkbeam {self.stage.id}: round {self.round_no}",
-            f"{self.handler.pending()} residual(s) pending",
-            f"{self.handler.fired} re-fed",
+            f"sparkbeam {self.stage.id}: round {loop.round_no}",
+            f"{handler.pending()} residual(s) pending",
+            f"{handler.fired} re-fed",
         ]
         if wait_s is not None:
             parts.append(f"next timer in {wait_s * 1000:.0f} ms")

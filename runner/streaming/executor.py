@@ -16,27 +16,70 @@ state and restores its last checkpoint; the others never notice. A restarted
 driver restores every pipeline from its latest checkpoint. A pipeline ends
 when its inputs are done: no Impulse to run, no residual pending, no
 GroupByKey state left.
+
+Each pipeline's rounds are a ``rounds.loop.RoundLoop`` over a ``pipeline.PipelineRounds``,
+sharing one ``RunContext``; this module owns their threads, the signals and the drain.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import logging
 import os
 import signal
 import sys
 import threading
 import time
-from collections import defaultdict
 
-from sparkbeam.runner.metrics import merge_monitoring_infos
-from sparkbeam.runner.rounds.compatibility import RestoreGuard
-from sparkbeam.runner.streaming.loop import PipelineLoop
+from sparkbeam.runner.rounds.context import RunContext
+from sparkbeam.runner.rounds.loop import RoundLoop
+from sparkbeam.runner.spark import session_conf
+from sparkbeam.runner.spark.filesystem_options import use_in_jobs
+from sparkbeam.runner.streaming.pipeline import PipelineRounds
+from sparkbeam.runner.task.worker_context import plan_key
 from sparkbeam.translation.plan import ExecutionPlan
 
 _LOG = logging.getLogger(__name__)
 DRAIN_REQUEST = "drain-request"
+
+
+class Drain:
+    """A drain, asked for by ``drain()`` or ``sparkbeam drain`` (a request in the store), and
+    the SDF stages planned with truncation (Beam's drain expansion) that it runs."""
+
+    def __init__(self, ctx: RunContext, drain_plan) -> None:
+        self.ctx = ctx
+        self.event = threading.Event()
+        self._plan = drain_plan  # callable: the plan with SDF truncation, built on drain
+        self._stages: dict | None = None
+        self._lock = threading.Lock()
+        if ctx.store.storage.exists(DRAIN_REQUEST):  # left from before this job held the store
+            _LOG.warning("Ignoring a drain request left in %s from an earlier job", ctx.url)
+            ctx.store.storage.delete(DRAIN_REQUEST)
+
+    def requested(self) -> bool:
+        if not self.event.is_set() and self.ctx.store.storage.exists(DRAIN_REQUEST):
+            _LOG.warning("Drain requested through %s/%s", self.ctx.url, DRAIN_REQUEST)
+            self.event.set()
+        return self.event.is_set()
+
+    def stages(self) -> dict:
+        """Stage id -> (plan key, components broadcast, truncating stage), built once."""
+        with self._lock:
+            if self._stages is None:
+                self._stages = self._build()
+            return self._stages
+
+    def _build(self) -> dict:
+        if self._plan is None:
+            raise RuntimeError("This streaming run was started without a drain plan")
+        plan = self._plan()
+        if [s.id for s in plan.stages] != [s.id for s in self.ctx.plan.stages]:
+            raise RuntimeError(
+                "The drain plan's stages differ from the running plan's; cannot drain. "
+                "Cancel the job instead (result.cancel()): its last checkpoint is kept."
+            )
+        key, components = plan_key(plan), self.ctx.sc.broadcast(plan.components)
+        return {s.id: (key, components, s) for s in plan.stages if s.is_sdf_process}
 
 
 class StreamingExecutor:
@@ -51,35 +94,32 @@ class StreamingExecutor:
         parallelism: int | None = None,
         checkpoint_interval_s: float = 1.0,
         max_restores: int = 3,
-        plan_key: str | None = None,
         startpoint_max_age_s: float | None = None,
         drain_plan=None,
         filesystem_options: str = "{}",
     ) -> None:
-        self.sc = spark.sparkContext
         self.plan = plan
-        self.store = store
         self.url = checkpoint_url
-        self.filesystem_options = filesystem_options  # each loop thread's jobs carry them
-        self.parallelism = parallelism or self.sc.defaultParallelism
-        self.interval_s = checkpoint_interval_s
-        self.max_restores = max_restores
-        self.startpoint_max_age_s = startpoint_max_age_s
-        # Workers cache bundle processors by plan key: a changed DoFn body needs a new key.
-        code = hashlib.sha256(plan.components).hexdigest()[:8]
-        self.plan_key = plan_key or f"{plan.fingerprint}-{code}-stream"
-        self.components = self.sc.broadcast(plan.components)
-        self.stop = threading.Event()
-        self.drain_requested = threading.Event()
-        if store.storage.exists(DRAIN_REQUEST):  # left from before this job held the store
-            _LOG.warning("Ignoring a drain request left in %s from an earlier job", self.url)
-            store.storage.delete(DRAIN_REQUEST)
-        self._drain_plan = drain_plan  # callable: the plan with SDF truncation, built on drain
-        self.loops = [PipelineLoop(self, p) for p in plan.pipelines]
+        self.ctx = RunContext.create(
+            spark,
+            plan,
+            store,
+            checkpoint_url,
+            parallelism,
+            interval_s=checkpoint_interval_s,
+            max_restores=max_restores,
+            startpoint_max_age_s=startpoint_max_age_s,
+            filesystem_options=filesystem_options,  # each loop thread's jobs carry them
+        )
+        self.stop = self.ctx.stop
+        self.drain_control = Drain(self.ctx, drain_plan)
+        self.drain_requested = self.drain_control.event
+        self.loops = [
+            RoundLoop(PipelineRounds(self.ctx, p, self.drain_control), self.ctx)
+            for p in plan.pipelines
+        ]
         self._threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
-        self._infos: dict[str, list] = defaultdict(list)
-        self._lock = threading.Lock()
         self.interrupted = False  # stopped by SIGINT/SIGTERM, not by the pipeline's end
         self._previous_handlers: dict = {}
 
@@ -120,8 +160,13 @@ class StreamingExecutor:
             thread.start()
             self._threads.append(thread)
 
-    def _run_loop(self, loop: PipelineLoop) -> None:
+    def _run_loop(self, loop: RoundLoop) -> None:
+        sc = self.ctx.sc
         try:
+            pool = session_conf.scheduler_pool(sc)
+            if pool:  # every pipeline's rounds share sparkbeam's declared FAIR pool
+                sc.setLocalProperty("spark.scheduler.pool", pool)
+            use_in_jobs(sc, self.ctx.filesystem_options)  # s3://... options in every task
             loop.run()
         except BaseException as e:  # noqa: BLE001 - reported by wait()
             _LOG.error("Pipeline %s failed: %s", loop.pipeline.id, e)
@@ -150,37 +195,5 @@ class StreamingExecutor:
         for thread in self._threads:
             thread.join()
 
-    def draining(self) -> bool:
-        """Drain asked for by ``drain()`` or by ``sparkbeam drain`` (a request in the store)."""
-        if not self.drain_requested.is_set() and self.store.storage.exists(DRAIN_REQUEST):
-            _LOG.warning("Drain requested through %s/%s", self.url, DRAIN_REQUEST)
-            self.drain_requested.set()
-        return self.drain_requested.is_set()
-
-    @functools.cached_property
-    def drain_stages(self) -> dict:
-        """SDF process stages planned with truncation (Beam's drain expansion), by stage id."""
-        if self._drain_plan is None:
-            raise RuntimeError("This streaming run was started without a drain plan")
-        plan = self._drain_plan()
-        if [s.id for s in plan.stages] != [s.id for s in self.plan.stages]:
-            raise RuntimeError(
-                "The drain plan's stages differ from the running plan's; cannot drain. "
-                "Cancel the job instead (result.cancel()): its last checkpoint is kept."
-            )
-        key = f"{self.plan_key}-drain"
-        components = self.sc.broadcast(plan.components)
-        return {s.id: (key, components, s) for s in plan.stages if s.is_sdf_process}
-
-    def add_metrics(self, stage: str, infos: list) -> None:
-        with self._lock:
-            self._infos[stage] = merge_monitoring_infos(self._infos[stage] + infos)
-
-    @functools.cached_property
-    def guard(self) -> RestoreGuard:
-        """What each checkpoint records of the plan, and the check on restore."""
-        return RestoreGuard(self.plan)
-
     def monitoring_infos_by_stage(self) -> dict[str, list]:
-        with self._lock:
-            return {s.name: list(self._infos.get(s.id, [])) for s in self.plan.stages}
+        return self.ctx.metrics.by_name(self.plan)

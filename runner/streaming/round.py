@@ -44,7 +44,7 @@ from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan
 class RoundInputs:
     """What one round of one pipeline is built from: the loop's state when the round starts.
 
-    The loop makes it (``PipelineLoop.round_inputs``); the builder reads nothing else of it."""
+    Made by ``pipeline.PipelineRounds.round_inputs``; the builder reads nothing else of it."""
 
     sc: Any
     plan: ExecutionPlan

@@ -1,8 +1,11 @@
 """Per-Python-worker caches of what the driver ships: plan components, filesystem options.
 
 A Spark Python worker runs many tasks of one job. Coders and windowing
-strategies are rebuilt once per worker process per plan, keyed by a plan
-key, from bytes shipped with the task (never from driver memory). Every task
+strategies (and, in ``bundle_executor``, bundle processors) are rebuilt once
+per worker process per plan, keyed by ``plan_key``, from bytes shipped with the
+task (never from driver memory). The key is derived from the plan's code, so a
+changed DoFn body gets new processors and an unchanged plan reuses them, in
+batch and streaming runs alike. Every task
 that registers its plan also applies the filesystem options its job carries
 (``sparkbeam.runner.spark.filesystem_options``), so the store and sinks reach
 ``s3://``, ``gs://``, ... with the pipeline's options.
@@ -10,6 +13,7 @@ that registers its plan also applies the filesystem options its job carries
 
 from __future__ import annotations
 
+import hashlib
 import threading
 
 from apache_beam.portability.api import beam_runner_api_pb2
@@ -20,6 +24,18 @@ from sparkbeam.runner.spark.filesystem_options import apply_in_task
 _LOCK = threading.Lock()
 _COMPONENTS: dict[str, bytes] = {}
 _CONTEXTS: dict[str, pipeline_context.PipelineContext] = {}
+
+
+def plan_key(plan) -> str:
+    """The key workers cache a plan under: its shape's fingerprint and a hash of its code.
+
+    The code is the serialized components and every stage's bundle descriptor (a DoFn body
+    is pickled into both), so two plans that differ only in a DoFn body get different keys,
+    and the same plan always gets the same key (a drain plan, with truncation, gets its own)."""
+    code = hashlib.sha256(plan.components)
+    for stage in plan.stages:
+        code.update(stage.descriptor)
+    return f"{plan.fingerprint}-{code.hexdigest()[:12]}"
 
 
 def register_plan(plan_key: str, components: bytes) -> None:

@@ -1,0 +1,86 @@
+"""The RDD of one batch stage run: its input through the bundle executor in Spark tasks.
+
+Every batch stage — an ordinary one once, an SDF process stage once per round — is a persisted
+(lazy) ``mapPartitions`` whose tasks apply the pipeline's startpoints to the rows
+(``rounds.startpoints.with_startpoints``), run the stage (``task.bundle_executor``), collect
+the sink files they staged and, for a durable SDF stage, stage its output chunks in the store
+(``durability``). Nothing runs here until an action needs the RDD.
+
+Leaves to others: which input a run reads (``executor``, ``stage_rounds``) and what happens
+to its reports (the round loop, or the executor's final job).
+"""
+
+from __future__ import annotations
+
+from pyspark import StorageLevel
+
+from sparkbeam.runner.batch.durability import stage_outputs_durably
+from sparkbeam.runner.rounds.context import RunContext
+from sparkbeam.runner.rounds.sink_files import collect_sink_files
+from sparkbeam.runner.rounds.startpoints import with_startpoints
+from sparkbeam.runner.spark.labels import job_group, name_rdd, stage_label
+from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
+from sparkbeam.runner.task.bundle_splits import SplitPolicy
+from sparkbeam.sdf.startpoints.session import StartpointSession
+from sparkbeam.translation.plan import StagePlan
+
+
+class StageRdds:
+    """Builds (and later unpersists) the RDD of each run of a batch stage."""
+
+    def __init__(
+        self, ctx: RunContext, residual_budget_s: float, split_policy: SplitPolicy
+    ) -> None:
+        self.ctx = ctx
+        # Without a store, residuals due soon are re-fed by the task itself.
+        self.residual_budget_s = 0.0 if ctx.durable else residual_budget_s
+        self.split_policy = split_policy
+        self.labels = {s.id: stage_label(s) for s in ctx.plan.stages}
+        self.group = job_group(ctx.plan)  # the Spark job group of every job of this run
+        self.startpoints: dict[str, StartpointSession] = {}  # pipeline -> its session
+        self.persisted: list = []
+
+    def build(self, stage: StagePlan, input_rdd, side_bc, round_no: int):
+        """The persisted (lazy) RDD of one run of the stage over ``input_rdd``."""
+        ctx = self.ctx
+        task = StageTask(
+            ctx.plan_key, stage, residual_budget_s=self.residual_budget_s, splits=self.split_policy
+        )
+        session = self.startpoints.get(stage.pipeline)
+        assignment = session.assignment(stage.id) if session is not None else None
+        durable = ctx.durable and stage.is_sdf_process
+        run = _StageRun(
+            task, ctx.components, side_bc, assignment, round_no,
+            ctx.url if durable else None, ctx.store.max_key_groups,
+        )  # fmt: skip
+        rdd = input_rdd.mapPartitions(run).persist(StorageLevel.MEMORY_AND_DISK)
+        name_rdd(rdd, f"{self.labels[stage.id]} (round {round_no})")
+        self.persisted.append(rdd)
+        return rdd
+
+    def unpersist(self) -> None:
+        for rdd in self.persisted:
+            rdd.unpersist(blocking=False)
+        self.persisted.clear()
+
+
+class _StageRun:
+    """The task body of one stage run (picklable: what crosses to the executors)."""
+
+    def __init__(self, task, components, side_bc, assignment, round_no, url, max_key_groups):
+        self.task, self.components, self.side_bc = task, components, side_bc
+        self.assignment, self.round_no = assignment, round_no
+        self.url, self.max_key_groups = url, max_key_groups  # url: stage outputs durably
+
+    def __call__(self, rows):
+        stage = self.task.stage
+        records = with_startpoints(stage, self.components.value, self.assignment, rows, self._run)
+        records = collect_sink_files(records, stage.id, self.round_no)
+        if self.url:
+            records = stage_outputs_durably(
+                records, self.url, stage.pipeline, stage.id, self.round_no, self.max_key_groups
+            )
+        return records
+
+    def _run(self, rows):
+        return run_stage_partition(self.task, self.components.value, self.side_bc.value, rows)

@@ -1,0 +1,88 @@
+"""What every round of a run reads: one frozen record, made once by the run's executor.
+
+Batch (``runner.batch.executor``) and streaming (``runner.streaming.executor``) make a
+``RunContext`` at start and hand the same one to every round loop and round job, instead of
+loops reading their executor's attributes. ``StageMetrics`` is the one mutable part: the
+metrics of committed rounds, merged by stage (pipelines commit on their own threads).
+
+Leaves to others: what differs per side (the ``rounds.loop.RoundJob`` implementations), and
+the run's lifecycle (the executors).
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkbeam.runner.metrics import merge_monitoring_infos
+from sparkbeam.runner.rounds.compatibility import RestoreGuard
+from sparkbeam.runner.task.worker_context import plan_key
+from sparkbeam.translation.plan import ExecutionPlan
+
+
+class StageMetrics:
+    """Monitoring infos by stage id, merged as rounds add them (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._infos: dict[str, list] = defaultdict(list)
+        self._lock = threading.Lock()
+
+    def add(self, stage: str, infos: Iterable) -> None:
+        with self._lock:
+            self._infos[stage] = merge_monitoring_infos([*self._infos[stage], *infos])
+
+    def by_name(self, plan: ExecutionPlan) -> dict[str, list]:
+        """Stage name -> its merged infos, for ``FnApiMetrics``."""
+        with self._lock:
+            return {s.name: list(self._infos.get(s.id, [])) for s in plan.stages}
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run's plan, Spark context, store and settings, as every round reads them."""
+
+    sc: Any  # the SparkContext
+    plan: ExecutionPlan
+    plan_key: str  # what workers cache the plan's processors under (``plan_key``)
+    components: Any  # broadcast of the plan's serialized components
+    parallelism: int
+    store: Any  # the CheckpointStore (batch without --checkpoint_dir: an in-memory one)
+    url: str | None  # --checkpoint_dir; None: batch rounds advance in memory, no checkpoint
+    metrics: StageMetrics
+    startpoint_max_age_s: float | None = None
+    interval_s: float = 0.0  # least time between round starts (streaming's checkpoint interval)
+    max_restores: int = 0  # restores of the last checkpoint after a failed round (batch: 0)
+    stop: threading.Event = field(default_factory=threading.Event)  # ends every loop
+    filesystem_options: str = "{}"  # encoded, carried by every job (``spark.filesystem_options``)
+
+    @classmethod
+    def create(
+        cls, spark, plan: ExecutionPlan, store, url: str | None, parallelism: int | None, **settings
+    ) -> RunContext:
+        """The context of one run: the plan's components broadcast once, its key derived."""
+        sc = spark.sparkContext
+        return cls(
+            sc=sc,
+            plan=plan,
+            plan_key=plan_key(plan),
+            components=sc.broadcast(plan.components),
+            parallelism=parallelism or sc.defaultParallelism,
+            store=store,
+            url=url,
+            metrics=StageMetrics(),
+            **settings,
+        )
+
+    @functools.cached_property
+    def guard(self) -> RestoreGuard:
+        """What each checkpoint records of the plan, and the check on restore."""
+        return RestoreGuard(self.plan)
+
+    @property
+    def durable(self) -> bool:
+        """Whether rounds commit checkpoints (else they advance in memory)."""
+        return bool(self.url)

@@ -1,0 +1,207 @@
+"""The one round loop of batch SDF stages and streaming pipelines.
+
+A round: feed what is due (``feed``), run one Spark job, absorb the tasks' typed reports into
+one ``RoundLedger``, commit one checkpoint (without a store: advance in memory), then wait for
+the next round (the earliest timer; streaming also its interval and its stop event). Batch is
+this loop ending when nothing is pending; streaming is the same loop that does not, until its
+inputs end, it is stopped or drained.
+
+``RoundLoop`` owns the round number, the SDF stages' residual handlers, the feed, the ledger,
+the commit, the round times and the wait; a round that fails beyond Spark's task retries
+restores the last checkpoint, up to ``RunContext.max_restores`` times (batch: none). What
+differs per side is a ``RoundJob``: ``runner.batch.stage_rounds.StageRounds`` (one SDF stage:
+its input, then its due residuals) and ``runner.streaming.pipeline.PipelineRounds`` (one
+pipeline's live stages, with its watermarks and GroupByKey and user state).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any, NamedTuple, Protocol
+
+from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.runner.faults import crash_point
+from sparkbeam.runner.rounds import feed
+from sparkbeam.runner.rounds.context import RunContext
+from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
+from sparkbeam.runner.rounds.startpoints import record_failure
+from sparkbeam.sdf import DueResidual, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf.startpoints.errors import StartpointFailedError
+from sparkbeam.sdf.startpoints.session import StartpointSession
+from sparkbeam.translation.plan import PipelinePlan
+
+_LOG = logging.getLogger(__name__)
+
+
+class RoundTime(NamedTuple):
+    """How long one committed round took: its Spark job, then its checkpoint commit."""
+
+    round_no: int
+    started: float  # epoch seconds, when the round's Spark job started
+    job_s: float
+    commit_s: float
+
+
+@dataclass(frozen=True)
+class Opened:
+    """Where a job (re)starts: its state and the record of the checkpoint it restored."""
+
+    state: Any  # the pipeline's PipelineStore
+    metadata: RoundMetadata  # of the restored checkpoint; round_no -1 when none
+    checkpoint_id: int | None
+    startpoints: StartpointSession | None
+    input_done: bool = False  # batch: a committed round consumed the stage's input
+
+
+class RoundJob(Protocol):
+    """What one side's round is: its input, its one Spark job, what its checkpoint records."""
+
+    pipeline: PipelinePlan
+    sdf_stages: tuple[str, ...]  # stages whose residuals the loop keeps
+
+    def open(self) -> Opened:
+        """Restore the latest checkpoint (again after a failed round)."""
+
+    def opened(self, loop: RoundLoop, pending: int) -> None:
+        """After ``open``, with the handlers restored: the job's own bookkeeping."""
+
+    def begin_round(self, loop: RoundLoop) -> float:
+        """Fix what the round starts from, before the feed takes residuals (and their
+        watermark holds) away; returns the feed's clock in ms (+inf: everything is due)."""
+
+    def has_input(self, due: dict[str, list[DueResidual]]) -> bool:
+        """Whether a round with these due residuals has anything to run."""
+
+    def run(self, loop: RoundLoop, due: dict[str, list[DueResidual]]) -> list:
+        """Run round ``loop.round_no`` as one Spark job; its tasks' reports."""
+
+    def barrier(self, loop: RoundLoop, ledger: RoundLedger) -> RoundMetadata:
+        """The round's own marks in the state, and the metadata its checkpoint records."""
+
+    def committed(self, loop: RoundLoop, ledger: RoundLedger, meta: RoundMetadata) -> None:
+        """The round is real: apply it to the job (publish, carry state to the next round)."""
+
+    def watermark_moves(self) -> bool:
+        """Whether the next round has work before the earliest timer (streaming watermarks)."""
+
+    def waiting(self, loop: RoundLoop, wait_s: float) -> None:
+        """The loop sleeps ``wait_s`` until its next round."""
+
+    def ended(self, loop: RoundLoop) -> None:
+        """The loop ended (finished or stopped)."""
+
+
+class RoundLoop:
+    """The rounds of one job, each one checkpoint, until nothing is pending or it is stopped."""
+
+    def __init__(self, job: RoundJob, ctx: RunContext) -> None:
+        self.job, self.ctx = job, ctx
+        self.pipeline = job.pipeline
+        self.state: Any = None  # the PipelineStore, from the job's open()
+        self.startpoints: StartpointSession | None = None
+        self.handlers: dict[str, StateAndTimerBundleCheckpointHandler] = {}
+        self.round_no = 0
+        self.checkpoint_id: int | None = None
+        self.next_timer_ms: float | None = None
+        self.finished = False
+        self.restores = 0  # restores after a failure (not the restore at start)
+        self.rounds_run = 0
+        self.round_times: list[RoundTime] = []  # every committed round of this run
+
+    def run(self) -> None:
+        """Open, then round after round; a failed round restores the last checkpoint."""
+        self.open()
+        while not self.finished and not self.ctx.stop.is_set():
+            started = time.monotonic()
+            try:
+                self.run_round()
+            except StartpointFailedError as e:  # restoring cannot help: mark it, fail the run
+                record_failure(self.ctx.store.startpoints, e)
+                raise
+            except StageFailedError as e:
+                self.restores += 1
+                if self.restores > self.ctx.max_restores:
+                    raise
+                _LOG.warning(
+                    "Pipeline %s: round %d failed (%s); restoring its last checkpoint "
+                    "(restore %d of at most %d). Other pipelines keep running.",
+                    self.pipeline.id, self.round_no, e.stage, self.restores, self.ctx.max_restores,
+                )  # fmt: skip
+                self.open()
+                continue
+            if not self.finished:
+                self.wait(started)
+        self.job.ended(self)
+
+    def open(self) -> None:
+        """Start from the job's latest checkpoint: its state, residuals and round number."""
+        opened = self.job.open()
+        self.state, self.startpoints = opened.state, opened.startpoints
+        self.checkpoint_id = opened.checkpoint_id
+        self.round_no = opened.metadata.round_no + 1
+        self.handlers = {
+            s: StateAndTimerBundleCheckpointHandler(self.state, s) for s in self.job.sdf_stages
+        }
+        pending = sum(h.restore() for h in self.handlers.values())
+        self.next_timer_ms = feed.next_fire_ms(self.handlers)
+        self.finished = opened.input_done and not pending
+        self.job.opened(self, pending)
+
+    def run_round(self) -> None:
+        """Feed what is due, one Spark job, its reports into one ledger, one checkpoint."""
+        r = self.round_no
+        # 1. Feed what is due.
+        due = feed.pop_due(self.handlers, self.job.begin_round(self))
+        if not self.job.has_input(due):
+            return  # woken before the timer: nothing to run yet
+        # 2. Run one Spark job.
+        started, t0 = time.time(), time.monotonic()
+        reports = self.job.run(self, due)
+        t1 = time.monotonic()
+        crash_point("mid-round", r)
+        # 3. Absorb its typed reports into one ledger; residuals to their stage's handler.
+        ledger = RoundLedger().absorb(reports)
+        for stage, records in ledger.residuals.items():
+            self.handlers[stage].add(records)
+        # 4. Commit one checkpoint (without a store: advance in memory).
+        meta = self.job.barrier(self, ledger)
+        self.commit(ledger, meta)
+        crash_point("after-commit", r)
+        # 5. The round is real: the job, the metrics and the loop move on.
+        self.finished, self.next_timer_ms = meta.finished, meta.next_timer_ms
+        for stage, infos in ledger.metrics.items():
+            self.ctx.metrics.add(stage, infos)
+        self.job.committed(self, ledger, meta)
+        self.rounds_run += 1
+        self.round_times.append(RoundTime(r, started, t1 - t0, time.monotonic() - t1))
+        _LOG.debug("%s round %d: Spark job %.3fs", self.pipeline.id, r, t1 - t0)
+        self.round_no += 1
+
+    def commit(self, ledger: RoundLedger, meta: RoundMetadata) -> None:
+        """One checkpoint of the round's state; without a store, the round stays in memory."""
+        if not self.ctx.durable:
+            return
+        cid = ledger.commit(  # startpoints this round consumed are deleted once it commits
+            self.state,
+            self.startpoints,
+            meta,
+            fingerprint=self.ctx.plan.fingerprint,
+            parallelism=self.ctx.parallelism,
+            plan_metadata=self.ctx.guard.metadata(self.pipeline.id),
+        )
+        self.checkpoint_id = int(cid)
+
+    def pending(self) -> int:
+        return feed.pending(self.handlers)
+
+    def wait(self, started: float) -> None:
+        """Until the next round: the interval, or the earliest timer if nothing moves sooner."""
+        wake = started + self.ctx.interval_s
+        if self.next_timer_ms is not None and not self.job.watermark_moves():
+            due = self.next_timer_ms / 1000.0 - time.time() + time.monotonic()
+            wake = max(wake, due)
+        wait_s = max(0.0, wake - time.monotonic())
+        self.job.waiting(self, wait_s)
+        self.ctx.stop.wait(wait_s)

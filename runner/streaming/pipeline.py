@@ -1,0 +1,342 @@
+"""A streaming pipeline's part of a round: restore, one Spark job over its live stages, metadata.
+
+``PipelineRounds`` is the streaming ``RoundJob`` of ``sparkbeam.runner.rounds.loop.RoundLoop``
+(which feeds, absorbs, commits and waits). Each round's watermarks are fixed from what the
+previous round left (``watermarks``); only stages some data can reach run
+(``round.live_stages``), built as one Spark job by ``round.RoundBuilder``; the round's
+``RoundMetadata`` carries GroupByKey holds and keys, stateful stages' keys and timers, and
+whether the pipeline is done. On restore, rounds after the restored checkpoint unpublish their
+sink files; after each commit the round's sink files are published.
+
+Leaves to others: the loop and the commit (``rounds.loop``), the run's threads, signals and
+drain request (``executor``).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+
+from sparkbeam.checkpoint import state_layout
+from sparkbeam.runner import progress
+from sparkbeam.runner.errors import run_guarded
+from sparkbeam.runner.rounds import feed, sink_files
+from sparkbeam.runner.rounds.context import RunContext
+from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
+from sparkbeam.runner.rounds.loop import Opened, RoundLoop
+from sparkbeam.runner.rounds.startpoints import open_session
+from sparkbeam.runner.spark.labels import call_site, describe_job, job_group, stage_label
+from sparkbeam.runner.streaming import pushback as streaming_pushback
+from sparkbeam.runner.streaming import watermarks
+from sparkbeam.runner.streaming.round import RoundBuilder, RoundInputs, live_stages
+from sparkbeam.runner.task.bundle_executor import StageTask
+from sparkbeam.sdf.startpoints.session import CONSUMED_METADATA_KEY
+from sparkbeam.translation.plan import PipelinePlan
+
+_LOG = logging.getLogger(__name__)
+IMPULSE_DONE = state_layout.IMPULSE_DONE
+SIDE_INPUT_PREFIX = state_layout.SIDE_INPUT_PREFIX
+
+
+class PipelineRounds:
+    """The rounds of one independent pipeline, as the round loop runs them."""
+
+    def __init__(self, ctx: RunContext, pipeline: PipelinePlan, drain) -> None:
+        self.ctx, self.plan, self.pipeline = ctx, ctx.plan, pipeline
+        self.drain = drain  # the run's ``executor.Drain``
+        ids = set(pipeline.stages)
+        self.stages = [s for s in self.plan.stages if s.id in ids]
+        self.sdf_stages = tuple(s.id for s in self.stages if s.is_sdf_process)
+        self.labels = {s.id: stage_label(s) for s in self.stages}
+        self.state = None  # the PipelineStore, set by open()
+        self.handlers: dict = {}  # the loop's residual handlers, set by opened()
+        self.impulse_done = False
+        self.group_holds: dict[str, int] = {}
+        self.group_keys: dict[str, int] = {}
+        self.previous: dict[str, int] = {}  # GroupByKey -> input watermark of last round
+        self.stateful: dict[str, dict] = {}  # stateful stage -> keys/timers/hold/watermark
+        self.side_values: dict[str, list[bytes]] = defaultdict(list)
+        self.pushed_back: set[str] = set()  # stages with main input held for side inputs
+        self.draining = False  # truncate pending restrictions, watermarks at +inf
+        self.progress = progress.PipelineProgress(pipeline.id)
+        self.group = job_group(self.plan, pipeline.id)
+        self.edge_pcollections = {e.pcollection for e in self.plan.edges}
+        self._marks: watermarks.RoundWatermarks | None = None  # of the running round
+        self._held: set[str] = set()  # stages whose main input the running round held
+        self._round_no = 0  # of the running round
+
+    # --- restore -----------------------------------------------------------------------
+
+    def open(self) -> Opened:
+        """Start from the pipeline's latest checkpoint, or from nothing."""
+        ctx = self.ctx
+        if self.state is not None:
+            self.state.close()  # drop uncommitted changes of a failed round
+        self.state = ctx.store.pipeline(self.pipeline.id)
+        info = ctx.guard.restore(self.state, ctx.store)  # refuses incompatible changes
+        meta = {}
+        if info is not None:
+            meta = ctx.store.load_manifest(self.pipeline.id, info.checkpoint_id).metadata
+            if meta.get(state_layout.FINISHED):
+                _LOG.info("Pipeline %s had finished; running it again", self.pipeline.id)
+                self.state.close()
+                self.state = ctx.store.pipeline(self.pipeline.id)
+                info, meta = None, {k: v for k, v in meta.items() if k == CONSUMED_METADATA_KEY}
+        restored = RoundMetadata.from_dict(meta)
+        self.group_holds = restored.group_holds or {}
+        self.group_keys = restored.group_keys
+        self.previous = restored.group_watermarks
+        self.stateful = restored.stateful
+        self.impulse_done = IMPULSE_DONE in self.state.completed()
+        self._scan_pushback()
+        self._restore_side_inputs()
+        if info is not None:
+            self._restore_sink_files(restored.round_no)
+        sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
+        stage_ids = [s.id for s in self.stages]
+        for directory in sink_files.recorded_staging_dirs(self.state):  # files no checkpoint names
+            sink_files.discard_stage_files(directory, stage_ids)
+        # Startpoints fan out from the checkpoint just restored (after a failed round, too).
+        session = open_session(
+            ctx.store.startpoints, self.plan, self.pipeline.id, meta,
+            self.state if info is not None else None, ctx.startpoint_max_age_s,
+        )  # fmt: skip
+        cid = info.checkpoint_id if info is not None else None
+        return Opened(self.state, restored, cid, session)
+
+    def _restore_side_inputs(self) -> None:
+        stored: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
+        for ns, key, value in self.state.items():
+            if ns.startswith(SIDE_INPUT_PREFIX):
+                chunk = state_layout.decode_side_input(value, ns)
+                stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, chunk))
+        self.side_values = defaultdict(
+            list, {b: [v for _, v in sorted(kv)] for b, kv in stored.items()}
+        )
+
+    def _restore_sink_files(self, restored_round: int) -> None:
+        """Rounds after the restored one are lost: unpublish their files."""
+        staging = sink_files.recorded_staging_dirs(self.state)
+        dirs = sink_files.output_directories(self.plan.components, staging)
+        sink_files.unpublish_after(dirs, [s.id for s in self.stages], restored_round)
+
+    def opened(self, loop: RoundLoop, pending: int) -> None:
+        self.handlers = loop.handlers
+        if loop.checkpoint_id is not None:
+            _LOG.debug(
+                "Pipeline %s restored checkpoint %d: round %d next, %d residual(s) pending",
+                self.pipeline.id, loop.checkpoint_id, loop.round_no, pending,
+            )  # fmt: skip
+        if not loop.rounds_run and not loop.restores:
+            self.progress.opened(self.ctx.url, loop.checkpoint_id, loop.round_no, pending)
+
+    # --- one round -----------------------------------------------------------------------
+
+    def begin_round(self, loop: RoundLoop) -> float:
+        """The round's watermarks, fixed from what the previous round left (before the feed
+        releases the holds of the residuals it takes); the feed's clock: now, or +inf once a
+        drain was asked for (every residual is due, then truncated)."""
+        if not self.draining and self.drain.requested():
+            self.draining = True
+            _LOG.warning("Pipeline %s: draining from round %d", self.pipeline.id, loop.round_no)
+        self._marks = self._watermarks()
+        return float("inf") if self.draining else time.time() * 1000.0
+
+    def has_input(self, due: dict) -> bool:
+        return True  # a streaming round always runs: watermarks and timers move
+
+    def run(self, loop: RoundLoop, due: dict) -> list:
+        """The round's live stages as one Spark job; its reports."""
+        self._round_no = round_no = loop.round_no
+        marks = self._marks
+        live = live_stages(
+            self.plan, self.stages, due, self.impulse_done, self.group_keys, self.stateful,
+            self.pushed_back,
+        )  # fmt: skip
+        builder = RoundBuilder(self.round_inputs(loop, marks, due, live))
+        label = f"{self.pipeline.id} round {round_no}: " + "; ".join(
+            self.labels[s.id] for s in self.stages if s.id in live
+        )
+        describe_job(self.ctx.sc, self.group, label)
+        try:
+            with call_site(self.ctx.sc, label):
+                reports = builder.build(self._side_inputs)
+                collected = run_guarded(None, reports.collect, self.labels.get)
+        finally:
+            builder.cleanup()
+        self._held = set(builder.held)
+        return collected
+
+    def round_inputs(self, loop: RoundLoop, marks, due: dict, live: set[str]) -> RoundInputs:
+        """The typed record a round is built from: this pipeline's state as the round starts."""
+        ctx = self.ctx
+        stages = [s for s in self.stages if s.id in live]
+        return RoundInputs(
+            sc=ctx.sc,
+            plan=self.plan,
+            pipeline=self.pipeline.id,
+            stages=stages,
+            tasks={s.id: self.stage_task(s) for s in stages},
+            url=ctx.url,
+            plan_key=ctx.plan_key,
+            components=ctx.components,
+            parallelism=ctx.parallelism,
+            max_key_groups=self.state.max_key_groups,
+            checkpoint_id=loop.checkpoint_id,
+            round_no=loop.round_no,
+            impulse_done=self.impulse_done,
+            marks=marks,
+            due=due,
+            previous=self.previous,
+            side_values=self.side_values,
+            pushed_back=self.pushed_back,
+            state=self.state,
+            startpoints=loop.startpoints,
+        )
+
+    def stage_task(self, stage) -> tuple[StageTask, object]:
+        """The stage's task and components; draining, SDF stages truncate their restrictions."""
+        if self.draining and stage.is_sdf_process:
+            key, components, drained = self.drain.stages()[stage.id]
+            return StageTask(key, drained, residual_budget_s=0.0), components
+        return StageTask(self.ctx.plan_key, stage, residual_budget_s=0.0), self.ctx.components
+
+    def _side_inputs(self, stage, edges) -> dict:
+        """Side inputs accumulate over rounds (and are kept in the store for restores)."""
+        values = {}
+        for si in stage.side_inputs:
+            if si.buffer not in edges.side_inputs_read:  # once per round, however many readers
+                edges.side_inputs_read.add(si.buffer)
+                new = run_guarded(stage.id, edges.read(si.buffer, None).collect)
+                for i, chunk in enumerate(new):
+                    key = f"{self._round_no:010d}/{i:08d}".encode()
+                    value = state_layout.encode_side_input(chunk)
+                    self.state.put(state_layout.side_input(si.buffer), key, value)
+                self.side_values[si.buffer].extend(new)
+            values[si.buffer] = list(self.side_values[si.buffer])
+        return values
+
+    # --- the barrier ------------------------------------------------------------------
+
+    def barrier(self, loop: RoundLoop, ledger: RoundLedger) -> RoundMetadata:
+        """Staging directories and the Impulse's mark into the state; the round's metadata."""
+        for directory in sink_files.staging_dirs(ledger.sink_files):  # cleaned on restore
+            sink_files.record_staging_dir(self.state, directory)
+        self.state.mark_completed(IMPULSE_DONE)
+        return self._round_metadata(loop.round_no, ledger)
+
+    def _round_metadata(self, round_no: int, ledger: RoundLedger) -> RoundMetadata:
+        """What this round leaves: group and keyed state, residual timers, whether it is done."""
+        marks, held = self._marks, self._held
+        holds: dict[str, int] = {}
+        keys: dict[str, int] = defaultdict(int)
+        for rec in ledger.groups:
+            holds[rec.buffer] = min(holds.get(rec.buffer, watermarks.MAX), rec.hold_micros)
+            keys[rec.buffer] += rec.keys
+        stateful: dict[str, dict] = {
+            s.id: {"keys": 0, "timers": 0, "hold": watermarks.MAX}
+            for s in self.stages
+            if s.stateful
+        }
+        for rec in ledger.keyed:
+            info = stateful[rec.stage]
+            info["keys"] += rec.keys
+            info["timers"] += rec.timers
+            info["hold"] = min(info["hold"], rec.hold_micros)
+        ran = {r.stage for r in ledger.keyed}
+        for stage_id, info in stateful.items():
+            if stage_id not in ran:  # not run this round: nothing changed
+                info.update(self.stateful.get(stage_id, {}))
+            else:
+                info["watermark"] = marks.stage_input[stage_id]
+        timers = [r.next_processing_ms for r in (*ledger.groups, *ledger.keyed)]
+        timers.append(feed.next_fire_ms(self.handlers))
+        next_timer_ms = min((t for t in timers if t is not None), default=None)
+        pending = feed.pending(self.handlers)
+        timers_left = sum(info["timers"] for info in stateful.values())
+        holding = [
+            m for st, m in zip(ledger.commit_stages, ledger.commits, strict=True)
+            if st.startswith("hold:")
+        ]  # fmt: skip
+        pushback_left = bool(self.pushed_back & held) or any(m.files for m in holding)
+        return RoundMetadata(
+            round_no=round_no,
+            pending_residuals=pending,
+            next_timer_ms=next_timer_ms,
+            group_holds=holds,
+            group_keys=dict(keys),
+            group_watermarks=marks.group_input,
+            stateful=stateful,
+            watermark_micros=marks.source(),
+            finished=(
+                pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
+            ),
+        )
+
+    def committed(self, loop: RoundLoop, ledger: RoundLedger, meta: RoundMetadata) -> None:
+        """Publish the round's files; what it left is the next round's starting point."""
+        sink_files.finalize_pending(self.state)
+        self.impulse_done = True
+        self._scan_pushback()
+        self.group_holds, self.group_keys = meta.group_holds or {}, meta.group_keys
+        self.previous = dict(self._marks.group_input)
+        self.stateful = meta.stateful
+        infos = (i for v in ledger.metrics.values() for i in v)
+        moved = progress.records(infos, self.edge_pcollections)
+        self.progress.round_committed(
+            loop.round_no, loop.checkpoint_id, moved, meta.pending_residuals, meta.watermark_micros
+        )
+
+    # --- between rounds ---------------------------------------------------------------
+
+    def watermark_moves(self) -> bool:
+        marks = self._watermarks()
+        groups = any(
+            marks.group_input.get(b) != self.previous.get(b)
+            for b, keys in self.group_keys.items()
+            if keys
+        )
+        return groups or any(
+            marks.stage_input.get(s) != info.get("watermark")
+            for s, info in self.stateful.items()
+            if info.get("timers")
+        )
+
+    def waiting(self, loop: RoundLoop, wait_s: float) -> None:
+        pass  # progress lines come with committed rounds
+
+    def ended(self, loop: RoundLoop) -> None:
+        how = "finished" if loop.finished else "stopped"
+        self.progress.ended(how, loop.checkpoint_id, loop.pending())
+
+    def _scan_pushback(self) -> None:
+        """Which stages have main input pushed back (only stages with side inputs can)."""
+        self.pushed_back = set()
+        if any(s.side_inputs for s in self.stages):
+            self.pushed_back = set(streaming_pushback.pending(self.state))
+
+    def _watermarks(self) -> watermarks.RoundWatermarks:
+        if self.draining:  # every window and event-time timer fires
+            return watermarks.compute(self.plan, self.stages, False, {}, {})
+        holds = {
+            **{s: info.get("hold") for s, info in self.stateful.items()},
+            **{s: h.watermark_hold_micros() for s, h in self.handlers.items()},
+        }
+        marks = watermarks.compute(
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
+        )
+        # A stage that holds (or may hold) its main input back until its side inputs are
+        # ready holds its output watermark at -inf meanwhile (streaming_pushback).
+        waiting = {
+            s.id
+            for s in self.stages
+            if s.id in self.pushed_back
+            or (s.side_inputs and not streaming_pushback.ready(s, self.side_values, marks))
+        }
+        if not waiting:
+            return marks
+        holds.update({s: watermarks.MIN for s in waiting})
+        return watermarks.compute(
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
+        )
