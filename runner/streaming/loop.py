@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from sparkbeam.checkpoint import state_layout
@@ -29,7 +30,7 @@ from sparkbeam.runner.spark import session_conf
 from sparkbeam.runner.spark.filesystem_options import use_in_jobs
 from sparkbeam.runner.spark.labels import call_site, describe_job, job_group, stage_label
 from sparkbeam.runner.streaming import pushback as streaming_pushback
-from sparkbeam.runner.streaming import watermarks
+from sparkbeam.runner.streaming import test_stream, watermarks
 from sparkbeam.runner.streaming.round import RoundBuilder, RoundInputs, live_stages
 from sparkbeam.runner.task.bundle_executor import StageTask
 from sparkbeam.sdf import StateAndTimerBundleCheckpointHandler
@@ -82,6 +83,9 @@ class PipelineLoop:
         self.progress = progress.PipelineProgress(pipeline.id)
         self.group = job_group(self.plan, pipeline.id)
         self.edge_pcollections = {e.pcollection for e in self.plan.edges}
+        self.player = test_stream.player_for(self.plan, ids)  # its TestStream, if it reads one
+        self.position = test_stream.Position()
+        self._played_out = False  # the TestStream is over and nothing is left to do
 
     # --- lifecycle -------------------------------------------------------------
 
@@ -113,7 +117,7 @@ class PipelineLoop:
                 )  # fmt: skip
                 self.open()
                 continue
-            if not self.finished:
+            if not self.finished and self.player is None:  # a TestStream's rounds do not wait
                 self._pause(started)
         how = "finished" if self.finished else "stopped"
         self.progress.ended(how, self.checkpoint_id, self._pending())
@@ -142,6 +146,9 @@ class PipelineLoop:
         self.group_keys = restored.group_keys
         self.previous = restored.group_watermarks
         self.stateful = restored.stateful
+        self.next_timer_ms = restored.next_timer_ms
+        self.position = test_stream.Position.from_dict(restored.test_stream)
+        self._played_out = False
         self.impulse_done = IMPULSE_DONE in self.state.completed()
         self._scan_pushback()
         self.handlers = {
@@ -207,13 +214,16 @@ class PipelineLoop:
 
     def _watermarks(self) -> watermarks.RoundWatermarks:
         if self.draining:  # every window and event-time timer fires
-            return watermarks.compute(self.plan, self.stages, False, {}, {})
+            ended = replace(self.position, exhausted=True)
+            sources = self.player.watermarks(ended) if self.player else None
+            return watermarks.compute(self.plan, self.stages, False, {}, {}, sources)
+        sources = self.player.watermarks(self.position) if self.player else None
         holds = {
             **{s: info.get("hold") for s, info in self.stateful.items()},
             **{s: h.watermark_hold_micros() for s, h in self.handlers.items()},
         }
         marks = watermarks.compute(
-            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds, sources
         )
         # A stage that holds (or may hold) its main input back until its side inputs are
         # ready holds its output watermark at -inf meanwhile (streaming_pushback).
@@ -227,21 +237,22 @@ class PipelineLoop:
             return marks
         holds.update({s: watermarks.MIN for s in waiting})
         return watermarks.compute(
-            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds, sources
         )
 
     # --- one round -------------------------------------------------------------
 
     def run_round(self) -> None:
         sc, r = self.ex.sc, self.round_no
+        fed = self._play()  # a TestStream's next event, when the pipeline is idle
         marks = self._watermarks()
-        now_ms = float("inf") if self.draining else time.time() * 1000.0
+        now_ms = float("inf") if self.draining else self._now_ms()
         due = feed.pop_due(self.handlers, now_ms)
         live = live_stages(
             self.plan, self.stages, due, self.impulse_done, self.group_keys, self.stateful,
-            self.pushed_back,
+            self.pushed_back, fed,
         )  # fmt: skip
-        builder = RoundBuilder(self.round_inputs(marks, due, live))
+        builder = RoundBuilder(self.round_inputs(marks, due, live, fed))
         labels = {s.id: stage_label(s) for s in self.stages}
         label = f"{self.pipeline.id} round {r}: " + "; ".join(
             labels[s.id] for s in self.stages if s.id in live
@@ -260,7 +271,35 @@ class PipelineLoop:
         finally:
             builder.cleanup()
 
-    def round_inputs(self, marks, due: dict, live: set[str]) -> RoundInputs:
+    def _now_ms(self) -> float:
+        """Processing time: a TestStream's virtual clock, else the wall clock."""
+        if self.player is not None:
+            return self.position.clock_micros / 1000.0
+        return time.time() * 1000.0
+
+    def _clock_micros(self) -> int | None:
+        return self.position.clock_micros if self.player is not None else None
+
+    def _play(self) -> dict[str, list[bytes]]:
+        """Apply the TestStream's next event if nothing is left to do at the current time.
+
+        Played out, the clock jumps to the next timer; with none, the pipeline is done."""
+        if self.player is None:
+            return {}
+        idle = not self._watermark_moves() and not (
+            self.next_timer_ms is not None and self.next_timer_ms <= self._now_ms()
+        )
+        step = self.player.step(self.position, idle)
+        if idle and step.position == self.position and self.position.exhausted:
+            if self.next_timer_ms is None:
+                self._played_out = True
+            micros = None if self.next_timer_ms is None else self.next_timer_ms * 1000.0
+            self.position = test_stream.jump_clock(self.position, micros)
+        else:
+            self.position = step.position
+        return step.elements
+
+    def round_inputs(self, marks, due: dict, live: set[str], fed=None) -> RoundInputs:
         """The typed record a round is built from: this loop's state as the round starts."""
         stages = [s for s in self.stages if s.id in live]
         return RoundInputs(
@@ -284,14 +323,20 @@ class PipelineLoop:
             pushed_back=self.pushed_back,
             state=self.state,
             startpoints=self.startpoints,
+            fed=fed or {},
+            clock_micros=self._clock_micros(),
         )
 
     def stage_task(self, stage) -> tuple[StageTask, object]:
         """The stage's task and components; draining, SDF stages truncate their restrictions."""
         if self.draining and stage.is_sdf_process:
             key, components, drained = self.ex.drain_stages[stage.id]
-            return StageTask(key, drained, residual_budget_s=0.0), components
-        return StageTask(self.ex.plan_key, stage, residual_budget_s=0.0), self.ex.components
+            task = StageTask(key, drained, residual_budget_s=0.0, clock_micros=self._clock_micros())
+            return task, components
+        task = StageTask(
+            self.ex.plan_key, stage, residual_budget_s=0.0, clock_micros=self._clock_micros()
+        )
+        return task, self.ex.components
 
     def _side_inputs(self, stage, edges) -> dict:
         """Side inputs accumulate over rounds (and are kept in the store for restores)."""
@@ -376,6 +421,9 @@ class PipelineLoop:
             if st.startswith("hold:")
         ]  # fmt: skip
         pushback_left = bool(self.pushed_back & set(held)) or any(m.files for m in holding)
+        finished = pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
+        if self.player is not None:  # a TestStream ends when played out, or with nothing to do
+            finished = (finished and self.position.exhausted) or self._played_out
         return RoundMetadata(
             round_no=self.round_no,
             pending_residuals=pending,
@@ -385,7 +433,6 @@ class PipelineLoop:
             group_watermarks=marks.group_input,
             stateful=stateful,
             watermark_micros=marks.source(),
-            finished=(
-                pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
-            ),
+            finished=finished,
+            test_stream=self.position.to_dict() if self.player is not None else None,
         )

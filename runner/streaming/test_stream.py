@@ -138,7 +138,7 @@ class _Encoder:
 
     def __init__(self, element_coder, wire_coder) -> None:
         self.element_coder = element_coder
-        self.wire = wire_coder
+        self.wire = wire_coder.get_impl()
         value_coder = wire_coder.wrapped_value_coder
         # A safe (length-prefixed bytes) wire coder carries the element's encoding as is.
         safe = (coders.BytesCoder(), coders.LengthPrefixCoder(coders.BytesCoder()))
@@ -147,7 +147,8 @@ class _Encoder:
     def __call__(self, encoded: bytes, millis: int) -> bytes:
         value = encoded if self.raw else self.element_coder.decode(encoded)
         ts = timestamp.Timestamp(micros=millis * 1000)
-        return self.wire.encode(windowed_value.WindowedValue(value, ts, (GlobalWindow(),)))
+        # Nested: a data channel's elements follow one another in one stream.
+        return self.wire.encode_nested(windowed_value.WindowedValue(value, ts, (GlobalWindow(),)))
 
 
 def player_for(plan: ExecutionPlan, stage_ids) -> TestStreamPlayer | None:

@@ -30,7 +30,8 @@ def _decode(plan, buffer, rows):
     coder = pipeline_context.PipelineContext(components).coders[plan.edge(buffer).read_coder]
     # The readers' wire coder is the safe one: values arrive in the TestStream's element coder.
     element = beam.coders.FastPrimitivesCoder()
-    return [(element.decode(v.value), v.timestamp) for v in map(coder.decode, rows)]
+    decoded = [coder.get_impl().decode_nested(row) for row in rows]
+    return [(element.decode(v.value), v.timestamp) for v in decoded]
 
 
 def test_events_apply_in_order_one_per_idle_round():
