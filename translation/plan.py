@@ -43,7 +43,8 @@ class Edge:
     id: BufferId
     kind: EdgeKind
     pcollection: str
-    # Coder ids (in ExecutionPlan.components) of the encoded windowed values.
+    # Coder ids (in ExecutionPlan.components) of the encoded windowed values. A TestStream
+    # edge's write coder is its readers' SDK coder: the runner encodes its events with it.
     write_coder: str = ""
     read_coder: str = ""
     # For GROUP edges: the safe KV coder pair and the windowing strategy id.

@@ -206,6 +206,8 @@ class _PlanBuilder:
         coder = self.context.data_channel_coders[pcoll]
         self.sdk_coders[buffer, "read"] = coder
         self.edges[buffer] = _replace(edge, read_coder=self.safe(coder))
+        if edge.kind == EdgeKind.TEST_STREAM:  # the runner writes what the SDK decodes
+            self.edges[buffer] = _replace(self.edges[buffer], write_coder=coder)
         return buffer
 
     def _edge_for_write(self, payload: bytes, pcoll: str) -> BufferId:

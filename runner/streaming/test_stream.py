@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from apache_beam.coders import coders
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
+from apache_beam.testing.test_stream import WindowedValueHolder
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils import timestamp, windowed_value
 
@@ -81,7 +81,7 @@ class TestStreamPlayer:
         context = pipeline_context.PipelineContext(components)
         element_coder = context.coders[payload.coder_id]
         self._encoders = {
-            buffer: _Encoder(element_coder, context.coders[plan.edge(buffer).read_coder])
+            buffer: _Encoder(element_coder, context.coders[plan.edge(buffer).write_coder])
             for buffer in self.buffers.values()
         }
 
@@ -134,21 +134,22 @@ def jump_clock(position: Position, next_timer_micros: float | None) -> Position:
 
 
 class _Encoder:
-    """An element event's element (TestStream's coder) -> a windowed value of the buffer."""
+    """An element event's element (TestStream's coder) -> a windowed value in the readers'
+    SDK coder. A ``WindowedValueHolder`` element keeps its own timestamp, windows and pane."""
 
     def __init__(self, element_coder, wire_coder) -> None:
         self.element_coder = element_coder
         self.wire = wire_coder.get_impl()
-        value_coder = wire_coder.wrapped_value_coder
-        # A safe (length-prefixed bytes) wire coder carries the element's encoding as is.
-        safe = (coders.BytesCoder(), coders.LengthPrefixCoder(coders.BytesCoder()))
-        self.raw = value_coder in safe
 
     def __call__(self, encoded: bytes, millis: int) -> bytes:
-        value = encoded if self.raw else self.element_coder.decode(encoded)
-        ts = timestamp.Timestamp(micros=millis * 1000)
+        value = self.element_coder.decode(encoded)
+        if isinstance(value, WindowedValueHolder):
+            windowed = value.windowed_value
+        else:
+            ts = timestamp.Timestamp(micros=millis * 1000)
+            windowed = windowed_value.WindowedValue(value, ts, (GlobalWindow(),))
         # Nested: a data channel's elements follow one another in one stream.
-        return self.wire.encode_nested(windowed_value.WindowedValue(value, ts, (GlobalWindow(),)))
+        return self.wire.encode_nested(windowed)
 
 
 def player_for(plan: ExecutionPlan, stage_ids) -> TestStreamPlayer | None:

@@ -29,6 +29,15 @@ RUNNER = "sparkbeam.runner.SparkCheckpointRunner"
 SKIPS: dict[str, str] = {
     # Not runner behaviour: the TestStreamService over gRPC and the interactive recorder.
     "test_basic_execution_with_service": "reads events from a TestStreamService endpoint",
+    # Side-input readiness: the test expects the main input to wait until the side input's
+    # watermark is at +inf (the Python DirectRunner's rule). sparkbeam, like Beam's Java
+    # SideInputHandler (Flink), releases it once the side input's window has data, which an
+    # unbounded global-window side input needs (it never reaches +inf).
+    "test_basic_execution_sideinputs": "side input ready at its first data, not at +inf",
+    # A WindowedValueHolder element names windows of its own, but the TestStream's output
+    # PCollection is globally windowed: its coder (GlobalWindowCoder) cannot carry them across
+    # a data channel. Only the Python DirectRunner, which hands over objects, keeps them.
+    "test_windowed_values_interpreted_correctly": "windows a GlobalWindowCoder cannot carry",
 }
 
 
