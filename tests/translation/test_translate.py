@@ -5,13 +5,12 @@ from __future__ import annotations
 import pickle
 
 import apache_beam as beam
-import pytest
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import environments
 from apache_beam.transforms.core import RestrictionProvider
 
-from sparkbeam.translation import EdgeKind, UnsupportedFeatureError, translate
+from sparkbeam.translation import EdgeKind, translate
 
 
 def _proto(p: beam.Pipeline):
