@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import atexit
 import logging
+import shutil
+import tempfile
 import time
 
 from apache_beam.options.pipeline_options import (
@@ -69,6 +72,7 @@ class SparkCheckpointRunner(PipelineRunner):
         proto = portable_proto(pipeline, options)
         # 2. Plan it (raises naming what is unsupported).
         plan = translate(proto, is_drain=self._is_drain)
+        use_test_stream_mode(plan, options)
         # 3. Execute: the store first -- its lock, a failed startpoint, a finished job are
         #    refused in about a second, before Spark starts -- then Spark.
         job_name = options.view_as(GoogleCloudOptions).job_name
@@ -82,6 +86,23 @@ class SparkCheckpointRunner(PipelineRunner):
         executor = run_batch(spark, plan, options, store)
         # 4. The result, with metrics merged from every stage.
         return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)
+
+
+def use_test_stream_mode(plan, options: PipelineOptions) -> None:
+    """A pipeline with a TestStream runs in streaming mode, as on Beam's DirectRunner; without
+    --checkpoint_dir its checkpoints go to a temporary directory (removed at exit): a test
+    should neither resume a stale store nor be refused as a finished job."""
+    if not plan.test_streams:
+        return
+    standard = options.view_as(StandardOptions)
+    if not standard.streaming:
+        _LOG.info("The pipeline reads a TestStream: running it in streaming mode")
+        standard.streaming = True
+    spark_options = options.view_as(SparkRunnerOptions)
+    if not spark_options.checkpoint_dir:
+        directory = tempfile.mkdtemp(prefix="sparkbeam-teststream-")
+        atexit.register(shutil.rmtree, directory, True)
+        spark_options.checkpoint_dir = directory
 
 
 def open_job_store(plan, options: PipelineOptions, job_name: str | None):

@@ -1,7 +1,8 @@
-"""The planning phases: Beam's own fusion phases plus the one sparkbeam adds.
+"""The planning phases: Beam's own fusion phases plus the two sparkbeam adds.
 
 Each phase is a pure function ``(stages, context) -> stages`` as in Beam's
-``fn_api_runner.translations``. We reuse Beam's phases and only add
+``fn_api_runner.translations``. We reuse Beam's phases and add
+``expand_test_stream`` (``sparkbeam.translation.test_stream``) and
 ``expand_reshuffle``, which turns a runner-known Reshuffle (including the one
 ``expand_sdf`` inserts before an SDF's process stage) into a buffer write and
 a read, exactly as ``expand_gbk`` does for GroupByKey. That buffer becomes a
@@ -15,11 +16,13 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.runners.worker import bundle_processor
 
+from sparkbeam.translation.test_stream import TEST_STREAM_URN, expand_test_stream
+
 FLATTEN_URN = common_urns.primitives.FLATTEN.urn
 GBK_URN = common_urns.primitives.GROUP_BY_KEY.urn
 RESHUFFLE_URN = common_urns.composites.RESHUFFLE.urn
 
-KNOWN_RUNNER_URNS = frozenset([FLATTEN_URN, GBK_URN, RESHUFFLE_URN])
+KNOWN_RUNNER_URNS = frozenset([FLATTEN_URN, GBK_URN, RESHUFFLE_URN, TEST_STREAM_URN])
 """Transforms the runner executes itself (Impulse is handled by impulse_to_input)."""
 
 RESHUFFLE_BUFFER_KIND = "reshuffle"
@@ -79,6 +82,7 @@ def standard_phases() -> list:
         t.expand_sdf,
         t.expand_gbk,
         expand_reshuffle,
+        expand_test_stream,
         t.sink_flattens,
         t.greedily_fuse,
         t.read_to_impulse,

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import NewType
+from typing import TYPE_CHECKING, NewType
+
+if TYPE_CHECKING:
+    from sparkbeam.translation.test_stream import TestStreamSource
 
 StageId = NewType("StageId", str)
 """Identifies one fused executable stage (a ProcessBundleDescriptor id)."""
@@ -30,6 +33,7 @@ class EdgeKind(enum.Enum):
     MATERIALIZE = "materialize"  # pass-through; several writers make a Flatten
     GROUP = "group"  # GroupByKey: shuffle by encoded key, then window/trigger
     RESHUFFLE = "reshuffle"  # repartition elements; the SDF fusion break
+    TEST_STREAM = "teststream"  # one output of a TestStream: the runner plays its events
 
 
 @dataclass(frozen=True)
@@ -39,7 +43,8 @@ class Edge:
     id: BufferId
     kind: EdgeKind
     pcollection: str
-    # Coder ids (in ExecutionPlan.components) of the encoded windowed values.
+    # Coder ids (in ExecutionPlan.components) of the encoded windowed values. A TestStream
+    # edge's write coder is its readers' SDK coder: the runner encodes its events with it.
     write_coder: str = ""
     read_coder: str = ""
     # For GROUP edges: the safe KV coder pair and the windowing strategy id.
@@ -115,6 +120,7 @@ class ExecutionPlan:
     components: bytes  # serialized beam_runner_api_pb2.Components
     requirements: tuple[str, ...] = ()
     fingerprint: str = ""
+    test_streams: tuple[TestStreamSource, ...] = ()
     _edge_index: dict = field(default_factory=dict, compare=False, repr=False)
 
     def edge(self, buffer: BufferId) -> Edge:

@@ -60,10 +60,6 @@ def check_requirements(pipeline: beam_runner_api_pb2.Pipeline) -> None:
     for tid, transform in transforms.items():
         name = transform.unique_name or tid
         urn = transform.spec.urn
-        if urn == common_urns.primitives.TEST_STREAM.urn:
-            raise UnsupportedFeatureError(
-                name, "TestStream", "Test streaming behaviour with sparkbeam's own streaming mode."
-            )
         if urn in t.PAR_DO_URNS:
             payload = proto_utils.parse_Bytes(
                 transform.spec.payload, beam_runner_api_pb2.ParDoPayload

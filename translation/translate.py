@@ -40,6 +40,7 @@ from sparkbeam.translation.plan import (
     TimerFamily,
 )
 from sparkbeam.translation.requirements import check_requirements
+from sparkbeam.translation.test_stream import test_stream_sources
 
 _FAKE_ENDPOINT = endpoints_pb2.ApiServiceDescriptor(url="in-process")
 _SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
@@ -51,10 +52,12 @@ def translate(pipeline: beam_runner_api_pb2.Pipeline, *, is_drain: bool = False)
     validate_pipeline_graph(pipeline)
     check_requirements(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
+    sources = test_stream_sources(pipeline.components)
     context, stages = t.create_and_optimize_stages(
         pipeline, phases=standard_phases(), known_runner_urns=KNOWN_RUNNER_URNS, is_drain=is_drain
     )
-    return _PlanBuilder(context, _stable_order(stages), tuple(pipeline.requirements)).build()
+    ordered = _stable_order(stages)
+    return _PlanBuilder(context, ordered, tuple(pipeline.requirements), sources).build()
 
 
 def _stable_order(stages: list) -> list:
@@ -107,8 +110,11 @@ def _stable_order(stages: list) -> list:
 class _PlanBuilder:
     """Reads Beam's fused stages into the plan's dataclasses."""
 
-    def __init__(self, context: t.TransformContext, stages: list, requirements: tuple) -> None:
+    def __init__(
+        self, context: t.TransformContext, stages: list, requirements: tuple, test_streams=()
+    ) -> None:
         self.context = context
+        self.test_streams = test_streams
         self.components = context.components
         self.stages = stages
         self.requirements = requirements
@@ -121,7 +127,9 @@ class _PlanBuilder:
     def build(self) -> ExecutionPlan:
         plans = [self._stage(i, s) for i, s in enumerate(self.stages)]
         self._settle_reshuffle_coders()
-        pipelines = _connected_components(plans)
+        # The outputs of one TestStream share its clock and events: one pipeline.
+        joined = [tuple(b for _, b in ts.outputs) for ts in self.test_streams]
+        pipelines = _connected_components(plans, joined)
         pipeline_of = {sid: p.id for p in pipelines for sid in p.stages}
         plans = [_with_pipeline(s, pipeline_of[s.id]) for s in plans]
         components = self.components.SerializeToString(deterministic=True)
@@ -132,6 +140,7 @@ class _PlanBuilder:
             components=components,
             requirements=self.requirements,
             fingerprint=_fingerprint(plans),
+            test_streams=tuple(self.test_streams),
         )
 
     def _stage(self, index: int, stage: t.Stage) -> StagePlan:
@@ -197,6 +206,8 @@ class _PlanBuilder:
         coder = self.context.data_channel_coders[pcoll]
         self.sdk_coders[buffer, "read"] = coder
         self.edges[buffer] = _replace(edge, read_coder=self.safe(coder))
+        if edge.kind == EdgeKind.TEST_STREAM:  # the runner writes what the SDK decodes
+            self.edges[buffer] = _replace(self.edges[buffer], write_coder=coder)
         return buffer
 
     def _edge_for_write(self, payload: bytes, pcoll: str) -> BufferId:
@@ -301,8 +312,11 @@ def _with_pipeline(stage: StagePlan, pipeline: PipelineId) -> StagePlan:
     return _replace(stage, pipeline=pipeline)
 
 
-def _connected_components(stages: list[StagePlan]) -> list[PipelinePlan]:
-    """Stages sharing any buffer (main or side input) belong to one pipeline."""
+def _connected_components(
+    stages: list[StagePlan], joined: list[tuple[BufferId, ...]] = ()
+) -> list[PipelinePlan]:
+    """Stages sharing any buffer (main or side input) belong to one pipeline; so do the
+    readers of the buffers of one ``joined`` group (a TestStream's outputs)."""
     parent = {s.id: s.id for s in stages}
 
     def find(x):
@@ -317,6 +331,9 @@ def _connected_components(stages: list[StagePlan]) -> list[PipelinePlan]:
         buffers.discard(IMPULSE_BUFFER)
         for b in buffers:
             touching.setdefault(b, []).append(s.id)
+            for i, group in enumerate(joined):
+                if b in group:
+                    touching.setdefault(BufferId(f"joined-{i}"), []).append(s.id)
     for ids in touching.values():
         for other in ids[1:]:
             parent[find(other)] = find(ids[0])

@@ -51,6 +51,7 @@ class StageRounds:
         self.ctx, self.rdds, self.stage = ctx, rdds, stage
         self.pipeline = next(p for p in ctx.plan.pipelines if p.id == stage.pipeline)
         self.sdf_stages = (stage.id,)
+        self.virtual_time = False  # batch rounds wait for their residuals on the wall clock
         self.side_bc, self.state, self.input = side_bc, state, input_rdd
         self.restored_metadata = restored_metadata or {}
         self.outputs: list = []  # every round's output RDD (and the restored chunks)

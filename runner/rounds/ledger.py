@@ -123,6 +123,7 @@ class RoundMetadata:
     stateful: dict[str, dict] = field(default_factory=dict)  # stage -> keys/timers/hold/wm
     watermark_micros: int | None = None  # streaming: the sources' watermark
     finished: bool = False  # streaming: nothing left to do after this round
+    test_stream: dict | None = None  # streaming: the TestStream's position (``test_stream``)
 
     def to_dict(self) -> dict[str, Any]:
         if self.group_holds is None:
@@ -143,6 +144,8 @@ class RoundMetadata:
             "next_timer_ms": self.next_timer_ms,
             "watermark_micros": self.watermark_micros,
         }
+        if self.test_stream is not None:
+            meta["test_stream"] = self.test_stream
         if self.finished:
             meta[FINISHED] = True
         return meta
@@ -163,6 +166,7 @@ class RoundMetadata:
             stateful=dict(meta.get("stateful", {})),
             watermark_micros=meta.get("watermark_micros"),
             finished=bool(meta.get(FINISHED)),
+            test_stream=meta.get("test_stream"),
         )
 
 

@@ -60,6 +60,7 @@ class RoundJob(Protocol):
 
     pipeline: PipelinePlan
     sdf_stages: tuple[str, ...]  # stages whose residuals the loop keeps
+    virtual_time: bool  # the job keeps its own clock (a TestStream): no waiting between rounds
 
     def open(self) -> Opened:
         """Restore the latest checkpoint (again after a failed round)."""
@@ -131,7 +132,7 @@ class RoundLoop:
                 )  # fmt: skip
                 self.open()
                 continue
-            if not self.finished:
+            if not self.finished and not self.job.virtual_time:
                 self.wait(started)
         self.job.ended(self)
 

@@ -20,7 +20,6 @@ the key groups differently.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +33,7 @@ from apache_beam.utils.windowed_value import WindowedValue
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
+from sparkbeam.runner.task import clock
 from sparkbeam.runner.task.grouping import split_elements
 from sparkbeam.runner.task.records import (
     CommitRecord,
@@ -68,6 +68,7 @@ class GroupRound:
     max_key_groups: int
     input_watermark: int  # micros: fire event-time timers up to here
     previous_watermark: int  # micros: the watermark new elements are judged late against
+    clock_micros: int | None = None  # a TestStream's virtual processing time; None: wall clock
 
 
 def group_round(
@@ -113,7 +114,7 @@ class _KeysOfOneTask:
         )
         self.watermark = timestamp.Timestamp(micros=task.input_watermark)
         self.previous = timestamp.Timestamp(micros=task.previous_watermark)
-        self.now = time.time()
+        self.now = clock.now_seconds(task.clock_micros)
         self.out = create_OutputStream()
         self.hold, self.next_ms, self.keys = MAX_MICROS, None, 0
 

@@ -28,7 +28,7 @@ from sparkbeam.runner.rounds.loop import Opened, RoundLoop
 from sparkbeam.runner.rounds.startpoints import open_session
 from sparkbeam.runner.spark.labels import call_site, describe_job, job_group, stage_label
 from sparkbeam.runner.streaming import pushback as streaming_pushback
-from sparkbeam.runner.streaming import watermarks
+from sparkbeam.runner.streaming import test_stream, watermarks
 from sparkbeam.runner.streaming.round import RoundBuilder, RoundInputs, live_stages
 from sparkbeam.runner.task.bundle_executor import StageTask
 from sparkbeam.sdf.startpoints.session import CONSUMED_METADATA_KEY
@@ -65,6 +65,10 @@ class PipelineRounds:
         self._marks: watermarks.RoundWatermarks | None = None  # of the running round
         self._held: set[str] = set()  # stages whose main input the running round held
         self._round_no = 0  # of the running round
+        self._fed: dict[str, list[bytes]] = {}  # TestStream buffer -> the running round's events
+        player = test_stream.player_for(self.plan, ids)
+        self.test_stream = test_stream.TestStreamClock(player) if player else None
+        self.virtual_time = self.test_stream is not None  # the loop does not wait between rounds
 
     # --- restore -----------------------------------------------------------------------
 
@@ -88,6 +92,8 @@ class PipelineRounds:
         self.group_keys = restored.group_keys
         self.previous = restored.group_watermarks
         self.stateful = restored.stateful
+        if self.test_stream is not None:
+            self.test_stream.restore(restored.test_stream)
         self.impulse_done = IMPULSE_DONE in self.state.completed()
         self._scan_pushback()
         self._restore_side_inputs()
@@ -140,8 +146,15 @@ class PipelineRounds:
         if not self.draining and self.drain.requested():
             self.draining = True
             _LOG.warning("Pipeline %s: draining from round %d", self.pipeline.id, loop.round_no)
+        if self.test_stream is not None:  # its next event, if nothing else is due now
+            now_ms = self.test_stream.now_ms()
+            timer = loop.next_timer_ms
+            idle = not self.watermark_moves() and not (timer is not None and timer <= now_ms)
+            self._fed = self.test_stream.play(idle, timer)
         self._marks = self._watermarks()
-        return float("inf") if self.draining else time.time() * 1000.0
+        if self.draining:
+            return float("inf")
+        return self.test_stream.now_ms() if self.test_stream else time.time() * 1000.0
 
     def has_input(self, due: dict) -> bool:
         return True  # a streaming round always runs: watermarks and timers move
@@ -152,7 +165,7 @@ class PipelineRounds:
         marks = self._marks
         live = live_stages(
             self.plan, self.stages, due, self.impulse_done, self.group_keys, self.stateful,
-            self.pushed_back,
+            self.pushed_back, self._fed,
         )  # fmt: skip
         builder = RoundBuilder(self.round_inputs(loop, marks, due, live))
         label = f"{self.pipeline.id} round {round_no}: " + "; ".join(
@@ -193,14 +206,23 @@ class PipelineRounds:
             pushed_back=self.pushed_back,
             state=self.state,
             startpoints=loop.startpoints,
+            fed=self._fed,
+            clock_micros=self._clock_micros(),
         )
+
+    def _clock_micros(self) -> int | None:
+        """A TestStream's virtual time for the round's tasks (None: they read the wall clock)."""
+        return self.test_stream.position.clock_micros if self.test_stream else None
 
     def stage_task(self, stage) -> tuple[StageTask, object]:
         """The stage's task and components; draining, SDF stages truncate their restrictions."""
         if self.draining and stage.is_sdf_process:
             key, components, drained = self.drain.stages()[stage.id]
-            return StageTask(key, drained, residual_budget_s=0.0), components
-        return StageTask(self.ctx.plan_key, stage, residual_budget_s=0.0), self.ctx.components
+            task = StageTask(key, drained, residual_budget_s=0.0, clock_micros=self._clock_micros())
+            return task, components
+        clock = self._clock_micros()
+        task = StageTask(self.ctx.plan_key, stage, residual_budget_s=0.0, clock_micros=clock)
+        return task, self.ctx.components
 
     def _side_inputs(self, stage, edges) -> dict:
         """Side inputs accumulate over rounds (and are kept in the store for restores)."""
@@ -260,6 +282,9 @@ class PipelineRounds:
             if st.startswith("hold:")
         ]  # fmt: skip
         pushback_left = bool(self.pushed_back & held) or any(m.files for m in holding)
+        finished = pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
+        if self.test_stream is not None:
+            finished = self.test_stream.finished(finished)
         return RoundMetadata(
             round_no=round_no,
             pending_residuals=pending,
@@ -269,9 +294,8 @@ class PipelineRounds:
             group_watermarks=marks.group_input,
             stateful=stateful,
             watermark_micros=marks.source(),
-            finished=(
-                pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
-            ),
+            finished=finished,
+            test_stream=self.test_stream.position.to_dict() if self.test_stream else None,
         )
 
     def committed(self, loop: RoundLoop, ledger: RoundLedger, meta: RoundMetadata) -> None:
@@ -317,14 +341,15 @@ class PipelineRounds:
             self.pushed_back = set(streaming_pushback.pending(self.state))
 
     def _watermarks(self) -> watermarks.RoundWatermarks:
+        sources = self.test_stream.watermarks(self.draining) if self.test_stream else None
         if self.draining:  # every window and event-time timer fires
-            return watermarks.compute(self.plan, self.stages, False, {}, {})
+            return watermarks.compute(self.plan, self.stages, False, {}, {}, sources)
         holds = {
             **{s: info.get("hold") for s, info in self.stateful.items()},
             **{s: h.watermark_hold_micros() for s, h in self.handlers.items()},
         }
         marks = watermarks.compute(
-            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds, sources
         )
         # A stage that holds (or may hold) its main input back until its side inputs are
         # ready holds its output watermark at -inf meanwhile (streaming_pushback).
@@ -338,5 +363,5 @@ class PipelineRounds:
             return marks
         holds.update({s: watermarks.MIN for s in waiting})
         return watermarks.compute(
-            self.plan, self.stages, not self.impulse_done, holds, self.group_holds
+            self.plan, self.stages, not self.impulse_done, holds, self.group_holds, sources
         )

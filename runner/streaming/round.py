@@ -66,13 +66,16 @@ class RoundInputs:
     pushed_back: set[str]  # stages with main input held in the store
     state: Any  # the PipelineStore: pushed-back rows are taken from it
     startpoints: Any  # the StartpointSession, or None
+    fed: dict[str, list[bytes]]  # TestStream buffer -> the elements its event feeds this round
+    clock_micros: int | None  # a TestStream's virtual processing time; None: the wall clock
 
 
 def live_stages(
-    plan, stages, due: dict, impulse_done: bool, group_keys: dict, stateful: dict, pushed_back
-) -> set[str]:
-    """Stages that may see data this round: downstream of the Impulse (first round),
-    of due residuals, or of a GroupByKey that holds state."""
+    plan, stages, due: dict, impulse_done: bool, group_keys: dict, stateful: dict, pushed_back,
+    fed=(),
+) -> set[str]:  # fmt: skip
+    """Stages that may see data this round: downstream of the Impulse (first round), of the
+    TestStream buffers ``fed``, of due residuals, or of a GroupByKey that holds state."""
     live: set[str] = set()
     producers_live: set[str] = set()  # buffers a live stage writes
     for stage in stages:
@@ -80,6 +83,7 @@ def live_stages(
             kind = plan.edge(buffer).kind
             if (
                 (kind == EdgeKind.IMPULSE and not impulse_done)
+                or buffer in fed
                 or buffer in producers_live
                 or (kind == EdgeKind.GROUP and group_keys.get(buffer))
             ):
@@ -156,6 +160,7 @@ class RoundBuilder:
                 parallelism=self.par,
                 max_key_groups=inp.max_key_groups,
                 input_watermark=self.marks.stage_input[stage.id],
+                clock_micros=inp.clock_micros,
             )
             run = functools.partial(run_stateful, task, spec, components, side_bc)
             return self._keyed_input(stage, spec).mapPartitionsWithIndex(run)
@@ -191,6 +196,9 @@ class RoundBuilder:
             if self.inp.impulse_done:
                 return self.sc.emptyRDD()
             return self.sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
+        if edge.kind == EdgeKind.TEST_STREAM:
+            rows = self.inp.fed.get(buffer)
+            return self.sc.parallelize(rows, 1) if rows else self.sc.emptyRDD()
         if edge.kind == EdgeKind.GROUP:
             grouped = self._group(edge)
             return grouped.mapPartitions(
@@ -252,6 +260,7 @@ class RoundBuilder:
             max_key_groups=max_kg,
             input_watermark=self.marks.group_input.get(edge.id, watermarks.MAX),
             previous_watermark=inp.previous.get(edge.id, watermarks.MIN),
+            clock_micros=inp.clock_micros,
         )
         writers = [
             self._outs[s.id].mapPartitions(

@@ -19,7 +19,6 @@ both in the explicit formats of ``sparkbeam.checkpoint.state_layout``.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -28,6 +27,7 @@ from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.utils import timestamp
 
 from sparkbeam.checkpoint import state_layout
+from sparkbeam.runner.task import clock
 from sparkbeam.runner.task.grouping import partition_for_key
 from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport
 from sparkbeam.runner.task.staged_state import read_task_state, staged_writer_for_task
@@ -47,6 +47,7 @@ class StatefulRound:
     parallelism: int
     max_key_groups: int
     input_watermark: int  # micros
+    clock_micros: int | None = None  # a TestStream's virtual processing time; None: wall clock
 
 
 class KeyedState:
@@ -67,7 +68,7 @@ class KeyedState:
             self.state_in = read_task_state(*args, self.state_ns)
             self.timers_in = read_task_state(*args, self.timer_ns)
         self.watermark = timestamp.Timestamp(micros=spec.input_watermark)
-        self.now = timestamp.Timestamp.of(time.time())
+        self.now = timestamp.Timestamp.of(clock.now_seconds(spec.clock_micros))
 
     def load(self, servicer, timers) -> None:
         """Put the stored cells into the state servicer and the timers into the task's."""

@@ -2,7 +2,8 @@
 
 A round's watermarks are fixed before the round runs, from what the previous
 round left behind: an Impulse is at -inf until its round committed and +inf
-after; a splittable-DoFn stage holds its output back to the earliest hold of
+after; a TestStream output is where its last watermark event put it; a
+splittable-DoFn stage holds its output back to the earliest hold of
 its pending residuals (their output watermarks, reported by the SDK's
 watermark estimators); a stateful stage to the earliest output timestamp of
 its pending event-time timers; a GroupByKey holds its output back to the earliest
@@ -13,6 +14,7 @@ timers) excludes its own hold, otherwise it could never fire.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from apache_beam.utils import timestamp
@@ -43,8 +45,10 @@ def compute(
     impulse_pending: bool,
     stage_holds: dict[str, int | None],
     group_holds: dict[str, int],
+    sources: Mapping[str, int] | None = None,
 ) -> RoundWatermarks:
-    """Propagate watermarks through ``stages`` (topologically ordered)."""
+    """Propagate watermarks through ``stages`` (topologically ordered); ``sources``: the
+    output watermark of each TestStream buffer (``test_stream``), -inf if not given."""
     marks = RoundWatermarks()
     writers: dict[BufferId, list[str]] = {}
     for stage in stages:
@@ -55,6 +59,8 @@ def compute(
         edge = plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
             wm = MIN if impulse_pending else MAX
+        elif edge.kind == EdgeKind.TEST_STREAM:
+            wm = (sources or {}).get(buffer, MIN)
         else:
             wm = min((marks.stage_output[s] for s in writers.get(buffer, ())), default=MAX)
             if edge.kind == EdgeKind.GROUP:

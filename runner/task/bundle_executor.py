@@ -31,6 +31,7 @@ from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
 from apache_beam.runners.worker.statecache import StateCache
 from apache_beam.utils import timestamp
 
+from sparkbeam.runner.task import clock
 from sparkbeam.runner.task.bundle_splits import (
     BundleSplitter,
     SplitCounts,
@@ -85,6 +86,8 @@ class StageTask:
     # SDF stages only: runner-initiated splits of long-running bundles (dynamic
     # rebalancing); what a split moves out goes to the driver for the next round.
     splits: SplitPolicy = SplitPolicy()
+    # A TestStream's virtual processing time (residuals are produced "now"); None: wall clock.
+    clock_micros: int | None = None
 
 
 @dataclass
@@ -292,7 +295,7 @@ class _TaskLoop:
         for key, chunks in result.timers.items():
             self.timers.add(key, chunks)
         # Residuals go back to the driver's StateAndTimerBundleCheckpointHandler.
-        now_ms = time.time() * 1000.0
+        now_ms = clock.now_seconds(self.task.clock_micros) * 1000.0
         for residual in result.response.residual_roots:
             record = self._residual_record(residual, now_ms)
             if now_ms + record.delay_ms <= self.deadline_ms:

@@ -15,6 +15,10 @@ Owns: the scenarios, their comparison and the report. A check runs, in order:
    to every running bundle (``--sdf_split_after_s``) keeping seeded random
    fractions of the remainder; the probe paces its claims so the requests land
    mid-element. At least one split must take effect.
+7. ``virtual-clock`` (on request) — the elements come from a ``TestStream`` in
+   streaming mode and every claim defers the remainder by one hour
+   (``VIRTUAL_DELAY_S``): the runner resumes them on the TestStream's virtual
+   clock, so hours of resume delays take seconds.
 
 Every run must give the baseline's multiset of outputs (compared by ``repr``).
 Scenarios 4 and 5 need the DoFn in the child process: pass it as a
@@ -46,10 +50,13 @@ SCENARIOS = (
     "kill-and-resume",
     "resume-other-parallelism",
     "runner-initiated-splits",
+    "virtual-clock",
 )
+DEFAULT_SCENARIOS = SCENARIOS[:-1]  # virtual-clock on request: one round per claim
 SPLIT_AFTER_S = 0.1  # runner-initiated splits: first request this long into a bundle
 SPLIT_PACE_S = 0.05  # ... and the probe sleeps this long after each claim
 RESUME_DELAY_S = 0.5  # deferral delay in the child runs: leaves time to kill between rounds
+VIRTUAL_DELAY_S = 3600.0  # deferral delay under a TestStream's virtual clock
 
 
 class SdfCheckError(AssertionError):
@@ -131,14 +138,15 @@ def check_sdf(
 ) -> SdfCheckReport:
     """Check a splittable DoFn (object or ``"module:attr"``) on ``elements``.
 
-    ``scenarios`` selects a subset of ``SCENARIOS`` (default: all). Returns the
+    ``scenarios`` selects a subset of ``SCENARIOS`` (default: all but ``virtual-clock``).
+    Returns the
     report; raises ``SdfCheckError`` (an AssertionError) naming each fault when a
     scenario fails and ``raise_on_failure`` is true. ``seed`` picks the random
     split fraction, the element order of the checkpointing runs and the kill round.
     """
     dofn_ref, fn = dofn, load_dofn(dofn)
     elements = list(elements)
-    wanted = list(scenarios or SCENARIOS)
+    wanted = list(scenarios or DEFAULT_SCENARIOS)
     unknown = sorted(set(wanted) - set(SCENARIOS))
     if unknown:
         raise ValueError(f"unknown scenario(s) {unknown!r}; choose from {SCENARIOS!r}.")
@@ -315,6 +323,23 @@ class _Context:
 
     def resume_other_parallelism(self) -> ScenarioResult:
         return self._resume("resume-other-parallelism", self.parallelism[1])
+
+    def virtual_clock(self) -> ScenarioResult:
+        flags = self._flags(self.parallelism[0], "--streaming", "--residual_budget_s=0")
+        started = time.monotonic()
+
+        def run():
+            return testing_run.run_in_process(
+                self.fn, self.shuffled, self._dir("virtual-clock"), flags,
+                force_checkpoint=True, delay_s=VIRTUAL_DELAY_S, test_stream=True,
+            )  # fmt: skip
+
+        result = self._compare("virtual-clock", run)
+        if result.passed and result.residuals:
+            hours = result.residuals * VIRTUAL_DELAY_S / 3600
+            took = time.monotonic() - started
+            result.message = f"{hours:.0f} h of resume delays in {took:.0f} s"
+        return result
 
     def runner_initiated_splits(self) -> ScenarioResult:
         fractions = ",".join(f"{self.rng.uniform(0.1, 0.9):.2f}" for _ in range(3))

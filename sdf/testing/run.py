@@ -213,16 +213,30 @@ def run_direct(dofn, elements) -> list[Event] | None:
 
 
 def build(
-    p, dofn, elements, out_dir: str, force_checkpoint: bool, delay_s: float, pace_s: float = 0.0
+    p,
+    dofn,
+    elements,
+    out_dir: str,
+    force_checkpoint: bool,
+    delay_s: float,
+    pace_s: float = 0.0,
+    test_stream: bool = False,
 ) -> None:
     """The scenario pipeline: Create | ParDo(probe) | one group | a JSON-lines file.
 
     The GroupByKey keeps the writer out of the SDF's fused stage, so it runs once, at the
-    end, on committed outputs only (a killed run writes nothing).
+    end, on committed outputs only (a killed run writes nothing). ``test_stream``: the
+    elements come from a TestStream instead (a streaming run on the TestStream's clock).
     """
+    if test_stream:
+        from apache_beam.testing.test_stream import TestStream
+
+        source = TestStream().add_elements(list(elements)).advance_watermark_to_infinity()
+    else:
+        source = beam.Create(list(elements), reshuffle=False)
     _ = (
         p
-        | "Elements" >> beam.Create(list(elements), reshuffle=False)
+        | "Elements" >> source
         | "Probe" >> beam.ParDo(make_probe(dofn, force_checkpoint, delay_s, pace_s))
         | "OneKey" >> beam.Map(lambda e: (0, list(e)))
         | "Gather" >> beam.GroupByKey()
@@ -247,18 +261,24 @@ def pipeline_flags(master: str, parallelism: int, *extra: str) -> list[str]:
     ]
 
 
-def run_in_process(dofn, elements, out_dir, flags, force_checkpoint=False, delay_s=0.0):
+def run_in_process(
+    dofn, elements, out_dir, flags, force_checkpoint=False, delay_s=0.0, test_stream=False
+):
     """Run one scenario pipeline here (reusing an active SparkSession) and read its events."""
-    return run_counting_splits(dofn, elements, out_dir, flags, force_checkpoint, delay_s)[0]
+    return run_counting_splits(
+        dofn, elements, out_dir, flags, force_checkpoint, delay_s, test_stream=test_stream
+    )[0]
 
 
-def run_counting_splits(dofn, elements, out_dir, flags, force=False, delay_s=0.0, pace_s=0.0):
+def run_counting_splits(
+    dofn, elements, out_dir, flags, force=False, delay_s=0.0, pace_s=0.0, test_stream=False
+):
     """Like ``run_in_process``, and the run's ``sparkbeam:runner_splits`` counter."""
     from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.options.pipeline_options import PipelineOptions
 
     p = beam.Pipeline(options=PipelineOptions(flags))
-    build(p, dofn, elements, out_dir, force, delay_s, pace_s)
+    build(p, dofn, elements, out_dir, force, delay_s, pace_s, test_stream)
     result = p.run()
     result.wait_until_finish()
     counters = result.metrics().query(MetricsFilter().with_namespace("sparkbeam"))["counters"]

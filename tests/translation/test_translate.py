@@ -5,13 +5,12 @@ from __future__ import annotations
 import pickle
 
 import apache_beam as beam
-import pytest
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import environments
 from apache_beam.transforms.core import RestrictionProvider
 
-from sparkbeam.translation import EdgeKind, UnsupportedFeatureError, translate
+from sparkbeam.translation import EdgeKind, translate
 
 
 def _proto(p: beam.Pipeline):
@@ -74,11 +73,20 @@ def test_plan_is_plain_picklable_data_and_prints():
     assert "group:" in text and "CombinePerKey" in text
 
 
-def test_teststream_is_refused_by_name():
+def test_teststream_outputs_become_runner_fed_buffers_of_one_pipeline():
     p = beam.Pipeline()
-    _ = p | "MyEvents" >> TestStream().add_elements([1]) | beam.Map(str)
-    with pytest.raises(UnsupportedFeatureError, match=r"'MyEvents' needs TestStream"):
-        translate(_proto(p))
+    events = p | "MyEvents" >> TestStream(output_tags={"a", "b"}).add_elements([1], tag="a")
+    _ = events["a"] | "A" >> beam.Map(str)
+    _ = events["b"] | "B" >> beam.Map(str)
+    plan = translate(_proto(p))
+    (source,) = plan.test_streams
+    assert source.transform == "MyEvents"
+    assert [tag for tag, _ in source.outputs] == ["a", "b"]
+    kinds = {plan.edge(b).kind for _, b in source.outputs}
+    assert kinds == {EdgeKind.TEST_STREAM}
+    readers = [s for s in plan.stages if set(s.input_buffers) & {b for _, b in source.outputs}]
+    assert len(readers) == 2  # one per output tag, each fused with its consumer
+    assert len(plan.pipelines) == 1  # both outputs share the TestStream's events and clock
 
 
 def test_translation_never_imports_pyspark():
