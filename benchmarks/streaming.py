@@ -20,7 +20,7 @@ Two workloads, each in a fresh subprocess of this Python (``--child ...``):
     output line: ``window end -> visible`` and ``oldest event -> visible`` (visible -
     ``min_t``); mean ``event -> visible`` over all records (from ``sum_t``). Windows that end
     after the source's last call are left out (they fire early, when the source ends).
-    Checkpoint duration per round: ``PipelineLoop.round_times`` (the round's Spark job,
+    Checkpoint duration per round: ``RoundLoop.round_times`` (the round's Spark job,
     which includes the tasks staging their state changes and files, then the driver's
     commit: manifest, state, sink-file renames).
 (b) ``throughput``: the same records, all due at once (a backlog; each call emits at most

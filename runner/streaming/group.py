@@ -106,7 +106,9 @@ class _KeysOfOneTask:
         self.read_impl = context.coders[edge.read_coder].get_impl()
         codec = trigger_state_codec(windowing)
         self.panes = (
-            OnTimePanes(codec) if OnTimePanes.applies(windowing) else TriggerPanes(windowing, codec)
+            OnTimePanes(codec)
+            if OnTimePanes.applies(windowing)
+            else TriggerPanes(windowing, codec, clock.trigger_clock(task.clock_micros))
         )
         self.ns = namespace(edge.id)
         self.writer = staged_writer_for_task(
@@ -178,9 +180,9 @@ class _KeysOfOneTask:
 class TriggerPanes:
     """Any windowing: Beam's ``GeneralTriggerDriver`` over the key's stored trigger state."""
 
-    def __init__(self, windowing, codec=None) -> None:
+    def __init__(self, windowing, codec=None, trigger_clock=None) -> None:
         self.codec = codec or trigger_state_codec(windowing)
-        self.driver = trigger.GeneralTriggerDriver(windowing, RealClock())
+        self.driver = trigger.GeneralTriggerDriver(windowing, trigger_clock or RealClock())
         self.lateness = windowing.allowed_lateness
         self.accumulating = windowing.accumulation_mode == trigger.AccumulationMode.ACCUMULATING
 

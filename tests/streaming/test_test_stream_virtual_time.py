@@ -15,6 +15,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import trigger, window
+from apache_beam.transforms.window import TimestampedValue
 from apache_beam.utils.timestamp import Duration
 from apache_beam.utils.windowed_value import PaneInfoTiming
 
@@ -55,7 +56,7 @@ def _run(tmp_path, name: str) -> list:
     events = (
         TestStream(output_tags={"clicks", "jobs"})
         .add_elements(["x"], tag="clicks")
-        .add_elements([("job", 3)], tag="jobs")
+        .add_elements([TimestampedValue(("job", 3), 0)], tag="jobs")
         .advance_processing_time(HOUR)
         .add_elements(["y", "z"], tag="clicks")
         .advance_processing_time(HOUR)
@@ -78,6 +79,7 @@ def _run(tmp_path, name: str) -> list:
     _ = (
         streams["jobs"]
         | beam.ParDo(DeferAnHourAfterEachClaim())
+        | "Days" >> beam.WindowInto(window.FixedWindows(24 * HOUR))
         | "Jobs" >> beam.GroupByKey()
         | "WriteJobs" >> beam.ParDo(WritePane(out))
     )
