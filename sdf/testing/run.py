@@ -228,16 +228,23 @@ def build(
     end, on committed outputs only (a killed run writes nothing). ``test_stream``: the
     elements come from a TestStream instead (a streaming run on the TestStream's clock).
     """
-    if test_stream:
-        from apache_beam.testing.test_stream import TestStream
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.transforms import trigger, window
 
-        source = TestStream().add_elements(list(elements)).advance_watermark_to_infinity()
+    if test_stream:
+        events = TestStream().add_elements(list(elements)).advance_watermark_to_infinity()
+        outputs = p | "Events" >> events
     else:
-        source = beam.Create(list(elements), reshuffle=False)
+        outputs = p | "Elements" >> beam.Create(list(elements), reshuffle=False)
+    outputs |= "Probe" >> beam.ParDo(make_probe(dofn, force_checkpoint, delay_s, pace_s))
+    if test_stream:  # unbounded: the one group fires when the watermark reaches +inf
+        outputs |= "AtTheEnd" >> beam.WindowInto(
+            window.GlobalWindows(),
+            trigger=trigger.AfterWatermark(),
+            accumulation_mode=trigger.AccumulationMode.DISCARDING,
+        )
     _ = (
-        p
-        | "Elements" >> source
-        | "Probe" >> beam.ParDo(make_probe(dofn, force_checkpoint, delay_s, pace_s))
+        outputs
         | "OneKey" >> beam.Map(lambda e: (0, list(e)))
         | "Gather" >> beam.GroupByKey()
         | "Write" >> beam.ParDo(_WriteEvents(out_dir))

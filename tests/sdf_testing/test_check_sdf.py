@@ -176,3 +176,32 @@ def test_runner_initiated_splits_fail_when_no_split_took_effect():
     get_test_session()
     with pytest.raises(SdfCheckError, match=r"no runner-initiated split took effect"):
         check_sdf(sdfs.NeverSplitsFn(), [("a", 6)], scenarios=SPLITS, spark_master=TEST_MASTER)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_virtual_clock_resumes_hour_long_deferrals_on_the_test_streams_clock():
+    get_test_session()
+    report = check_sdf(
+        sdfs.ExpandingStringsDoFn(),
+        ["abc", "defgh"],
+        scenarios=["baseline", "virtual-clock"],
+        spark_master=TEST_MASTER,
+    )
+    virtual = report.scenarios[1]
+    assert virtual.name == "virtual-clock" and virtual.passed
+    assert virtual.outputs == 8 and virtual.residuals == 2
+    assert virtual.message.startswith("2 h of resume delays in ")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+def test_virtual_clock_catches_lost_position_on_the_runner():
+    get_test_session()
+    with pytest.raises(SdfCheckError, match=r"virtual-clock: .*lost position on split"):
+        check_sdf(
+            sdfs.LosesPositionOnSplitFn(),
+            sdfs.ELEMENTS,
+            scenarios=["baseline", "virtual-clock"],
+            spark_master=TEST_MASTER,
+        )
