@@ -112,8 +112,15 @@ def failing_transform(traceback_text: str) -> str | None:
 
 
 def last_error(traceback_text: str) -> str:
-    """The last "Type: message" line of a traceback, without Beam's step annotation."""
-    for line in reversed(traceback_text.splitlines()):
+    """The "Type: message" line of a traceback's last exception (the first line of a
+    multi-line message), without Beam's step annotation."""
+    lines = traceback_text.splitlines()
+    last_frame = max((i for i, line in enumerate(lines) if _FRAME.match(line)), default=-1)
+    after = lines[last_frame + 1 :] if last_frame >= 0 else []
+    for line in after:  # skip the frame's source line (and its ^^^ marks)
+        if line and not line.startswith((" ", "\t")):
+            return _STEP.sub("", _STAGE_TAG.sub("", line)).strip()
+    for line in reversed(lines):
         if line and not line.startswith((" ", "\t", "Traceback", "During", "The above")):
             return _STEP.sub("", _STAGE_TAG.sub("", line)).strip()
     return traceback_text.strip().splitlines()[-1] if traceback_text.strip() else "?"
