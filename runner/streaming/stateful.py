@@ -107,7 +107,7 @@ class KeyedState:
         hold, next_ms, count = timestamp.MAX_TIMESTAMP.micros, None, 0
         for (family_key, *_), timer in timers.pending.items():
             coder = timers.coders[family_key]
-            key = self.key_impl.encode(timer.user_key)
+            key = self.key_impl.encode_nested(timer.user_key)
             pending.setdefault(key, []).append((*family_key, coder.encode(timer)))
             count += 1
             if timers.domains[family_key] == _PROCESSING:
@@ -161,7 +161,7 @@ def sdk_keyed(plan_key: str, stage, transform: str, blobs) -> Iterator[tuple[byt
     wire, key_impl = _encoders(plan_key, stage, transform)
     for blob in blobs:
         for windowed, encoded in split_elements(blob, wire):
-            yield key_impl.encode(windowed.value[0]), encoded
+            yield key_impl.encode_nested(windowed.value[0]), encoded
 
 
 def _encoders(plan_key: str, stage, transform: str):

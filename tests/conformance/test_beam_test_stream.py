@@ -38,11 +38,10 @@ SKIPS: dict[str, str] = {
     # PCollection is globally windowed: its coder (GlobalWindowCoder) cannot carry them across
     # a data channel. Only the Python DirectRunner, which hands over objects, keeps them.
     "test_windowed_values_interpreted_correctly": "windows a GlobalWindowCoder cannot carry",
-    # A sparkbeam bug these tests found (Beam skips them for every runner): the stateful
-    # Deduplicate stage over a TestStream(coder=StrUtf8Coder()) of KVs fails the key-ownership
-    # check ("the key's encoding for partitioning and for state differ"). Open: issue 15 note.
-    "test_deduplication_with_event_time": "key encoded differently for partitioning and state",
-    "test_deduplication_with_processing_time": "key encoded differently for partitioning and state",
+    # Beam skips it for every runner; on sparkbeam 'k1' at 70 is dropped as a duplicate although
+    # the watermark reached 60, where k1's expiry timer (0 + 60 s) should have cleared it.
+    # Not diagnosed yet (issue 15 stays open for it).
+    "test_deduplication_with_event_time": "expiry timer at exactly the watermark: k1@70 lost",
 }
 
 # Each trigger transcript is 20-60 TestStream events, one Spark-job round each: about 1-2 min
