@@ -38,10 +38,10 @@ SKIPS: dict[str, str] = {
     # PCollection is globally windowed: its coder (GlobalWindowCoder) cannot carry them across
     # a data channel. Only the Python DirectRunner, which hands over objects, keeps them.
     "test_windowed_values_interpreted_correctly": "windows a GlobalWindowCoder cannot carry",
-    # Beam skips it for every runner. On sparkbeam it passed 2 of 3 runs; once 'k1' at 70 was
-    # dropped as a duplicate although the watermark had reached 60, where k1's expiry timer
-    # (0 + 60 s) clears it. A nondeterminism not diagnosed yet (issue 15 stays open for it).
-    "test_deduplication_with_event_time": "flaky: k1@70 once lost (expiry timer at 60)",
+    # Beam skips it for every runner, and it fails on Beam's DirectRunner too: Deduplicate sets
+    # its processing-time timer from Timestamp.now() inside the DoFn (the wall clock), so the
+    # TestStream's advance_processing_time never reaches it and k1 at 70 stays a duplicate.
+    "test_deduplication_with_processing_time": "timer set from the wall clock in the DoFn",
 }
 
 # Each trigger transcript is 20-60 TestStream events, one Spark-job round each: about 1-2 min
