@@ -83,7 +83,7 @@ class SparkCheckpointRunner(PipelineRunner):
         if options.view_as(StandardOptions).streaming:
             drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
             return start_streaming(spark, plan, options, store, drain_plan, fs_options)
-        executor = run_batch(spark, plan, options, store)
+        executor = run_batch(spark, plan, options, store, fs_options)
         # 4. The result, with metrics merged from every stage.
         return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)
 
@@ -143,7 +143,7 @@ def start_spark(options: PipelineOptions, job_name: str | None, store, fs_option
         raise
 
 
-def run_batch(spark, plan, options: PipelineOptions, store) -> PlanExecutor:
+def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{}") -> PlanExecutor:
     """Run a batch plan to the end (with its checkpoint store, if given; closes it)."""
     spark_options = options.view_as(SparkRunnerOptions)
     started = time.monotonic()
@@ -159,6 +159,7 @@ def run_batch(spark, plan, options: PipelineOptions, store) -> PlanExecutor:
             residual_budget_s=spark_options.residual_budget_s,
             split_policy=spark_options.sdf_split_policy(),
             startpoint_max_age_s=streaming_options.startpoint_max_age_s,
+            filesystem_options=fs_options,
         )
         executor.run()
     finally:

@@ -32,7 +32,6 @@ from sparkbeam.runner.rounds.sink_files import (
     staging_dirs,
 )
 from sparkbeam.runner.rounds.startpoints import check_startpoints, open_session, record_failure
-from sparkbeam.runner.spark.labels import call_site, describe_job
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
 from sparkbeam.runner.task.records import OutputRecord, is_report
 from sparkbeam.sdf.startpoints.errors import StartpointFailedError
@@ -52,14 +51,17 @@ class PlanExecutor:
         residual_budget_s: float = 30.0,
         split_policy: SplitPolicy | None = None,
         startpoint_max_age_s: float | None = None,
+        data_plane: str | None = None,
+        filesystem_options: str = "{}",
     ) -> None:
         # Residual state lives in a checkpoint store; in memory unless one is given.
         store = store or open_store(MemoryStorage(), materialization_interval_s=None)
         self.ctx = ctx = RunContext.create(
             spark, plan, store, checkpoint_url, parallelism,
-            startpoint_max_age_s=startpoint_max_age_s,
+            startpoint_max_age_s=startpoint_max_age_s, data_plane=data_plane,
+            filesystem_options=filesystem_options,
         )  # fmt: skip
-        self.sc, self.plan, self.store = ctx.sc, plan, store
+        self.plane, self.plan, self.store = ctx.plane, plan, store
         self.rdds = StageRdds(ctx, residual_budget_s, split_policy or SplitPolicy())
         self.startpoints = self.rdds.startpoints  # pipeline -> its StartpointSession
         self._labels = self.rdds.labels
@@ -67,7 +69,7 @@ class PlanExecutor:
         self._lazy: list[tuple[StagePlan, Any]] = []  # stages whose reports are pending
         self.monitoring_infos_by_stage: dict[str, list] = {}
         self.edges = EdgeBuilder(
-            ctx.sc,
+            ctx.plane,
             plan,
             ctx.plan_key,
             ctx.components,
@@ -162,7 +164,7 @@ class PlanExecutor:
         if stage.is_sdf_process:
             rdds = self._run_in_rounds(stage, side_bc, state, completed)
         else:
-            with call_site(self.sc, self._labels[stage.id]):
+            with self.plane.call_site(self._labels[stage.id]):
                 rdd = self.rdds.build(stage, self.edges.stage_input(stage), side_bc, 0)
             self._lazy.append((stage, rdd))
             rdds = [rdd]
@@ -190,10 +192,10 @@ class PlanExecutor:
         values = {}
         for si in stage.side_inputs:
             label = f"{self._labels[stage.id]} (side input {si.tag})"
-            describe_job(self.sc, self.rdds.group, label)
-            with call_site(self.sc, label):
+            self.plane.describe_job(self.rdds.group, label)
+            with self.plane.call_site(label):
                 values[si.buffer] = self._guarded(stage, self.edges.read(si.buffer).collect)
-        side_bc = self.sc.broadcast(values)
+        side_bc = self.plane.broadcast(values)
         self._broadcasts.append(side_bc)
         return side_bc
 
@@ -202,9 +204,9 @@ class PlanExecutor:
         if not self._lazy:
             return
         label = "; ".join(self._labels[stage.id] for stage, _ in self._lazy)
-        describe_job(self.sc, self.rdds.group, label)
-        with call_site(self.sc, label):
-            union = self.sc.union([rdd.filter(is_report) for _, rdd in self._lazy])
+        self.plane.describe_job(self.rdds.group, label)
+        with self.plane.call_site(label):
+            union = self.plane.union([rdd.filter(is_report) for _, rdd in self._lazy])
             reports = self._guarded(None, union.collect)
         by_stage: dict[str, list] = defaultdict(list)
         for r in reports:

@@ -12,13 +12,11 @@ to its reports (the round loop, or the executor's final job).
 
 from __future__ import annotations
 
-from pyspark import StorageLevel
-
 from sparkbeam.runner.batch.durability import stage_outputs_durably
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.sink_files import collect_sink_files
 from sparkbeam.runner.rounds.startpoints import with_startpoints
-from sparkbeam.runner.spark.labels import job_group, name_rdd, stage_label
+from sparkbeam.runner.spark.labels import job_group, stage_label
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
 from sparkbeam.sdf.startpoints.session import StartpointSession
@@ -53,8 +51,8 @@ class StageRdds:
             task, ctx.components, side_bc, assignment, round_no,
             ctx.url if durable else None, ctx.store.max_key_groups,
         )  # fmt: skip
-        rdd = input_rdd.mapPartitions(run).persist(StorageLevel.MEMORY_AND_DISK)
-        name_rdd(rdd, f"{self.labels[stage.id]} (round {round_no})")
+        label = f"{self.labels[stage.id]} (round {round_no})"
+        rdd = ctx.plane.persist(input_rdd.mapPartitions(run), label)
         self.persisted.append(rdd)
         return rdd
 

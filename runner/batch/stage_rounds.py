@@ -27,7 +27,6 @@ from sparkbeam.runner.rounds import feed
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.loop import Opened, RoundLoop
-from sparkbeam.runner.spark.labels import call_site, describe_job
 from sparkbeam.runner.task.records import OutputRecord, is_report
 from sparkbeam.translation.plan import StagePlan
 
@@ -64,7 +63,7 @@ class StageRounds:
             chunks = restored_outputs(self.state, self.stage.id)
             if chunks:
                 rows = [OutputRecord(b, d) for b, d in chunks]
-                self.outputs.append(self.ctx.sc.parallelize(rows, self.ctx.parallelism))
+                self.outputs.append(self.ctx.plane.parallelize(rows, self.ctx.parallelism))
         metadata = RoundMetadata(self.restored_round() if resume else -1, 0, None)
         session = self.rdds.startpoints.get(self.stage.pipeline)
         return Opened(self.state, metadata, None, session, input_done=resume)
@@ -92,10 +91,10 @@ class StageRounds:
         input_rdd, self.input = self.input, None
         if input_rdd is None:
             rows = feed.due_rows(due[self.stage.id])
-            input_rdd = self.ctx.sc.parallelize(rows, max(1, min(self.ctx.parallelism, len(rows))))
+            input_rdd = self.ctx.plane.parallelize(rows, min(self.ctx.parallelism, len(rows)))
         label = f"{self.rdds.labels[self.stage.id]} (round {loop.round_no})"
-        describe_job(self.ctx.sc, self.rdds.group, label)
-        with call_site(self.ctx.sc, label):
+        self.ctx.plane.describe_job(self.rdds.group, label)
+        with self.ctx.plane.call_site(label):
             rdd = self.rdds.build(self.stage, input_rdd, self.side_bc, loop.round_no)
             action = rdd.filter(is_report).collect
             reports = run_guarded(self.stage.id, action, self.rdds.labels.get)

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sparkbeam.runner.metrics import merge_monitoring_infos
+from sparkbeam.runner.plane import plane_for
 from sparkbeam.runner.rounds.compatibility import RestoreGuard
 from sparkbeam.runner.task.worker_context import plan_key
 from sparkbeam.translation.plan import ExecutionPlan
@@ -43,9 +44,9 @@ class StageMetrics:
 
 @dataclass(frozen=True)
 class RunContext:
-    """One run's plan, Spark context, store and settings, as every round reads them."""
+    """One run's plan, data plane, store and settings, as every round reads them."""
 
-    sc: Any  # the SparkContext
+    plane: Any  # the data plane (``runner.plane``): sources, unions, broadcasts, job labels
     plan: ExecutionPlan
     plan_key: str  # what workers cache the plan's processors under (``plan_key``)
     components: Any  # broadcast of the plan's serialized components
@@ -61,16 +62,24 @@ class RunContext:
 
     @classmethod
     def create(
-        cls, spark, plan: ExecutionPlan, store, url: str | None, parallelism: int | None, **settings
+        cls,
+        spark,
+        plan: ExecutionPlan,
+        store,
+        url: str | None,
+        parallelism: int | None,
+        data_plane: str | None = None,
+        **settings,
     ) -> RunContext:
         """The context of one run: the plan's components broadcast once, its key derived."""
-        sc = spark.sparkContext
+        plane = plane_for(spark, data_plane)
+        plane.use_in_jobs(settings.get("filesystem_options", "{}"))  # loop threads: again
         return cls(
-            sc=sc,
+            plane=plane,
             plan=plan,
             plan_key=plan_key(plan),
-            components=sc.broadcast(plan.components),
-            parallelism=parallelism or sc.defaultParallelism,
+            components=plane.broadcast(plan.components),
+            parallelism=parallelism or plane.default_parallelism(),
             store=store,
             url=url,
             metrics=StageMetrics(),

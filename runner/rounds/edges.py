@@ -1,6 +1,6 @@
 """Edges between stages as Spark operations: what each buffer kind becomes.
 
-Impulse is a one-element RDD, a materialized buffer is the union of its
+Impulse is a one-element dataset, a materialized buffer is the union of its
 writers (a Flatten when there are several), GroupByKey is a ``partitionBy``
 on the key group of the encoded key (``grouping.partition_for_key``) followed by Beam's grouping,
 Reshuffle a repartition, and a stateful stage's input a ``partitionBy`` on its
@@ -15,25 +15,25 @@ from collections import defaultdict
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
-from sparkbeam.runner.spark.labels import call_site, shuffle_label, stage_label
+from sparkbeam.runner.spark.labels import shuffle_label, stage_label
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
 
 
 class EdgeBuilder:
-    """Builds the RDD of encoded chunks flowing along each buffer."""
+    """Builds the dataset (an RDD or ``Frames``, ``runner.plane``) flowing along each buffer."""
 
     def __init__(
         self,
-        sc,
+        plane,
         plan: ExecutionPlan,
         plan_key: str,
         components,
         parallelism: int,
         max_key_groups: int,
     ):
-        self.sc = sc
+        self.plane = plane
         self.plan = plan
         self.plan_key = plan_key
         self.components = components  # a broadcast of the serialized Components
@@ -53,14 +53,14 @@ class EdgeBuilder:
             self._input(stage, transform, buffer).map(functools.partial(_tag, transform))
             for transform, buffer in stage.inputs
         ]
-        return inputs[0] if len(inputs) == 1 else self.sc.union(inputs)
+        return self.plane.union(inputs)
 
     def _input(self, stage: StagePlan, transform: str, buffer: BufferId):
         rdd = self.read(buffer)
         if stage.stateful and self.plan.edge(buffer).kind != EdgeKind.IMPULSE:
             # All elements of a key meet in one partition: its user state and timers.
             coder = dict(stage.input_coders)[transform]
-            with call_site(self.sc, f"keyed input of {stage_label(stage)}"):
+            with self.plane.call_site(f"keyed input of {stage_label(stage)}"):
                 rdd = self._keyed_by(rdd, coder)
         return rdd
 
@@ -76,18 +76,12 @@ class EdgeBuilder:
     def read(self, buffer: BufferId):
         edge = self.plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
-            return self.sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
-        writers = self.writers.get(buffer, [])
-        if not writers:
-            source = self.sc.emptyRDD()
-        elif len(writers) == 1:
-            source = writers[0]
-        else:
-            source = self.sc.union(writers)
+            return self.plane.parallelize([ENCODED_IMPULSE_VALUE], 1)
+        source = self.plane.union(self.writers.get(buffer, []))
         if edge.kind == EdgeKind.MATERIALIZE:
             return source
         if edge.kind in (EdgeKind.GROUP, EdgeKind.RESHUFFLE):
-            with call_site(self.sc, shuffle_label(self.plan, buffer)):
+            with self.plane.call_site(shuffle_label(self.plan, buffer)):
                 return self._shuffle(edge, source)
         raise NotImplementedError(f"edge kind {edge.kind}")
 

@@ -34,9 +34,11 @@ def apply_in_driver(options) -> str:
 
 
 def apply_in_task() -> None:
-    """Task: apply the options its job carries; outside a Spark task, nothing."""
+    """Task: apply the options its job carries; outside a Spark task, or in a job without the
+    property (Spark Connect's: the DataFrame plane applies them itself), nothing."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
-    if ctx is not None:
-        apply(ctx.getLocalProperty(PROPERTY) or "{}")
+    encoded = ctx.getLocalProperty(PROPERTY) if ctx is not None else None
+    if encoded is not None:
+        apply(encoded)

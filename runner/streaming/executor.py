@@ -32,8 +32,6 @@ import time
 
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.loop import RoundLoop
-from sparkbeam.runner.spark import session_conf
-from sparkbeam.runner.spark.filesystem_options import use_in_jobs
 from sparkbeam.runner.streaming.pipeline import PipelineRounds
 from sparkbeam.runner.task.worker_context import plan_key
 from sparkbeam.translation.plan import ExecutionPlan
@@ -78,7 +76,7 @@ class Drain:
                 "The drain plan's stages differ from the running plan's; cannot drain. "
                 "Cancel the job instead (result.cancel()): its last checkpoint is kept."
             )
-        key, components = plan_key(plan), self.ctx.sc.broadcast(plan.components)
+        key, components = plan_key(plan), self.ctx.plane.broadcast(plan.components)
         return {s.id: (key, components, s) for s in plan.stages if s.is_sdf_process}
 
 
@@ -161,12 +159,10 @@ class StreamingExecutor:
             self._threads.append(thread)
 
     def _run_loop(self, loop: RoundLoop) -> None:
-        sc = self.ctx.sc
+        plane = self.ctx.plane
         try:
-            pool = session_conf.scheduler_pool(sc)
-            if pool:  # every pipeline's rounds share sparkbeam's declared FAIR pool
-                sc.setLocalProperty("spark.scheduler.pool", pool)
-            use_in_jobs(sc, self.ctx.filesystem_options)  # s3://... options in every task
+            plane.use_scheduler_pool()  # every pipeline's rounds share sparkbeam's FAIR pool
+            plane.use_in_jobs(self.ctx.filesystem_options)  # s3://... options in every task
             loop.run()
         except BaseException as e:  # noqa: BLE001 - reported by wait()
             _LOG.error("Pipeline %s failed: %s", loop.pipeline.id, e)

@@ -26,7 +26,7 @@ from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.loop import Opened, RoundLoop
 from sparkbeam.runner.rounds.startpoints import open_session
-from sparkbeam.runner.spark.labels import call_site, describe_job, job_group, stage_label
+from sparkbeam.runner.spark.labels import job_group, stage_label
 from sparkbeam.runner.streaming import pushback as streaming_pushback
 from sparkbeam.runner.streaming import test_stream, watermarks
 from sparkbeam.runner.streaming.round import RoundBuilder, RoundInputs, live_stages
@@ -171,9 +171,9 @@ class PipelineRounds:
         label = f"{self.pipeline.id} round {round_no}: " + "; ".join(
             self.labels[s.id] for s in self.stages if s.id in live
         )
-        describe_job(self.ctx.sc, self.group, label)
+        self.ctx.plane.describe_job(self.group, label)
         try:
-            with call_site(self.ctx.sc, label):
+            with self.ctx.plane.call_site(label):
                 reports = builder.build(self._side_inputs)
                 collected = run_guarded(None, reports.collect, self.labels.get)
         finally:
@@ -186,7 +186,7 @@ class PipelineRounds:
         ctx = self.ctx
         stages = [s for s in self.stages if s.id in live]
         return RoundInputs(
-            sc=ctx.sc,
+            plane=ctx.plane,
             plan=self.plan,
             pipeline=self.pipeline.id,
             stages=stages,

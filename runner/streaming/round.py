@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
-from pyspark import StorageLevel
 
 from sparkbeam.runner.rounds import sink_files
 from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread
@@ -46,7 +45,7 @@ class RoundInputs:
 
     Made by ``pipeline.PipelineRounds.round_inputs``; the builder reads nothing else of it."""
 
-    sc: Any
+    plane: Any  # the run's data plane (``runner.plane``)
     plan: ExecutionPlan
     pipeline: str
     stages: list  # the live stages of this round, in topological order
@@ -96,11 +95,11 @@ def live_stages(
 
 
 class RoundBuilder:
-    """Builds one round of one pipeline; ``build()`` returns the RDD of all its reports."""
+    """Builds one round of one pipeline; ``build()`` returns the dataset of all its reports."""
 
     def __init__(self, inputs: RoundInputs) -> None:
         self.inp, self.plan = inputs, inputs.plan
-        self.sc, self.marks, self.due = inputs.sc, inputs.marks, inputs.due
+        self.plane, self.marks, self.due = inputs.plane, inputs.marks, inputs.due
         self.par = inputs.parallelism
         self.stages = inputs.stages
         self.persisted: list = []
@@ -132,11 +131,11 @@ class RoundBuilder:
         """Every live stage's RDD; the union of the reports nothing carries further."""
         finals = []
         for stage in self.stages:
-            side_bc = self.sc.broadcast(side_inputs(stage, self))
+            side_bc = self.plane.broadcast(side_inputs(stage, self))
             self.broadcasts.append(side_bc)
             out = self._stage(stage, side_bc)
             if self._cache_all or self._reads[stage.id] > 1:
-                out = out.persist(StorageLevel.MEMORY_AND_DISK)
+                out = self.plane.persist(out, f"{stage.id} (round {self.inp.round_no})")
                 self.persisted.append(out)
             self._outs[stage.id] = out
             if stage.id not in self._carrier:
@@ -144,9 +143,7 @@ class RoundBuilder:
         for buffer, grouped in self._groups.items():
             if not self._readers.get(buffer):  # read as a side input only
                 finals.append(grouped.filter(is_report))
-        if not finals:
-            return self.sc.emptyRDD()
-        return finals[0] if len(finals) == 1 else self.sc.union(finals)
+        return self.plane.union(finals)
 
     def _stage(self, stage, side_bc):
         inp = self.inp
@@ -173,7 +170,7 @@ class RoundBuilder:
         if not held and stage.id in inp.pushed_back:
             rows += take(inp.state, stage.id)  # its side inputs are ready now
         if rows:
-            inputs.append(self.sc.parallelize(rows, max(1, min(self.par, len(rows)))))
+            inputs.append(self.plane.parallelize(rows, min(self.par, len(rows))))
         if held:  # side inputs not ready: keep the main input for a later round
             self.held.add(stage.id)
             url, pipeline, kgs = inp.url, inp.pipeline, inp.max_key_groups
@@ -194,11 +191,11 @@ class RoundBuilder:
         edge = self.plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
             if self.inp.impulse_done:
-                return self.sc.emptyRDD()
-            return self.sc.parallelize([ENCODED_IMPULSE_VALUE], 1)
+                return self.plane.empty()
+            return self.plane.parallelize([ENCODED_IMPULSE_VALUE], 1)
         if edge.kind == EdgeKind.TEST_STREAM:
             rows = self.inp.fed.get(buffer)
-            return self.sc.parallelize(rows, 1) if rows else self.sc.emptyRDD()
+            return self.plane.parallelize(rows, 1) if rows else self.plane.empty()
         if edge.kind == EdgeKind.GROUP:
             grouped = self._group(edge)
             return grouped.mapPartitions(
@@ -288,7 +285,7 @@ class RoundBuilder:
             )
         )
         if len(self._readers.get(edge.id, [])) > 1 or self._cache_all:
-            grouped = grouped.persist(StorageLevel.MEMORY_AND_DISK)
+            grouped = self.plane.persist(grouped, f"{edge.id} (round {inp.round_no})")
             self.persisted.append(grouped)
         self._groups[edge.id] = grouped
         return grouped
@@ -312,10 +309,8 @@ class RoundBuilder:
         )
         return self._union(keyed).partitionBy(spec.parallelism, partitioner)
 
-    def _union(self, rdds: list):
-        if not rdds:
-            return self.sc.emptyRDD()
-        return rdds[0] if len(rdds) == 1 else self.sc.union(rdds)
+    def _union(self, datasets: list):
+        return self.plane.union(datasets)
 
     def cleanup(self) -> None:
         for rdd in self.persisted:

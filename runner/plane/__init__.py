@@ -1,0 +1,35 @@
+"""The data plane: how a run's datasets, shuffles and broadcasts become Spark operations.
+
+Round code (``rounds.edges``, ``batch``, ``streaming.round``) builds its datasets through a
+plane and calls the RDD methods both kinds of dataset have (``map``, ``mapPartitions``,
+``mapPartitionsWithIndex``, ``partitionBy``, ``values``, ``filter``, ``persist``,
+``unpersist``, ``collect``). ``rdd`` is the RDD plane (classic Spark only), ``frames`` the
+DataFrame plane (``mapInArrow`` over Arrow batches; classic Spark and Spark Connect),
+``spark_hash`` where Spark's hash partitioning puts a row. ``plane_for`` picks one: Connect
+needs ``frames``; on classic Spark ``--data_plane`` (or ``SPARKBEAM_DATA_PLANE``) chooses.
+"""
+
+from __future__ import annotations
+
+import os
+
+PLANES = ("rdd", "frames")
+
+
+def plane_for(spark, name: str | None = None):
+    """The plane a run uses: ``frames`` over Spark Connect, else ``name`` (default ``rdd``)."""
+    connect = _is_connect(spark)
+    name = "frames" if connect else (name or os.environ.get("SPARKBEAM_DATA_PLANE") or "rdd")
+    if name not in PLANES:
+        raise ValueError(f"--data_plane {name!r} is not one of {', '.join(PLANES)}.")
+    if name == "frames":
+        from sparkbeam.runner.plane.frames import FramePlane
+
+        return FramePlane(spark, connect)
+    from sparkbeam.runner.plane.rdd import RddPlane
+
+    return RddPlane(spark)
+
+
+def _is_connect(spark) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")

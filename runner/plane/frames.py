@@ -1,0 +1,249 @@
+"""The DataFrame data plane: every dataset a DataFrame of pickled records in Arrow batches.
+
+Runs on a classic SparkSession and over Spark Connect alike: nothing here touches a
+SparkContext. A dataset is a DataFrame with two columns — ``k`` (int: where a shuffle sends the
+row) and ``b`` (binary: one pickled record, the same objects the RDD plane moves) — plus the
+Python functions still to apply to it. Consecutive ``mapPartitions`` fuse into one
+``mapInArrow`` (one Python pass per partition, as PySpark's pipelined RDDs do); a shuffle,
+union, cache or collect closes the chain. ``partitionBy`` computes each row's partition in
+Python (the key group's subtask, as restores expect) and lets the JVM move the bytes: the
+``k`` column holds a value that Spark's hash partitioning sends to exactly that partition
+(``spark_hash``).
+
+Leaves to others: what the functions do (``rounds``, ``batch``, ``streaming``), the session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from sparkbeam.runner.plane.rdd import RddPlane
+from sparkbeam.runner.plane.spark_hash import target_values
+
+SCHEMA = "k int, b binary"
+_ARROW_SCHEMA = pa.schema([("k", pa.int32()), ("b", pa.binary())])
+_BATCH_ROWS = 4096
+_BATCH_BYTES = 16 << 20  # well inside Arrow's 2 GB per binary column
+
+
+@dataclass(frozen=True)
+class Captured:
+    """A broadcast stand-in for Spark Connect: the value travels inside each function."""
+
+    value: Any
+
+    def unpersist(self, blocking: bool = False) -> None:
+        pass
+
+
+class Frames:
+    """A dataset of the DataFrame plane, with the RDD methods sparkbeam's rounds use."""
+
+    def __init__(self, plane: FramePlane, df, chain: tuple = ()) -> None:
+        self.plane, self.df, self.chain = plane, df, chain
+        self._persisted = False
+
+    # --- narrow: fused into the next mapInArrow ---------------------------------------
+
+    def mapPartitions(self, fn: Callable[[Iterator], Iterable]) -> Frames:
+        return Frames(self.plane, self.df, (*self.chain, (False, fn)))
+
+    def mapPartitionsWithIndex(self, fn: Callable[[int, Iterator], Iterable]) -> Frames:
+        return Frames(self.plane, self.df, (*self.chain, (True, fn)))
+
+    def map(self, fn: Callable) -> Frames:
+        return self.mapPartitions(functools.partial(_map, fn))
+
+    def filter(self, fn: Callable) -> Frames:
+        return self.mapPartitions(functools.partial(_filter, fn))
+
+    def values(self) -> Frames:
+        return self.map(_second)
+
+    # --- wide, cached, collected ------------------------------------------------------
+
+    def partitionBy(self, partitions: int, partitioner: Callable | None = None) -> Frames:
+        """(key, value) pairs to partition ``partitioner(key) % partitions``, as RDDs do."""
+        from pyspark.rdd import portable_hash
+
+        place = _Placement(partitioner or portable_hash, target_values(partitions))
+        return Frames(self.plane, self.frame(place).repartition(partitions, "k"))
+
+    def persist(self, level=None) -> Frames:
+        from pyspark import StorageLevel
+
+        df = self.frame().persist(level or StorageLevel.MEMORY_AND_DISK)
+        cached = Frames(self.plane, df)
+        cached._persisted = True
+        return cached
+
+    def unpersist(self, blocking: bool = False) -> None:
+        if self._persisted:
+            self.df.unpersist(blocking)
+
+    def setName(self, name: str) -> Frames:
+        return self  # DataFrames have no name; the job description names the stage
+
+    def collect(self) -> list:
+        table = self.frame().select("b").toArrow()
+        return [pickle.loads(b) for b in table.column("b").to_pylist()]
+
+    def frame(self, placement: _Placement | None = None):
+        """The DataFrame with the pending functions applied (one ``mapInArrow``)."""
+        if not self.chain and placement is None:
+            return self.df
+        run = _Chain(self.chain, placement, self.plane.filesystem_options)
+        return self.df.mapInArrow(run, SCHEMA)
+
+
+class FramePlane:
+    """Makes the sources, unions and broadcasts of the DataFrame plane."""
+
+    name = "frames"
+
+    def __init__(self, spark, connect: bool) -> None:
+        self.spark, self.connect = spark, connect
+        self.filesystem_options = "{}"  # carried by every function (Connect has no local props)
+        # Job labels, pools and local properties: the SparkContext's on classic Spark.
+        self.jobs = _ConnectJobs() if connect else RddPlane(spark)
+
+    def default_parallelism(self) -> int:
+        if self.connect:
+            from sparkbeam.runner.spark.session import default_parallelism
+
+            return default_parallelism(self.spark)
+        return self.spark.sparkContext.defaultParallelism
+
+    def parallelize(self, rows: list, partitions: int) -> Frames:
+        data = [(0, pickle.dumps(r, pickle.HIGHEST_PROTOCOL)) for r in rows]
+        df = self.spark.createDataFrame(data, SCHEMA)
+        return Frames(self, df.coalesce(max(1, partitions)))
+
+    def empty(self) -> Frames:
+        return Frames(self, self.spark.createDataFrame([], SCHEMA))
+
+    def union(self, datasets: list) -> Frames:
+        if not datasets:
+            return self.empty()
+        frames = [d.frame() for d in datasets]
+        return Frames(self, functools.reduce(lambda a, b: a.unionAll(b), frames))
+
+    def broadcast(self, value):
+        if self.connect:
+            return Captured(value)
+        return self.spark.sparkContext.broadcast(value)  # classic: shipped once per executor
+
+    def persist(self, dataset: Frames, label: str) -> Frames:
+        return dataset.persist()
+
+    def use_in_jobs(self, encoded: str) -> None:
+        self.filesystem_options = encoded
+        self.jobs.use_in_jobs(encoded)
+
+    def use_scheduler_pool(self) -> None:
+        self.jobs.use_scheduler_pool()
+
+    def describe_job(self, group: str, description: str) -> None:
+        self.jobs.describe_job(group, description)
+
+    def call_site(self, label: str):
+        return self.jobs.call_site(label)
+
+
+class _ConnectJobs:
+    """Spark Connect has no SparkContext: no local properties, job groups or call sites."""
+
+    def use_in_jobs(self, encoded: str) -> None:
+        from sparkbeam.checkpoint.filesystem_options import apply
+
+        apply(encoded)  # the driver's own store access; tasks get them from ``_Chain``
+
+    def use_scheduler_pool(self) -> None:
+        pass
+
+    def describe_job(self, group: str, description: str) -> None:
+        pass
+
+    def call_site(self, label: str):
+        return contextlib.nullcontext()
+
+
+# --- task side: picklable, run inside mapInArrow ---------------------------------------
+
+
+@dataclass(frozen=True)
+class _Placement:
+    """Where a (key, value) pair goes: the ``k`` value Spark's hash sends to its partition."""
+
+    partitioner: Callable
+    targets: tuple[int, ...]
+
+    def __call__(self, pair) -> int:
+        return self.targets[self.partitioner(pair[0]) % len(self.targets)]
+
+
+class _Chain:
+    """The body of one ``mapInArrow``: unpickle, apply the fused functions, pickle."""
+
+    def __init__(self, chain: tuple, placement: _Placement | None, filesystem_options: str):
+        self.chain, self.placement = chain, placement
+        self.filesystem_options = filesystem_options
+
+    def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        from pyspark import TaskContext
+
+        from sparkbeam.checkpoint.filesystem_options import apply
+
+        apply(self.filesystem_options)
+        index = TaskContext.get().partitionId()
+        items: Iterable = _records(batches)
+        for with_index, fn in self.chain:
+            items = fn(index, items) if with_index else fn(items)
+        return _batches(items, self.placement)
+
+
+def _records(batches: Iterator[pa.RecordBatch]) -> Iterator:
+    for batch in batches:
+        for blob in batch.column(1).to_pylist():
+            yield pickle.loads(blob)
+
+
+def _batches(items: Iterable, placement: _Placement | None) -> Iterator[pa.RecordBatch]:
+    keys: list[int] = []
+    blobs: list[bytes] = []
+    size = 0
+    for item in items:
+        blob = pickle.dumps(item, pickle.HIGHEST_PROTOCOL)
+        keys.append(placement(item) if placement is not None else 0)
+        blobs.append(blob)
+        size += len(blob)
+        if len(blobs) >= _BATCH_ROWS or size >= _BATCH_BYTES:
+            yield _batch(keys, blobs)
+            keys, blobs, size = [], [], 0
+    if blobs:
+        yield _batch(keys, blobs)
+
+
+def _batch(keys: list[int], blobs: list[bytes]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(
+        [pa.array(keys, pa.int32()), pa.array(blobs, pa.binary())], schema=_ARROW_SCHEMA
+    )
+
+
+def _map(fn: Callable, items: Iterable) -> Iterator:
+    return map(fn, items)
+
+
+def _filter(fn: Callable, items: Iterable) -> Iterator:
+    return filter(fn, items)
+
+
+def _second(pair):
+    return pair[1]

@@ -1,0 +1,59 @@
+"""The RDD data plane: datasets are PySpark RDDs of pickled records (classic Spark only).
+
+The plane sparkbeam was built on: ``parallelize``, ``union``, ``partitionBy`` with a Python
+partitioner, ``sc.broadcast``, job groups and call sites as local properties. It needs a
+SparkContext, which Spark Connect does not offer (``frames`` runs there).
+"""
+
+from __future__ import annotations
+
+from pyspark import StorageLevel
+
+from sparkbeam.runner.spark import labels, session_conf
+from sparkbeam.runner.spark.filesystem_options import use_in_jobs
+
+
+class RddPlane:
+    """Makes the sources, unions and broadcasts of the RDD plane."""
+
+    name = "rdd"
+
+    def __init__(self, spark) -> None:
+        self.sc = spark.sparkContext
+
+    def default_parallelism(self) -> int:
+        return self.sc.defaultParallelism
+
+    def parallelize(self, rows: list, partitions: int):
+        return self.sc.parallelize(rows, max(1, partitions))
+
+    def empty(self):
+        return self.sc.emptyRDD()
+
+    def union(self, datasets: list):
+        if not datasets:
+            return self.sc.emptyRDD()
+        return datasets[0] if len(datasets) == 1 else self.sc.union(datasets)
+
+    def broadcast(self, value):
+        return self.sc.broadcast(value)
+
+    def persist(self, dataset, label: str):
+        labels.name_rdd(dataset, label)
+        return dataset.persist(StorageLevel.MEMORY_AND_DISK)
+
+    # --- what this thread's jobs carry: local properties of the SparkContext ----------
+
+    def use_in_jobs(self, encoded: str) -> None:
+        use_in_jobs(self.sc, encoded)
+
+    def use_scheduler_pool(self) -> None:
+        pool = session_conf.scheduler_pool(self.sc)
+        if pool:
+            self.sc.setLocalProperty("spark.scheduler.pool", pool)
+
+    def describe_job(self, group: str, description: str) -> None:
+        labels.describe_job(self.sc, group, description)
+
+    def call_site(self, label: str):
+        return labels.call_site(self.sc, label)

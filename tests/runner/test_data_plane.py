@@ -1,0 +1,94 @@
+"""The data planes (``runner.plane``): the DataFrame plane moves rows where the RDD plane does.
+
+The DataFrame plane decides each row's partition in Python and lets Spark's hash partitioning
+move it; these tests hold that to Spark's own hash and to the RDD plane's results.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+from pyspark.sql import functions as F
+
+from sparkbeam.runner.plane import plane_for
+from sparkbeam.runner.plane.frames import FramePlane
+from sparkbeam.runner.plane.rdd import RddPlane
+from sparkbeam.runner.plane.spark_hash import hash_int, target_values
+
+pytestmark = pytest.mark.spark
+
+
+def test_hash_int_is_sparks_hash(spark):
+    values = [*range(-50, 50), 2**31 - 1, -(2**31), 123456789]
+    rows = (
+        spark.createDataFrame([(v,) for v in values], "v int")
+        .select("v", F.hash("v").alias("h"))
+        .collect()
+    )
+    assert {r.v: r.h for r in rows} == {v: hash_int(v) for v in values}
+
+
+@pytest.mark.parametrize("partitions", [1, 3, 7])
+def test_frames_partition_by_places_each_key_where_the_partitioner_says(spark, partitions):
+    plane = FramePlane(spark, connect=False)
+    pairs = [(k, f"v{k}") for k in range(40)]
+    placed = (
+        plane.parallelize(pairs, 2)
+        .partitionBy(partitions, _identity)
+        .mapPartitionsWithIndex(_with_index)
+        .collect()
+    )
+    assert sorted(placed) == sorted((k % partitions, k, v) for k, v in pairs)
+    assert len(target_values(partitions)) == partitions
+
+
+def _identity(key):
+    return key
+
+
+def _with_index(index, pairs):
+    for key, value in pairs:
+        yield index, key, value
+
+
+def _pipeline(plane):
+    """Sources, fused narrow steps, a shuffle, a union, a cache and a collect."""
+    left = plane.parallelize(list(range(30)), 3).map(lambda x: (x % 4, x))
+    right = plane.parallelize([(9, -1)], 1)
+    shuffled = plane.union([left, right]).partitionBy(4).mapPartitions(_summed)
+    cached = plane.persist(shuffled, "summed")
+    both = plane.union([cached.filter(lambda kv: kv[0] != 9), cached.values().map(lambda v: (v,))])
+    try:
+        return sorted(both.collect(), key=repr)
+    finally:
+        cached.unpersist()
+
+
+def _summed(pairs):
+    sums: dict = {}
+    for key, value in pairs:
+        sums[key] = sums.get(key, 0) + value
+    return iter(sorted(sums.items()))
+
+
+def test_frames_and_rdd_planes_compute_the_same(spark):
+    frames, rdds = _pipeline(FramePlane(spark, connect=False)), _pipeline(RddPlane(spark))
+    assert frames == rdds
+    assert (3, 0 + 3 + 7 + 11 + 15 + 19 + 23 + 27) in frames  # keys 3 mod 4 summed
+
+
+def test_unknown_plane_is_a_clear_error(spark):
+    with pytest.raises(ValueError, match="--data_plane 'arrows' is not one of rdd, frames"):
+        plane_for(spark, "arrows")
+
+
+def test_broadcast_values_reach_tasks_on_both_planes(spark):
+    for plane in (FramePlane(spark, connect=False), RddPlane(spark)):
+        table = plane.broadcast({"a": 1})
+        got = plane.parallelize(["a", "a"], 2).map(functools.partial(_lookup, table)).collect()
+        assert got == [1, 1], plane.name
+
+
+def _lookup(table, key):
+    return table.value[key]
