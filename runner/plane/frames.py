@@ -8,7 +8,10 @@ Python functions still to apply to it. Consecutive ``mapPartitions`` fuse into o
 union, cache or collect closes the chain. ``partitionBy`` computes each row's partition in
 Python (the key group's subtask, as restores expect) and lets the JVM move the bytes: the
 ``k`` column holds a value that Spark's hash partitioning sends to exactly that partition
-(``spark_hash``).
+(``spark_hash``). A task's partition index is Spark's partition id, except after a
+``partitionBy``: a union later in the same Spark stage renumbers partitions, so there every
+partition carries one marker row (empty ``b``) whose ``k`` names it, even when no data lands
+there (a stateful task with no input still fires its key groups' timers).
 
 Leaves to others: what the functions do (``rounds``, ``batch``, ``streaming``), the session.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -46,17 +50,18 @@ class Captured:
 class Frames:
     """A dataset of the DataFrame plane, with the RDD methods sparkbeam's rounds use."""
 
-    def __init__(self, plane: FramePlane, df, chain: tuple = ()) -> None:
+    def __init__(self, plane: FramePlane, df, chain: tuple = (), targets=None) -> None:
         self.plane, self.df, self.chain = plane, df, chain
+        self.targets = targets  # after a partitionBy: the ``k`` of each partition's rows
         self._persisted = False
 
     # --- narrow: fused into the next mapInArrow ---------------------------------------
 
     def mapPartitions(self, fn: Callable[[Iterator], Iterable]) -> Frames:
-        return Frames(self.plane, self.df, (*self.chain, (False, fn)))
+        return Frames(self.plane, self.df, (*self.chain, (False, fn)), self.targets)
 
     def mapPartitionsWithIndex(self, fn: Callable[[int, Iterator], Iterable]) -> Frames:
-        return Frames(self.plane, self.df, (*self.chain, (True, fn)))
+        return Frames(self.plane, self.df, (*self.chain, (True, fn)), self.targets)
 
     def map(self, fn: Callable) -> Frames:
         return self.mapPartitions(functools.partial(_map, fn))
@@ -73,8 +78,11 @@ class Frames:
         """(key, value) pairs to partition ``partitioner(key) % partitions``, as RDDs do."""
         from pyspark.rdd import portable_hash
 
-        place = _Placement(partitioner or portable_hash, target_values(partitions))
-        return Frames(self.plane, self.frame(place).repartition(partitions, "k"))
+        targets = target_values(partitions)
+        place = _Placement(partitioner or portable_hash, targets)
+        markers = self.plane.spark.createDataFrame([(k, b"") for k in targets], SCHEMA)
+        moved = self.frame(place).unionAll(markers).repartition(partitions, "k")
+        return Frames(self.plane, moved, targets=targets)
 
     def persist(self, level=None) -> Frames:
         from pyspark import StorageLevel
@@ -97,9 +105,9 @@ class Frames:
 
     def frame(self, placement: _Placement | None = None):
         """The DataFrame with the pending functions applied (one ``mapInArrow``)."""
-        if not self.chain and placement is None:
+        if not self.chain and placement is None and self.targets is None:
             return self.df
-        run = _Chain(self.chain, placement, self.plane.filesystem_options)
+        run = _Chain(self.chain, placement, self.targets, self.plane.filesystem_options)
         return self.df.mapInArrow(run, SCHEMA)
 
 
@@ -192,8 +200,8 @@ class _Placement:
 class _Chain:
     """The body of one ``mapInArrow``: unpickle, apply the fused functions, pickle."""
 
-    def __init__(self, chain: tuple, placement: _Placement | None, filesystem_options: str):
-        self.chain, self.placement = chain, placement
+    def __init__(self, chain: tuple, placement, targets, filesystem_options: str):
+        self.chain, self.placement, self.targets = chain, placement, targets
         self.filesystem_options = filesystem_options
 
     def __call__(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -202,17 +210,32 @@ class _Chain:
         from sparkbeam.checkpoint.filesystem_options import apply
 
         apply(self.filesystem_options)
-        index = TaskContext.get().partitionId()
+        if self.targets is None:
+            index = TaskContext.get().partitionId()
+        else:  # the marker's ``k`` names the partition (see the module docstring)
+            index, batches = _marked_index(batches, self.targets)
         items: Iterable = _records(batches)
         for with_index, fn in self.chain:
             items = fn(index, items) if with_index else fn(items)
         return _batches(items, self.placement)
 
 
+def _marked_index(batches: Iterator[pa.RecordBatch], targets: tuple) -> tuple[int, Iterator]:
+    """The partition index a partitioned frame's rows name; the batches, none consumed."""
+    seen = []
+    for batch in batches:
+        seen.append(batch)
+        if batch.num_rows:
+            index = targets.index(batch.column(0)[0].as_py())
+            return index, itertools.chain(seen, batches)
+    raise RuntimeError("a partitioned frame's partition lost its marker row; sparkbeam bug")
+
+
 def _records(batches: Iterator[pa.RecordBatch]) -> Iterator:
     for batch in batches:
         for blob in batch.column(1).to_pylist():
-            yield pickle.loads(blob)
+            if blob:  # not a partition's marker
+                yield pickle.loads(blob)
 
 
 def _batches(items: Iterable, placement: _Placement | None) -> Iterator[pa.RecordBatch]:

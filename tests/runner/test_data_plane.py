@@ -43,6 +43,24 @@ def test_frames_partition_by_places_each_key_where_the_partitioner_says(spark, p
     assert len(target_values(partitions)) == partitions
 
 
+def test_frames_index_survives_a_union_and_reaches_empty_partitions(spark):
+    """A union renumbers Spark's partitions; the index stays the partitionBy's, and a partition
+    with no data still runs (a stateful task fires its timers there)."""
+    plane = FramePlane(spark, connect=False)
+    sides = [
+        plane.parallelize([(0, "a"), (3, "b")], 2)
+        .partitionBy(5, _identity)
+        .mapPartitionsWithIndex(_counted)
+        for _ in range(2)
+    ]
+    got = sorted(plane.union(sides).collect())
+    assert got == sorted([(0, 1), (1, 0), (2, 0), (3, 1), (4, 0)] * 2)
+
+
+def _counted(index, pairs):
+    yield index, sum(1 for _ in pairs)
+
+
 def _identity(key):
     return key
 
