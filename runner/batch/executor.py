@@ -17,6 +17,7 @@ from typing import Any
 
 from sparkbeam.checkpoint import MemoryStorage, open_store
 from sparkbeam.runner import progress
+from sparkbeam.runner.batch.build_order import build_waves
 from sparkbeam.runner.batch.durability import FINISHED, input_marker
 from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.batch.stage_rounds import StageRounds
@@ -89,8 +90,8 @@ class PlanExecutor:
             if self.ctx.durable:
                 self._restore()
                 self._open_startpoints()
-            for stage in self.plan.stages:
-                self._run_stage(stage)
+            for wave in build_waves(self.plan):
+                self._run_wave(wave)
             self._run_remaining()
             self.monitoring_infos_by_stage = self.ctx.metrics.by_name(self.plan)
             self._finalize_sink_files()
@@ -154,13 +155,28 @@ class PlanExecutor:
 
     # --- stages -------------------------------------------------------------
 
-    def _run_stage(self, stage: StagePlan) -> None:
+    def _run_wave(self, wave: tuple[StagePlan, ...]) -> None:
+        """Build the wave's stages; the side inputs of all of them are read in one job."""
+        stages = [s for s in wave if not self._completed(s)]
+        values = self._side_inputs(stages)
+        for stage in stages:
+            side_bc = self.plane.broadcast(
+                {si.buffer: values[si.buffer] for si in stage.side_inputs}
+            )
+            self._broadcasts.append(side_bc)
+            self._run_stage(stage, side_bc)
+
+    def _completed(self, stage: StagePlan) -> bool:
+        """Completed work is not redeployed: every consumer took this stage's output."""
+        if not self.ctx.durable:
+            return False
+        completed = self._state_for(stage.pipeline).completed()
+        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
+        return bool(consumers) and all(input_marker(c) in completed for c in consumers)
+
+    def _run_stage(self, stage: StagePlan, side_bc) -> None:
         state = self._state_for(stage.pipeline)
         completed = state.completed() if self.ctx.durable else frozenset()
-        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
-        if consumers and all(input_marker(c) in completed for c in consumers):
-            return  # completed work is not redeployed: every consumer took this output
-        side_bc = self._side_inputs(stage)
         if stage.is_sdf_process:
             rdds = self._run_in_rounds(stage, side_bc, state, completed)
         else:
@@ -188,16 +204,24 @@ class PlanExecutor:
             self.resumed[stage.id] = job.resumed
         return job.outputs
 
-    def _side_inputs(self, stage: StagePlan):
-        values = {}
-        for si in stage.side_inputs:
-            label = f"{self._labels[stage.id]} (side input {si.tag})"
-            self.plane.describe_job(self.rdds.group, label)
-            with self.plane.call_site(label):
-                values[si.buffer] = self._guarded(stage, self.edges.read(si.buffer).collect)
-        side_bc = self.plane.broadcast(values)
-        self._broadcasts.append(side_bc)
-        return side_bc
+    def _side_inputs(self, stages: list[StagePlan]) -> dict:
+        """Side input buffer -> its encoded chunks, for every stage given: one Spark job."""
+        buffers = list(dict.fromkeys(si.buffer for s in stages for si in s.side_inputs))
+        if not buffers:
+            return {}
+        label = "; ".join(
+            f"{self._labels[s.id]} (side input {si.tag})" for s in stages for si in s.side_inputs
+        )
+        self.plane.describe_job(self.rdds.group, label)
+        with self.plane.call_site(label):
+            tagged = self.plane.union(
+                [self.edges.read(b).map(functools.partial(_tagged, b)) for b in buffers]
+            )
+            rows = self._guarded(stages[0], tagged.collect)
+        values: dict = {b: [] for b in buffers}
+        for buffer, chunk in rows:  # a union keeps each buffer's chunks in order
+            values[buffer].append(chunk)
+        return values
 
     def _run_remaining(self) -> None:
         """One Spark job that runs every stage not run yet and gathers all reports."""
@@ -248,3 +272,7 @@ def _is_output(buffer: str, record) -> bool:
 
 def _data(record) -> bytes:
     return record.data
+
+
+def _tagged(buffer: str, chunk: bytes) -> tuple[str, bytes]:
+    return buffer, chunk
