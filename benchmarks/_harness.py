@@ -210,10 +210,13 @@ def format_table(head: tuple[str, ...], rows: list[tuple]) -> str:
     return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)])
 
 
-def parse_systems(value: str, known: tuple[str, ...], parser) -> list[str]:
-    """The comma-separated ``--systems`` value, checked against ``known``."""
-    systems = [s.strip() for s in value.split(",") if s.strip()]
-    unknown = set(systems) - set(known)
+def parse_names(value: str, known: tuple[str, ...], parser, what: str = "systems") -> list[str]:
+    """A comma-separated option value (``--systems``, ``--workloads``), checked against
+    ``known``; an unknown name is a usage error naming it."""
+    names = [s.strip() for s in value.split(",") if s.strip()]
+    unknown = set(names) - set(known)
     if unknown:
-        parser.error(f"unknown systems {sorted(unknown)}; choose from {','.join(known)}")
-    return systems
+        parser.error(f"unknown {what} {sorted(unknown)}; choose from {','.join(known)}")
+    if not names:
+        parser.error(f"no {what} given; choose from {','.join(known)}")
+    return names

@@ -51,7 +51,7 @@ from _harness import (
     failure,
     format_table,
     load_average,
-    parse_systems,
+    parse_names,
     run_child,
 )
 from fixed_cost_pipelines import WORKLOADS
@@ -188,8 +188,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     args = parser.parse_args(argv)
     default = (*DEFAULT_SYSTEMS, "sparkbeam-connect") if args.spark_remote else DEFAULT_SYSTEMS
-    args.systems = parse_systems(args.systems or ",".join(default), SYSTEMS, parser)
-    args.workloads = parse_systems(args.workloads, WORKLOADS, parser)
+    args.systems = parse_names(args.systems or ",".join(default), SYSTEMS, parser)
+    args.workloads = parse_names(args.workloads, WORKLOADS, parser, "workloads")
     if "sparkbeam-connect" in args.systems and not args.spark_remote:
         parser.error("system sparkbeam-connect needs --spark_remote sc://host:port")
     return args

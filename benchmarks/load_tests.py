@@ -55,7 +55,7 @@ from _harness import (
     failure,
     format_table,
     load_average,
-    parse_systems,
+    parse_names,
     run_child,
 )
 
@@ -191,8 +191,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="Per-run timeout in seconds. Default: %(default)s",
     )
     args = parser.parse_args(argv)
-    args.tests = parse_systems(args.tests, tuple(TESTS), parser)
-    args.systems = parse_systems(args.systems, SYSTEMS, parser)
+    args.tests = parse_names(args.tests, tuple(TESTS), parser, "tests")
+    args.systems = parse_names(args.systems, SYSTEMS, parser)
     if args.records < 1:
         parser.error(f"--records must be at least 1, got {args.records}")
     return args

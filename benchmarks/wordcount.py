@@ -49,7 +49,7 @@ from _harness import (
     failure,
     format_table,
     load_average,
-    parse_systems,
+    parse_names,
     run_child,
 )
 
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
         help="Rounds of runs, interleaved across systems; the fastest counts. Default: %(default)s",
     )
     args = parser.parse_args(argv)
-    systems = parse_systems(args.systems, SYSTEMS, parser)
+    systems = parse_names(args.systems, SYSTEMS, parser)
 
     corpus = generate_corpus(args.size, args.seed, args.cache_dir)
     work = tempfile.mkdtemp(prefix="sparkbeam-bench-wc-")
