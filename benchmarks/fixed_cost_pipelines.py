@@ -72,6 +72,20 @@ def bare_pyspark(master: str) -> None:
         spark.stop()
 
 
+def _check_spark_remote(options, argv: list[str]) -> None:
+    """Beam drops an unknown flag with a warning: without this check a sparkbeam that lacks
+    --spark_remote would run on a local master and be timed as Spark Connect."""
+    if not any(a.startswith("--spark_remote") for a in argv):
+        return
+    import sparkbeam.runner.options  # noqa: F401  (registers sparkbeam's flags)
+
+    if "spark_remote" not in options.get_all_options():
+        raise SystemExit(
+            "this sparkbeam has no --spark_remote option; install one that has it, "
+            "or leave the sparkbeam-connect system out of --systems"
+        )
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in (*WORKLOADS, "bare_pyspark"):
         print(f"usage: {sys.argv[0]} {{{','.join(WORKLOADS)},bare_pyspark}} ...", file=sys.stderr)
@@ -83,7 +97,9 @@ def main(argv: list[str]) -> int:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    with beam.Pipeline(options=PipelineOptions(rest)) as p:
+    options = PipelineOptions(rest)
+    _check_spark_remote(options, rest)
+    with beam.Pipeline(options=options) as p:
         globals()[workload](p)
     return 0
 
