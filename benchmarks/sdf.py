@@ -69,7 +69,8 @@ import tempfile
 import threading
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _harness import REPO, become_subreaper, reap_orphans
+
 POLL_SYSTEMS = (
     "direct",
     "sparkbeam",
@@ -80,8 +81,6 @@ POLL_SYSTEMS = (
 OFFSET_SYSTEMS = ("direct", "sparkbeam")
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 CATEGORIES = ("driver", "jvm", "pyworkers")
-PR_SET_CHILD_SUBREAPER = 36
-GRACE_S = 3.0
 
 
 # --------------------------------------------------------------------------- child
@@ -292,7 +291,7 @@ def _run_child(workload: str, system: str, args: argparse.Namespace, tmp: str) -
     wall = time.time() - start
     stop.set()
     sampler.join()
-    orphans_left = _reap_orphans()
+    orphans_left = reap_orphans()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if proc.returncode != 0:
@@ -344,47 +343,6 @@ def _run_child(workload: str, system: str, args: argparse.Namespace, tmp: str) -
             residuals_per_s=residuals / phase,
         )
     return row
-
-
-def _become_subreaper() -> bool:
-    """Make orphaned descendants (e.g. the Spark JVM, which PySpark's driver does not
-    wait for) re-parent to this process, so that reaping them adds their CPU to
-    RUSAGE_CHILDREN. Linux only; returns False where unavailable."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def _reap_orphans(timeout_s: float = 60.0) -> int:
-    """Wait for (and reap) every orphaned descendant; return how many were still alive."""
-    deadline = time.time() + timeout_s
-    grace = time.time() + GRACE_S
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            # Descendants still dying elsewhere in the tree may re-parent here later.
-            if time.time() > grace:
-                return 0
-            time.sleep(0.05)
-            continue
-        if pid == 0:
-            if time.time() > deadline:
-                return len([d for d in os.listdir("/proc") if d.isdigit() and _is_child(int(d))])
-            time.sleep(0.05)
-
-
-def _is_child(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            raw = f.read()
-    except OSError:
-        return False
-    return int(raw[raw.rfind(")") + 2 :].split()[1]) == os.getpid()
 
 
 def _interp(samples: list[tuple[float, float]], t: float) -> float:
@@ -461,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ok = True
     report: dict[str, list[dict]] = {}
-    subreaper = _become_subreaper()
+    subreaper = become_subreaper()
     print(
         "whole-run CPU: RUSAGE_CHILDREN "
         + (

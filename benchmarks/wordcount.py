@@ -37,13 +37,22 @@ import glob
 import json
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from dataclasses import dataclass
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from _harness import (
+    REPO,
+    Result,
+    best_of,
+    failure,
+    format_table,
+    load_average,
+    parse_names,
+    run_child,
+)
+
 EXAMPLE = os.path.join(REPO, "examples", "wordcount.py")
 SYSTEMS = ("direct", "pyspark", "sparkbeam")
 VOCAB_SIZE = 50_000
@@ -193,15 +202,6 @@ def read_counts(out_dir: str) -> dict[str, int]:
     return counts
 
 
-@dataclass
-class Result:
-    system: str
-    seconds: float
-    ok: bool
-    problem: str = ""
-    runs: tuple[float, ...] = ()
-
-
 def run_system(system: str, corpus: Corpus, work: str, args: argparse.Namespace) -> Result:
     out_dir = os.path.join(work, system)
     shutil.rmtree(out_dir, ignore_errors=True)
@@ -209,19 +209,10 @@ def run_system(system: str, corpus: Corpus, work: str, args: argparse.Namespace)
     cmd = command(system, corpus, out_dir, args)
     log_path = os.path.join(work, f"{system}.log")
     print(f"running {system}: {' '.join(cmd)}  (log: {log_path})", file=sys.stderr, flush=True)
-    # Spark's Python workers run this interpreter for both Spark systems (sparkbeam sets the
-    # same default itself); otherwise PySpark would start whatever `python3` is on PATH.
-    env = dict(os.environ)
-    env.setdefault("PYSPARK_PYTHON", sys.executable)
-    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    with open(log_path, "w") as log:
-        t0 = time.perf_counter()
-        proc = subprocess.run(
-            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, timeout=args.timeout
-        )
-        seconds = time.perf_counter() - t0
-    if proc.returncode != 0:
-        return Result(system, seconds, False, f"exit status {proc.returncode}, see {log_path}")
+    child = run_child(cmd, log_path, args.timeout)
+    seconds = child.seconds
+    if child.returncode != 0:
+        return Result(system, seconds, False, failure(child, log_path, args.timeout))
     got = read_counts(out_dir)
     if got != corpus.counts:
         missing = corpus.counts.keys() - got.keys()
@@ -241,14 +232,6 @@ def run_system(system: str, corpus: Corpus, work: str, args: argparse.Namespace)
 # --------------------------------------------------------------------------- report
 
 
-def best_of(system: str, runs: list[Result]) -> Result:
-    """The fastest run of ``system``, or its first failure; every run's seconds attached."""
-    mine = [r for r in runs if r.system == system]
-    failed = [r for r in mine if not r.ok]
-    chosen = failed[0] if failed else min(mine, key=lambda r: r.seconds)
-    return Result(system, chosen.seconds, chosen.ok, chosen.problem, tuple(r.seconds for r in mine))
-
-
 def table(results: list[Result], corpus: Corpus) -> str:
     by = {r.system: r.seconds for r in results}
     head = ("system", "wall s", "words/s", "MB/s", "vs pyspark", "vs direct", "output", "runs s")
@@ -266,16 +249,7 @@ def table(results: list[Result], corpus: Corpus) -> str:
                 " ".join(f"{x:.1f}" for x in r.runs),
             )
         )
-    widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
-
-    def fmt(row) -> str:  # first column left-aligned, the others right-aligned
-        cells = (
-            str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths))
-        )
-        return "  ".join(cells)
-
-    lines = [fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)]
-    return "\n".join(lines)
+    return format_table(head, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,17 +293,14 @@ def main(argv: list[str] | None = None) -> int:
         help="Rounds of runs, interleaved across systems; the fastest counts. Default: %(default)s",
     )
     args = parser.parse_args(argv)
-    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
-    unknown = set(systems) - set(SYSTEMS)
-    if unknown:
-        parser.error(f"unknown systems {sorted(unknown)}; choose from {SYSTEMS}")
+    systems = parse_names(args.systems, SYSTEMS, parser)
 
     corpus = generate_corpus(args.size, args.seed, args.cache_dir)
     work = tempfile.mkdtemp(prefix="sparkbeam-bench-wc-")
-    load_before = os.getloadavg()[0]
+    load_before = load_average()
     runs = [run_system(s, corpus, work, args) for _ in range(args.repeat) for s in systems]
-    results = [best_of(s, runs) for s in systems]
-    load_after = os.getloadavg()[0]
+    results = [best_of(runs, s) for s in systems]
+    load_after = load_average()
 
     print(
         f"\nword count, corpus {corpus.n_bytes / MB:.1f} MB, {corpus.n_words:,} words, "

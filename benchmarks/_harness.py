@@ -1,0 +1,222 @@
+"""What the benchmarks share: run a system in a fresh child process and time it, report.
+
+Each benchmark script (``wordcount.py``, ``fixed_cost.py``, ``load_tests.py``, ``sdf.py``)
+owns its workloads and its table's columns; this module owns how a child is run and
+measured, and the plain-text table format:
+
+* ``run_child`` -- wall time measured by the parent around the whole child process
+  (Python start-up, imports, JVM and SparkSession start included: the time a user
+  waits), and CPU seconds from ``getrusage(RUSAGE_CHILDREN)`` around it. The child runs
+  in its own session; on a timeout its whole process group is killed (a Spark JVM left
+  behind would load the machine for the next system).
+* ``become_subreaper`` / ``reap_orphans`` -- PySpark's driver does not wait for the
+  Spark JVM it started, so its CPU is missing from RUSAGE_CHILDREN unless this process
+  adopts and reaps it (Linux ``PR_SET_CHILD_SUBREAPER``). CPU of processes that nobody
+  reaps with accounting (most of PySpark's worker processes) is still missed.
+* ``best_of`` -- with ``--repeat N`` systems run interleaved (a, b, c, a, b, c, ...) so a
+  change in machine load hits all of them; the fastest run counts.
+* ``error_line`` -- the line of a failed child's log that says what went wrong.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PR_SET_CHILD_SUBREAPER = 36
+GRACE_S = 3.0
+# The last line of a Python traceback ("ValueError: ...", "py4j.protocol.Py4JJavaError: ...").
+_ERROR_RE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+_subreaper = False
+
+
+@dataclass
+class Child:
+    """One finished child process."""
+
+    returncode: int | None  # None: killed after the timeout
+    seconds: float
+    cpu: float  # user + sys of the reaped descendants
+
+
+@dataclass
+class Result:
+    """One system's run (or the best of several) of one workload."""
+
+    system: str
+    seconds: float
+    ok: bool
+    problem: str = ""
+    runs: tuple[float, ...] = ()
+    cpu: float = float("nan")
+    workload: str = ""
+    note: str = ""  # a benchmark's own extra column, e.g. a metric the child logged
+
+
+def child_env(extra_path: list[str] | None = None) -> dict[str, str]:
+    """This environment, with Spark's Python workers on this interpreter.
+
+    sparkbeam sets the same default itself; otherwise PySpark would start whatever
+    ``python3`` is on PATH. ``extra_path`` is prepended to PYTHONPATH.
+    """
+    env = dict(os.environ)
+    env.setdefault("PYSPARK_PYTHON", sys.executable)
+    env.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    if extra_path:
+        env["PYTHONPATH"] = os.pathsep.join([*extra_path, env.get("PYTHONPATH", "")]).rstrip(
+            os.pathsep
+        )
+    return env
+
+
+def run_child(
+    cmd: list[str], log_path: str, timeout: float | None, env: dict[str, str] | None = None
+) -> Child:
+    """Run ``cmd`` (output to ``log_path``), timing it; kill its process group on timeout."""
+    env = child_env() if env is None else env
+    before = _children_cpu()
+    with open(log_path, "w") as log:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(
+            cmd, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env, start_new_session=True
+        )
+        try:
+            returncode: int | None = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            returncode = None
+        seconds = time.perf_counter() - t0
+    if _subreaper:
+        reap_orphans()
+    return Child(returncode, seconds, _children_cpu() - before)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _children_cpu() -> float:
+    import resource
+
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def become_subreaper() -> bool:
+    """Adopt orphaned descendants (e.g. the Spark JVM, which PySpark's driver does not
+    wait for), so that reaping them adds their CPU to RUSAGE_CHILDREN. Linux only;
+    returns False where unavailable."""
+    global _subreaper
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        _subreaper = libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        _subreaper = False
+    return _subreaper
+
+
+def reap_orphans(timeout_s: float = 60.0) -> int:
+    """Wait for (and reap) every orphaned descendant; return how many were still alive."""
+    deadline = time.time() + timeout_s
+    grace = time.time() + GRACE_S
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            # Descendants still dying elsewhere in the tree may re-parent here later.
+            if time.time() > grace:
+                return 0
+            time.sleep(0.05)
+            continue
+        if pid == 0:
+            if time.time() > deadline:
+                return len([d for d in os.listdir("/proc") if d.isdigit() and _is_child(int(d))])
+            time.sleep(0.05)
+
+
+def _is_child(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            raw = f.read()
+    except OSError:
+        return False
+    return int(raw[raw.rfind(")") + 2 :].split()[1]) == os.getpid()
+
+
+def error_line(log_path: str) -> str:
+    """The last exception line of the log (a traceback's headline), else its last line."""
+    try:
+        with open(log_path, errors="replace") as f:
+            lines = [line.rstrip() for line in f if line.strip()]
+    except OSError:
+        return ""
+    errors = [line for line in lines if _ERROR_RE.match(line)]
+    chosen = errors[-1] if errors else (lines[-1] if lines else "(no output)")
+    return chosen if len(chosen) <= 300 else chosen[:297] + "..."
+
+
+def failure(child: Child, log_path: str, timeout: float | None) -> str:
+    """A one-line account of a failed child: exit status (or timeout) and its error."""
+    if child.returncode is None:
+        return f"timed out after {timeout:g} s, see {log_path}"
+    return f"exit status {child.returncode}: {error_line(log_path)} (log: {log_path})"
+
+
+def best_of(runs: list[Result], system: str, workload: str = "") -> Result:
+    """The fastest run of ``system`` (on ``workload``), or its first failure; every run's
+    seconds attached."""
+    mine = [r for r in runs if r.system == system and r.workload == workload]
+    failed = [r for r in mine if not r.ok]
+    chosen = failed[0] if failed else min(mine, key=lambda r: r.seconds)
+    return Result(
+        system,
+        chosen.seconds,
+        chosen.ok,
+        chosen.problem,
+        tuple(r.seconds for r in mine),
+        chosen.cpu,
+        workload,
+        chosen.note,
+    )
+
+
+def load_average() -> float:
+    """The 1-minute load average: on a shared machine, distrust results taken under load."""
+    return os.getloadavg()[0]
+
+
+def format_table(head: tuple[str, ...], rows: list[tuple]) -> str:
+    """A plain-text table; the first column left-aligned, the others right-aligned."""
+    widths = [max(len(str(x[i])) for x in [head, *rows]) for i in range(len(head))]
+
+    def fmt(row) -> str:
+        cells = (
+            str(c).rjust(w) if i else str(c).ljust(w) for i, (c, w) in enumerate(zip(row, widths))
+        )
+        return "  ".join(cells).rstrip()
+
+    return "\n".join([fmt(head), fmt(["-" * w for w in widths]), *map(fmt, rows)])
+
+
+def parse_names(value: str, known: tuple[str, ...], parser, what: str = "systems") -> list[str]:
+    """A comma-separated option value (``--systems``, ``--workloads``), checked against
+    ``known``; an unknown name is a usage error naming it."""
+    names = [s.strip() for s in value.split(",") if s.strip()]
+    unknown = set(names) - set(known)
+    if unknown:
+        parser.error(f"unknown {what} {sorted(unknown)}; choose from {','.join(known)}")
+    if not names:
+        parser.error(f"no {what} given; choose from {','.join(known)}")
+    return names
