@@ -26,6 +26,7 @@ from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.edges import EdgeBuilder
 from sparkbeam.runner.rounds.ledger import RoundLedger
 from sparkbeam.runner.rounds.loop import RoundLoop
+from sparkbeam.runner.rounds.side_inputs import read_together
 from sparkbeam.runner.rounds.sink_files import (
     discard_staging,
     finalize,
@@ -214,14 +215,8 @@ class PlanExecutor:
         )
         self.plane.describe_job(self.rdds.group, label)
         with self.plane.call_site(label):
-            tagged = self.plane.union(
-                [self.edges.read(b).map(functools.partial(_tagged, b)) for b in buffers]
-            )
-            rows = self._guarded(stages[0], tagged.collect)
-        values: dict = {b: [] for b in buffers}
-        for buffer, chunk in rows:  # a union keeps each buffer's chunks in order
-            values[buffer].append(chunk)
-        return values
+            reads = {b: self.edges.read(b) for b in buffers}
+            return read_together(self.plane, reads, lambda d: self._guarded(stages[0], d.collect))
 
     def _run_remaining(self) -> None:
         """One Spark job that runs every stage not run yet and gathers all reports."""
@@ -272,7 +267,3 @@ def _is_output(buffer: str, record) -> bool:
 
 def _data(record) -> bytes:
     return record.data
-
-
-def _tagged(buffer: str, chunk: bytes) -> tuple[str, bytes]:
-    return buffer, chunk

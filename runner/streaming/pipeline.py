@@ -25,6 +25,7 @@ from sparkbeam.runner.rounds import feed, sink_files
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.loop import Opened, RoundLoop
+from sparkbeam.runner.rounds.side_inputs import read_together
 from sparkbeam.runner.rounds.startpoints import open_session
 from sparkbeam.runner.spark.labels import job_group, stage_label
 from sparkbeam.runner.streaming import pushback as streaming_pushback
@@ -226,18 +227,18 @@ class PipelineRounds:
 
     def _side_inputs(self, stage, edges) -> dict:
         """Side inputs accumulate over rounds (and are kept in the store for restores)."""
-        values = {}
-        for si in stage.side_inputs:
-            if si.buffer not in edges.side_inputs_read:  # once per round, however many readers
-                edges.side_inputs_read.add(si.buffer)
-                new = run_guarded(stage.id, edges.read(si.buffer, None).collect)
-                for i, chunk in enumerate(new):
-                    key = f"{self._round_no:010d}/{i:08d}".encode()
-                    value = state_layout.encode_side_input(chunk)
-                    self.state.put(state_layout.side_input(si.buffer), key, value)
-                self.side_values[si.buffer].extend(new)
-            values[si.buffer] = list(self.side_values[si.buffer])
-        return values
+        unread = [si.buffer for si in stage.side_inputs if si.buffer not in edges.side_inputs_read]
+        reads = {b: edges.read(b, None) for b in dict.fromkeys(unread)}  # one job for them all
+        fresh = read_together(self.ctx.plane, reads, lambda d: run_guarded(stage.id, d.collect))
+        for buffer, new in fresh.items():  # once per round, however many readers
+            edges.side_inputs_read.add(buffer)
+            for i, chunk in enumerate(new):
+                key = f"{self._round_no:010d}/{i:08d}".encode()
+                self.state.put(
+                    state_layout.side_input(buffer), key, state_layout.encode_side_input(chunk)
+                )
+            self.side_values[buffer].extend(new)
+        return {si.buffer: list(self.side_values[si.buffer]) for si in stage.side_inputs}
 
     # --- the barrier ------------------------------------------------------------------
 

@@ -1,0 +1,29 @@
+"""Side inputs read together: every buffer a step needs, in one Spark job.
+
+Each side input read on its own is a Spark job, paid one after another; a Map with ten
+``AsSingleton`` inputs paid ten. Batch waves (``batch.build_order``) and streaming rounds
+(``streaming.pipeline``) read all the buffers they need at once: a union of the buffers'
+datasets, each chunk tagged with its buffer, collected once and split again in order.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+
+def read_together(plane, reads: dict, collect: Callable) -> dict[str, list[bytes]]:
+    """Buffer -> its encoded chunks, in order; ``reads``: buffer -> its dataset.
+
+    ``collect(dataset)`` runs the one job (the caller guards it and names its stages)."""
+    if not reads:
+        return {}
+    tagged = plane.union([data.map(functools.partial(_tagged, b)) for b, data in reads.items()])
+    values: dict[str, list[bytes]] = {b: [] for b in reads}
+    for buffer, chunk in collect(tagged):  # a union keeps each buffer's chunks in order
+        values[buffer].append(chunk)
+    return values
+
+
+def _tagged(buffer: str, chunk: bytes) -> tuple[str, bytes]:
+    return buffer, chunk
