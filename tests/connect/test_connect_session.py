@@ -5,6 +5,7 @@ Runs on the ``connect_server`` fixture (local[2], workers without sparkbeam) and
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from sparkbeam.runner.spark.session import (
     default_parallelism,
     get_or_create_session,
     is_connect,
+    sql_functions,
     target_master,
 )
 from sparkbeam.runner.spark.shipping import ship_user_code
@@ -53,6 +55,18 @@ def test_spark_remote_session_runs_a_query_on_the_server(connect_server):
     assert spark.range(10).selectExpr("sum(id)").first()[0] == 45
     assert target_master(remote_options(connect_server.url)) == "local[2]"
     assert get_or_create_session(remote_options(connect_server.url)) is spark
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # pyspark stays classic here
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_a_classic_and_a_connect_session_live_in_one_process(spark, connect_server):
+    remote = get_or_create_session(remote_options(connect_server.url))
+    for session in (spark, remote):
+        F = sql_functions(session)
+        assert session.range(4).select(F.sum(F.col("id"))).first()[0] == 6
+    assert not is_connect(spark) and default_parallelism(spark) == 2
 
 
 @pytest.mark.spark
