@@ -1,4 +1,8 @@
-"""The ``sparkbeam`` command: ``plan``, ``drain``, ``checkpoints``, ``startpoints``, ``sdf-check``.
+"""The ``sparkbeam`` command: ``plan``, ``drain``, ``serve``, ``checkpoints``, ``startpoints``,
+``sdf-check``.
+
+``sparkbeam serve`` runs a local Spark Connect server in the foreground (a warm Spark for
+fast local runs with ``--spark_remote``) until Ctrl-C or SIGTERM.
 
 ``sparkbeam plan my_pipeline.py [pipeline args]`` runs the script with a
 runner that only translates and prints the ExecutionPlan (nothing executes).
@@ -111,6 +115,59 @@ def _drain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve(args: argparse.Namespace) -> int:
+    """Run a local Spark Connect server until Ctrl-C or SIGTERM, then stop it."""
+    import signal
+
+    from sparkbeam.runner.spark import connect_server
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        server = connect_server.start_server(args.master, args.port, args.log_dir)
+    except connect_server.ConnectServerError as e:
+        return cli_error("serve", str(e))
+    except KeyboardInterrupt:
+        return 130
+    print(
+        f"Spark Connect server at {server.url} (master {args.master}, pid {server.pid}, log "
+        f"{server.log_path}).\nRun pipelines on it with --spark_remote={server.url} (or "
+        f"SPARK_REMOTE={server.url}). Ctrl-C stops it.",
+        flush=True,
+    )
+    try:
+        code = server.proc.wait()
+        return cli_error("serve", f"the server exited with code {code}; see {server.log_path}")
+    except KeyboardInterrupt:
+        print("Stopping the Spark Connect server.", flush=True)
+        return 0
+    finally:
+        server.stop()
+
+
+def _add_serve(sub) -> None:
+    from sparkbeam.runner.spark.connect_server import DEFAULT_MASTER, DEFAULT_PORT
+
+    serve = sub.add_parser("serve", help="run a local Spark Connect server (Ctrl-C stops it)")
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port on 127.0.0.1. Default: {DEFAULT_PORT}.",
+    )
+    serve.add_argument(
+        "--master",
+        default=DEFAULT_MASTER,
+        help=f"the server's Spark master. Default: {DEFAULT_MASTER}.",
+    )
+    serve.add_argument(
+        "--log_dir", default=None, help="folder of the server's log. Default: a new temporary one."
+    )
+    serve.set_defaults(func=_serve)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sparkbeam", description="Beam Python pipelines on Apache Spark."
@@ -123,6 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
     drain = sub.add_parser("drain", help="drain the streaming job running on a checkpoint store")
     cli_store.add_store_arguments(drain)  # --checkpoint_dir and --s3_endpoint_url, ...
     drain.set_defaults(func=_drain)
+    _add_serve(sub)
     checkpoint_cli.add_subcommands(sub)
     startpoints_cli.add_startpoint_subcommands(sub)
     sdf_check_cli.add_subcommands(sub)

@@ -37,6 +37,14 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             "spark.executor.memory=2g). Default: none.",
         )
         parser.add_argument(
+            "--spark_remote",
+            default=None,
+            metavar="sc://HOST:PORT",
+            help="Run on the Spark Connect server at this URL instead of starting Spark in "
+            "this process (`sparkbeam serve` starts a local one); not together with "
+            "--spark_master_url. Default: Spark's SPARK_REMOTE environment variable, else none.",
+        )
+        parser.add_argument(
             "--spark_app_name",
             default=None,
             help="Spark application name. Default: the Beam job name, else 'sparkbeam'.",
@@ -123,6 +131,23 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             return None
         return given
 
+    def remote_url(self) -> str | None:
+        """--spark_remote, else ``SPARK_REMOTE``; checked (one-line error if malformed, or if
+        --spark_master_url is given too); None to run Spark in this process."""
+        url = self.spark_remote or os.environ.get("SPARK_REMOTE") or None
+        if url is None:
+            return None
+        flag = "--spark_remote" if self.spark_remote else "SPARK_REMOTE (environment)"
+        master = self.explicit_master_url()
+        if master:
+            raise PipelineOptionsError(
+                f"{flag} {url!r} and --spark_master_url {master!r} both name where Spark runs; "
+                "give one: a Spark Connect server's master is set where it starts "
+                "(`sparkbeam serve --master ...`)."
+            )
+        check_remote_url(flag, url)
+        return url
+
     def spark_conf_pairs(self) -> list[tuple[str, str]]:
         """Parse --spark_conf values; raise a one-line error for a malformed one."""
         pairs = []
@@ -135,6 +160,22 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
                 )
             pairs.append((key.strip(), value.strip()))
         return pairs
+
+
+def check_remote_url(flag: str, url: str) -> None:
+    """Raise a one-line error unless ``url`` is a Spark Connect URL (pyspark's own parser)."""
+    from pyspark.errors import PySparkValueError
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    try:
+        DefaultChannelBuilder(url)
+    except (PySparkValueError, ValueError) as e:
+        detail = getattr(e, "getMessageParameters", lambda: None)() or {}
+        reason = detail.get("detail") or str(e).strip().splitlines()[0]
+        raise PipelineOptionsError(
+            f"{flag} {url!r} is not a Spark Connect URL ({reason}); write it like "
+            "sc://127.0.0.1:15002 (`sparkbeam serve` prints the URL of a local server)."
+        ) from None
 
 
 def _given(options: pipeline_options.PipelineOptions, name: str) -> bool:

@@ -28,7 +28,7 @@ from sparkbeam.runner.result import SparkPipelineResult
 from sparkbeam.runner.rounds.compatibility import refuse_finished_rerun
 from sparkbeam.runner.rounds.startpoints import check_startpoints
 from sparkbeam.runner.spark.filesystem_options import apply_in_driver, use_in_jobs
-from sparkbeam.runner.spark.session import get_or_create_session
+from sparkbeam.runner.spark.session import get_or_create_session, is_connect
 from sparkbeam.runner.spark.shipping import ship_user_code
 from sparkbeam.runner.spark.storage_check import check_shared_storage
 from sparkbeam.runner.streaming.job import open_streaming_store, start_streaming
@@ -135,7 +135,8 @@ def start_spark(options: PipelineOptions, job_name: str | None, store, fs_option
     try:
         spark = get_or_create_session(options.view_as(SparkRunnerOptions), job_name)
         ship_user_code(spark, options)  # the user's modules and packages reach the executors
-        use_in_jobs(spark.sparkContext, fs_options)  # ... and in every task
+        if not is_connect(spark):  # on Connect the data plane carries them into tasks
+            use_in_jobs(spark.sparkContext, fs_options)  # ... and in every task
         return spark
     except BaseException:
         if store is not None:

@@ -59,6 +59,20 @@ def s3_server(tmp_path_factory):
         stop_process_group(server.proc)
 
 
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory):
+    """A local Spark Connect server (local[2], 127.0.0.1) whose Python workers get sparkbeam
+    only as a session artifact; started once per test process, stopped (by PID) at the end.
+    Its ``.url`` is what ``--spark_remote`` takes."""
+    from tests.servers import start_connect_server
+
+    server = start_connect_server(tmp_path_factory.mktemp("connect-server"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def no_aws_environment(monkeypatch):
     """No ``AWS_*`` variables: a process must get its S3 options from the pipeline's flags."""

@@ -172,3 +172,22 @@ def start_s3_server(log_dir: Path) -> S3Server:
     server = S3Server(endpoint, BUCKET, proc)
     server.client().create_bucket(Bucket=BUCKET)
     return server
+
+
+def start_connect_server(log_dir: Path, master: str = "local[2]"):
+    """A local Spark Connect server whose Python workers cannot import sparkbeam by themselves.
+
+    Its workers run this interpreter with ``-S``: site-packages come from ``PYTHONPATH`` only,
+    so the ``.pth`` files of the editable install (which map ``sparkbeam``) are not read, and
+    the server's folder is ``log_dir``, not the repo. sparkbeam reaches them only as a
+    session artifact (``shipping``), as on a server that does not have it installed; hence
+    pyspark's stock worker daemon (sparkbeam's imports sparkbeam)."""
+    import site
+
+    from sparkbeam.runner.spark.connect_server import start_server
+
+    python = log_dir / "python-without-sparkbeam"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    env = server_env("connect", {"PYTHONPATH": os.pathsep.join(site.getsitepackages())})
+    return start_server(master, log_dir=log_dir, python=str(python), worker_daemon=False, env=env)

@@ -5,6 +5,12 @@ the Python driver as JVM system properties, which ``SparkConf()`` reads); sparkb
 its defaults for keys spark-submit left unset. A session whose py4j link broke (an action
 interrupted by a KeyboardInterrupt or a test timeout) is reconnected, or stopped and rebuilt.
 Log levels and scheduler pools are ``session_conf``'s.
+
+With ``--spark_remote`` (or ``SPARK_REMOTE``) the session is a Spark Connect client of that
+server (``connect_session``): no JVM here, no SparkContext. It is made with the Connect
+builder itself, so this process does not switch pyspark into Connect mode as a whole
+(``SPARK_CONNECT_MODE_ENABLED``): a classic session in the same process keeps working, and
+code that builds columns for a session takes them from ``sql_functions(spark)``.
 """
 
 from __future__ import annotations
@@ -41,7 +47,11 @@ def check_master_url(master: str) -> None:
 
 
 def get_or_create_session(options: SparkRunnerOptions, job_name: str | None = None):
-    """The session to run on: the live active one, spark-submit's, or a new one."""
+    """The session to run on: a Spark Connect server's, the live active one, spark-submit's,
+    or a new one."""
+    remote = options.remote_url()
+    if remote:
+        return connect_session(remote, _connect_conf(options))
     explicit = options.explicit_master_url()
     if explicit:
         check_master_url(explicit)
@@ -61,12 +71,118 @@ def get_or_create_session(options: SparkRunnerOptions, job_name: str | None = No
 
 
 def target_master(options: SparkRunnerOptions) -> str:
-    """The master a run will use: the live session's, spark-submit's, else the option's."""
+    """The master a run will use: the Connect server's, the live session's, spark-submit's,
+    else the option's."""
+    remote = options.remote_url()
+    if remote:
+        return connect_session(remote).conf.get("spark.master", "?")
     active = live_active_session()
     if active is not None:
         return active.sparkContext.master
     submitted = submitted_conf() or {}
     return submitted.get("spark.master") or options.explicit_master_url() or DEFAULT_MASTER
+
+
+def connect_session(url: str, conf: dict[str, str] | None = None):
+    """A Spark Connect session on the server at ``url`` (one per URL in this process), with
+    the runtime ``conf``; a clear error when nothing answers there."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    session = _CONNECT_SESSIONS.get(url)
+    if session is None or session.is_stopped:
+        probe_remote(url)
+        session = ConnectSession.builder.remote(url).create()
+        try:
+            _LOG.info("Spark Connect server %s runs Spark %s", url, session.version)
+        except Exception as e:  # noqa: BLE001 - gRPC errors are long and opaque
+            raise SparkSessionError(
+                f"The Spark Connect server at {url!r} does not answer ({_first_line(e)}); "
+                "check the server, or start a local one with `sparkbeam serve`."
+            ) from None
+        _CONNECT_SESSIONS[url] = session
+    for key, value in (conf or {}).items():
+        session.conf.set(key, value)
+    return session
+
+
+_CONNECT_SESSIONS: dict[str, object] = {}
+
+
+def probe_remote(url: str) -> None:
+    """Fail fast, in one line, when nothing listens at a Spark Connect URL (the client itself
+    retries for minutes)."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+
+    endpoint = DefaultChannelBuilder(url).endpoint
+    host, _, port = endpoint.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=PROBE_TIMEOUT_S):
+            return
+    except OSError as e:
+        reason = e.strerror or str(e)
+    raise SparkSessionError(
+        f"No Spark Connect server answers at {url!r} ({endpoint}: {reason}); start one with "
+        "`sparkbeam serve` (it prints the URL to use), or check the server and --spark_remote."
+    )
+
+
+def _connect_conf(options: SparkRunnerOptions) -> dict[str, str]:
+    """What a run sets in its Connect session: --parallelism and --spark_conf (runtime conf;
+    the server's static conf is set where it starts)."""
+    conf = {}
+    if options.shuffle_parallelism():
+        conf["spark.sql.shuffle.partitions"] = str(options.shuffle_parallelism())
+    conf.update(options.spark_conf_pairs())
+    return conf
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def is_connect(spark) -> bool:
+    """Whether ``spark`` is a Spark Connect session (no SparkContext, no RDDs)."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    return isinstance(spark, ConnectSession)
+
+
+def sql_functions(spark):
+    """``pyspark.sql.functions`` for a classic session, its Connect twin for a Connect one
+    (pyspark picks by process-wide mode, which sparkbeam does not switch)."""
+    if is_connect(spark):
+        from pyspark.sql.connect import functions
+    else:
+        from pyspark.sql import functions
+    return functions
+
+
+_PARALLELISM: dict[str, int] = {}
+
+
+def default_parallelism(spark) -> int:
+    """Spark's default parallelism, on a classic or a Connect session.
+
+    Connect has no SparkContext: the server's ``spark.default.parallelism`` if set, else the
+    partition count of ``spark.range`` (its leaf-node default parallelism), by one tiny query,
+    once per session."""
+    if not is_connect(spark):
+        return spark.sparkContext.defaultParallelism
+    cached = _PARALLELISM.get(spark.session_id)
+    if cached is None:
+        conf = spark.conf.get("spark.default.parallelism", None)
+        cached = int(conf) if conf else _range_partitions(spark)
+        _PARALLELISM[spark.session_id] = cached
+    return cached
+
+
+def _range_partitions(spark) -> int:
+    """How many partitions ``spark.range`` gets: every one holds rows of a long range."""
+    from pyspark.sql.connect import functions as F
+
+    ids = spark.range(0, 1 << 20).select(F.spark_partition_id().alias("p"))
+    return int(ids.agg(F.max("p")).first()[0]) + 1
 
 
 def submitted_conf() -> dict[str, str] | None:

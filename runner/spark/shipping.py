@@ -18,12 +18,18 @@ sparkbeam does not run pip on executors (it logs what it leaves out).
 ``--save_main_session`` needs nothing more: Beam's pickler carries ``__main__``
 definitions by value, and the main script's own modules ship as above.
 
+On a Spark Connect session (no SparkContext) the same files, and sparkbeam itself (a
+zip of its package: the server's Python may not have it), reach the server's Python
+workers through Connect's artifact upload (``addArtifacts(..., pyfile=True)``), once per
+session.
+
 Also here: the error a task's ``ModuleNotFoundError`` becomes, saying how to
 ship the module (``errors.run_guarded`` asks ``missing_module_error``).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import logging
@@ -79,23 +85,52 @@ def missing_module_error(stage: str, user_traceback: str) -> ModuleNotOnExecutor
 
 
 def ship_user_code(spark, options) -> list[str]:
-    """Add the user's modules and Beam's staged packages to the SparkContext.
+    """Add the user's modules and Beam's staged packages to the SparkContext (on Connect:
+    upload them, and sparkbeam, as session artifacts).
 
-    Returns the file names added (each once per Spark application).
+    Returns the file names added (each once per Spark application or Connect session).
     """
-    sc = spark.sparkContext
-    shipped = _SHIPPED.setdefault(sc.applicationId, set())
+    from sparkbeam.runner.spark.session import is_connect
+
     work = Path(tempfile.mkdtemp(prefix="sparkbeam-ship-"))
     files = [f for f in (main_folder_zip(work),) if f] + staged_packages(options, work)
+    if is_connect(spark):
+        shipped = _SHIPPED.setdefault(spark.session_id, set())
+        files.insert(0, sparkbeam_zip())
+        add = lambda path: spark.addArtifacts(path, pyfile=True)  # noqa: E731
+    else:
+        sc = spark.sparkContext
+        shipped = _SHIPPED.setdefault(sc.applicationId, set())
+        add = sc.addPyFile
     added = []
     for path in files:
         if path.name not in shipped:
-            sc.addPyFile(str(path))
+            add(str(path))
             shipped.add(path.name)
             added.append(path.name)
     if added:
         _LOG.info("Shipped to the executors: %s", ", ".join(added))
     return added
+
+
+@functools.cache
+def sparkbeam_zip() -> Path:
+    """A zip of the sparkbeam package as this process imports it (installed or editable: its
+    sub-packages may live in other folders), built once per process."""
+    import sparkbeam
+    import sparkbeam.runner.runner  # noqa: F401 - loads every sub-package a run uses
+
+    root = Path(sparkbeam.__path__[0]).resolve()
+    tops = {"sparkbeam": root}
+    for name, module in sorted(sys.modules.items()):
+        parts = name.split(".")
+        paths = list(getattr(module, "__path__", []))
+        if len(parts) == 2 and parts[0] == "sparkbeam" and paths:
+            folder = Path(paths[0]).resolve()
+            if not folder.is_relative_to(root):
+                tops[name] = folder
+    work = Path(tempfile.mkdtemp(prefix="sparkbeam-ship-"))
+    return _zip_paths(work, "sparkbeam", tops)
 
 
 def main_folder_zip(work: Path) -> Path | None:
@@ -150,7 +185,8 @@ def _installed_roots() -> list[str]:
 
 
 def _zip_paths(work: Path, stem: str, tops: dict[str, Path]) -> Path:
-    """Zip modules and package folders at the zip's root; the name carries a content hash."""
+    """Zip modules and package folders, each at the zip path of its (dotted) name; the
+    zip's name carries a content hash."""
     staging = work / f"{stem}.zip"
     with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in sorted(tops):
@@ -158,13 +194,14 @@ def _zip_paths(work: Path, stem: str, tops: dict[str, Path]) -> Path:
             if path.is_file():
                 zf.write(path, path.name)
                 continue
+            at = name.replace(".", "/")
             for root, dirs, filenames in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
                 for filename in sorted(filenames):
                     if filename.endswith((".pyc", ".pyo")):
                         continue
                     full = Path(root) / filename
-                    zf.write(full, full.relative_to(path.parent).as_posix())
+                    zf.write(full, f"{at}/{full.relative_to(path).as_posix()}")
     return _hash_named(staging, stem, ".zip")
 
 

@@ -1,0 +1,168 @@
+"""Spark Connect sessions: a local server, --spark_remote, sparkbeam shipped as an artifact.
+
+Runs on the ``connect_server`` fixture (local[2], workers without sparkbeam) and on a
+``sparkbeam serve`` subprocess."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pyarrow as pa
+import pytest
+from pyspark import cloudpickle
+from pyspark.sql.types import StringType, StructField, StructType
+
+from sparkbeam.runner.errors import PipelineOptionsError, SparkSessionError
+from sparkbeam.runner.options import SparkRunnerOptions
+from sparkbeam.runner.spark.connect_server import free_port
+from sparkbeam.runner.spark.session import (
+    default_parallelism,
+    get_or_create_session,
+    is_connect,
+    sql_functions,
+    target_master,
+)
+from sparkbeam.runner.spark.shipping import ship_user_code
+from tests.servers import leftover_processes, server_env
+
+WHERE = StructType([StructField("where", StringType())])
+# The server cannot import this test module: its functions travel by value.
+cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def remote_options(url: str, *extra: str) -> SparkRunnerOptions:
+    return SparkRunnerOptions([f"--spark_remote={url}", *extra])
+
+
+def import_sparkbeam_in_worker(batches):
+    """A mapInArrow function that imports sparkbeam and says from where."""
+    import sparkbeam.checkpoint.keygroups as module
+
+    for _ in batches:
+        yield pa.RecordBatch.from_pydict({"where": [module.__file__]})
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_spark_remote_session_runs_a_query_on_the_server(connect_server):
+    spark = get_or_create_session(remote_options(connect_server.url))
+    assert is_connect(spark)
+    assert spark.range(10).selectExpr("sum(id)").first()[0] == 45
+    assert target_master(remote_options(connect_server.url)) == "local[2]"
+    assert get_or_create_session(remote_options(connect_server.url)) is spark
+    assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # pyspark stays classic here
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_a_classic_and_a_connect_session_live_in_one_process(spark, connect_server):
+    remote = get_or_create_session(remote_options(connect_server.url))
+    for session in (spark, remote):
+        F = sql_functions(session)
+        assert session.range(4).select(F.sum(F.col("id"))).first()[0] == 6
+    assert not is_connect(spark) and default_parallelism(spark) == 2
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_default_parallelism_over_connect_is_the_servers_local_n(connect_server):
+    spark = get_or_create_session(remote_options(connect_server.url))
+    started = time.monotonic()
+    assert default_parallelism(spark) == 2
+    print(f"default_parallelism over Connect: {time.monotonic() - started:.2f} s")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_sparkbeam_reaches_the_servers_workers_only_through_the_artifact_upload(connect_server):
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    def run(session):
+        return session.range(1).mapInArrow(import_sparkbeam_in_worker, WHERE).collect()
+
+    bare = ConnectSession.builder.remote(connect_server.url).create()  # no artifacts
+    try:
+        with pytest.raises(Exception, match="No module named 'sparkbeam"):
+            run(bare)
+    finally:
+        bare.stop()
+    spark = get_or_create_session(remote_options(connect_server.url))
+    added = ship_user_code(spark, remote_options(connect_server.url))
+    assert any(name.startswith("sparkbeam-") for name in added)
+    assert ship_user_code(spark, remote_options(connect_server.url)) == []  # once per session
+    [row] = run(spark)
+    assert "sparkbeam-" in row.where and ".zip" in row.where, row.where
+
+
+def test_a_malformed_spark_remote_is_refused_in_one_line():
+    with pytest.raises(PipelineOptionsError, match=r"--spark_remote 'http://x:1' is not a Spark"):
+        remote_options("http://x:1").remote_url()
+    with pytest.raises(PipelineOptionsError, match=r"is not a Spark Connect URL"):
+        remote_options("sc://host:port").remote_url()
+
+
+def test_spark_remote_with_spark_master_url_is_refused():
+    options = remote_options("sc://127.0.0.1:15002", "--spark_master_url=local[2]")
+    with pytest.raises(PipelineOptionsError, match="give one"):
+        options.remote_url()
+
+
+def test_spark_remote_environment_variable_is_used(monkeypatch):
+    monkeypatch.setenv("SPARK_REMOTE", "sc://127.0.0.1:15003")
+    assert SparkRunnerOptions([]).remote_url() == "sc://127.0.0.1:15003"
+    assert SparkRunnerOptions(["--spark_remote=sc://h:1"]).remote_url() == "sc://h:1"
+
+
+def test_no_server_at_the_url_is_a_clear_error():
+    url = f"sc://127.0.0.1:{free_port()}"
+    started = time.monotonic()
+    with pytest.raises(
+        SparkSessionError, match=r"No Spark Connect server answers at .*sparkbeam serve"
+    ):
+        get_or_create_session(remote_options(url))
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_sparkbeam_serve_starts_answers_and_stops(tmp_path):
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    port = free_port()
+    cmd = [sys.executable, "-m", "sparkbeam.runner.cli", "serve", "--port", str(port)]
+    cmd += ["--master", "local[1]", "--log_dir", str(tmp_path)]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, text=True, env=server_env("serve"), cwd=tmp_path
+    )
+    try:
+        started = time.monotonic()
+        line = proc.stdout.readline()
+        assert f"sc://127.0.0.1:{port}" in line, line
+        print(f"sparkbeam serve answered after {time.monotonic() - started:.1f} s")
+        spark = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
+        try:
+            assert spark.conf.get("spark.master") == "local[1]"
+            # Its workers run sparkbeam's daemon, which imports the installed sparkbeam.
+            [row] = spark.range(1).mapInArrow(import_sparkbeam_in_worker, WHERE).collect()
+            assert row.where.endswith("keygroups.py"), row.where
+        finally:
+            spark.stop()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    deadline = time.monotonic() + 20
+    while leftover_processes(role="serve") and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert leftover_processes(role="serve") == []
