@@ -29,6 +29,14 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
         parser.add_argument(
+            "--data_plane",
+            default=None,
+            choices=("rdd", "frames"),
+            help="How stages and shuffles run on classic Spark: rdd (RDDs) or frames "
+            "(DataFrames: mapInArrow over Arrow batches, JVM shuffles). Over Spark Connect "
+            "always frames. Default: SPARKBEAM_DATA_PLANE, else rdd.",
+        )
+        parser.add_argument(
             "--spark_conf",
             action="append",
             default=[],

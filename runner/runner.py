@@ -161,6 +161,7 @@ def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{
             split_policy=spark_options.sdf_split_policy(),
             startpoint_max_age_s=streaming_options.startpoint_max_age_s,
             filesystem_options=fs_options,
+            data_plane=spark_options.data_plane,
         )
         executor.run()
     finally:

@@ -18,7 +18,9 @@ PLANES = ("rdd", "frames")
 
 def plane_for(spark, name: str | None = None):
     """The plane a run uses: ``frames`` over Spark Connect, else ``name`` (default ``rdd``)."""
-    connect = _is_connect(spark)
+    from sparkbeam.runner.spark.session import is_connect
+
+    connect = is_connect(spark)
     name = "frames" if connect else (name or os.environ.get("SPARKBEAM_DATA_PLANE") or "rdd")
     if name not in PLANES:
         raise ValueError(f"--data_plane {name!r} is not one of {', '.join(PLANES)}.")
@@ -29,7 +31,3 @@ def plane_for(spark, name: str | None = None):
     from sparkbeam.runner.plane.rdd import RddPlane
 
     return RddPlane(spark)
-
-
-def _is_connect(spark) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")

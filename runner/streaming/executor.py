@@ -95,6 +95,7 @@ class StreamingExecutor:
         startpoint_max_age_s: float | None = None,
         drain_plan=None,
         filesystem_options: str = "{}",
+        data_plane: str | None = None,
     ) -> None:
         self.plan = plan
         self.url = checkpoint_url
@@ -108,6 +109,7 @@ class StreamingExecutor:
             max_restores=max_restores,
             startpoint_max_age_s=startpoint_max_age_s,
             filesystem_options=filesystem_options,  # each loop thread's jobs carry them
+            data_plane=data_plane,
         )
         self.stop = self.ctx.stop
         self.drain_control = Drain(self.ctx, drain_plan)

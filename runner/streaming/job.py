@@ -66,6 +66,7 @@ def start_streaming(
         startpoint_max_age_s=streaming.startpoint_max_age_s,
         drain_plan=drain_plan,
         filesystem_options=fs_options,
+        data_plane=spark_options.data_plane,
     )
     executor.start()
     executor.stop_on_signals()  # Ctrl-C: stop after the running round commits
