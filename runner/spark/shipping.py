@@ -134,11 +134,18 @@ def sparkbeam_zip() -> Path:
 
 
 def main_folder_zip(work: Path) -> Path | None:
-    """A zip of the modules the main script imported from its own folder (None if none)."""
-    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    """A zip of the modules the main script imported from its own folder (None if none).
+
+    Run as ``python -m pkg.app``, the main's folder is the one holding ``pkg``."""
+    main = sys.modules.get("__main__")
+    main_file = getattr(main, "__file__", None)
     if not main_file:
         return None
-    tops = main_folder_modules(Path(main_file).resolve().parent)
+    folder = Path(main_file).resolve().parent
+    spec = getattr(main, "__spec__", None)
+    for _ in range((spec.name.count(".") if spec and spec.name else 0)):
+        folder = folder.parent
+    tops = main_folder_modules(folder)
     if not tops:
         return None
     return _zip_paths(work, "user_modules", tops)
@@ -186,7 +193,8 @@ def _installed_roots() -> list[str]:
 
 def _zip_paths(work: Path, stem: str, tops: dict[str, Path]) -> Path:
     """Zip modules and package folders, each at the zip path of its (dotted) name; the
-    zip's name carries a content hash."""
+    zip's name carries a content hash. A folder without ``__init__.py`` (a namespace
+    package) gets an empty one: ``zipimport`` cannot import namespace packages."""
     staging = work / f"{stem}.zip"
     with zipfile.ZipFile(staging, "w", zipfile.ZIP_DEFLATED) as zf:
         for name in sorted(tops):
@@ -197,6 +205,9 @@ def _zip_paths(work: Path, stem: str, tops: dict[str, Path]) -> Path:
             at = name.replace(".", "/")
             for root, dirs, filenames in os.walk(path):
                 dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+                if "__init__.py" not in filenames:
+                    inside = (Path(root).relative_to(path) / "__init__.py").as_posix()
+                    zf.writestr(zipfile.ZipInfo(f"{at}/{inside}"), b"")
                 for filename in sorted(filenames):
                     if filename.endswith((".pyc", ".pyo")):
                         continue

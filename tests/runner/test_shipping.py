@@ -138,3 +138,29 @@ def test_setup_file_and_extra_package_become_importable_zips(tmp_path):
         assert zipped.name.startswith("tinydofns-") and zipped.suffix == ".zip"
         assert "tinydofns/__init__.py" in zipfile.ZipFile(zipped).namelist()
     assert staged_packages(PipelineOptions([]), tmp_path) == []
+
+
+def test_a_namespace_package_ships_importable(tmp_path, monkeypatch):
+    """A folder of modules without ``__init__.py`` imports from a zip only as a package."""
+    from sparkbeam.runner.spark.shipping import main_folder_zip
+
+    (tmp_path / "nspkg_xyz" / "inner").mkdir(parents=True)
+    (tmp_path / "nspkg_xyz" / "inner" / "mod.py").write_text("VALUE = 7\n")
+    (tmp_path / "app_xyz.py").write_text("import nspkg_xyz.inner.mod\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys.modules["__main__"], "__file__", str(tmp_path / "app_xyz.py"))
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)
+    import nspkg_xyz.inner.mod  # noqa: F401
+
+    try:
+        (tmp_path / "work").mkdir()
+        zipped = main_folder_zip(tmp_path / "work")
+    finally:
+        for name in [n for n in sys.modules if n.startswith("nspkg_xyz")]:
+            del sys.modules[name]
+    probe = "import nspkg_xyz.inner.mod as m; print(m.VALUE)"
+    env = dict(os.environ, PYTHONPATH=str(zipped))
+    done = subprocess.run(
+        [sys.executable, "-S", "-c", probe], env=env, capture_output=True, text=True, cwd="/"
+    )
+    assert done.stdout.strip() == "7", done.stderr[-2000:]
