@@ -23,7 +23,6 @@ pytestmark = [
     pytest.mark.spark,
     pytest.mark.slow,
     pytest.mark.connect,
-    pytest.mark.xdist_group("connect"),  # one server for every Connect test
 ]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

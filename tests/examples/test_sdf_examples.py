@@ -28,7 +28,7 @@ def _run(script: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc
