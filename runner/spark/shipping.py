@@ -143,7 +143,7 @@ def main_folder_zip(work: Path) -> Path | None:
         return None
     folder = Path(main_file).resolve().parent
     spec = getattr(main, "__spec__", None)
-    for _ in range((spec.name.count(".") if spec and spec.name else 0)):
+    for _ in range(spec.name.count(".") if spec and spec.name else 0):
         folder = folder.parent
     tops = main_folder_modules(folder)
     if not tops:
