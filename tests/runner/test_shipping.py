@@ -148,8 +148,10 @@ def test_a_namespace_package_ships_importable(tmp_path, monkeypatch):
     (tmp_path / "nspkg_xyz" / "inner" / "mod.py").write_text("VALUE = 7\n")
     (tmp_path / "app_xyz.py").write_text("import nspkg_xyz.inner.mod\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr(sys.modules["__main__"], "__file__", str(tmp_path / "app_xyz.py"))
-    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None)
+    monkeypatch.setattr(
+        sys.modules["__main__"], "__file__", str(tmp_path / "app_xyz.py"), raising=False
+    )
+    monkeypatch.setattr(sys.modules["__main__"], "__spec__", None, raising=False)
     import nspkg_xyz.inner.mod  # noqa: F401
 
     try:
