@@ -220,3 +220,26 @@ def parse_names(value: str, known: tuple[str, ...], parser, what: str = "systems
     if not names:
         parser.error(f"no {what} given; choose from {','.join(known)}")
     return names
+
+
+def method_note(subreaper: bool, load_before: float, load_after: float) -> str:
+    """The end of a benchmark's header: how CPU was counted, and the load around the runs."""
+    return (
+        "CPU = reaped children's rusage"
+        + ("" if subreaper else " (WARNING: not a subreaper, the JVM's CPU is missing)")
+        + f"; load average {load_before:.1f} before, {load_after:.1f} after"
+        f" on {os.cpu_count()} CPUs\n"
+    )
+
+
+def report(results: list[Result], table: str, work: str) -> int:
+    """Print the table and every failure; keep ``work`` (the logs) only if something failed."""
+    import shutil
+
+    print(table)
+    failed = [r for r in results if not r.ok]
+    for r in failed:
+        print(f"\nFAILED {r.workload} on {r.system}: {r.problem}", file=sys.stderr)
+    if not failed:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0

@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import tempfile
 
@@ -51,7 +50,9 @@ from _harness import (
     failure,
     format_table,
     load_average,
+    method_note,
     parse_names,
+    report,
     run_child,
 )
 from fixed_cost_pipelines import WORKLOADS
@@ -210,18 +211,9 @@ def main(argv: list[str] | None = None) -> int:
         f"\nfixed cost of tiny pipelines; master {args.master}"
         + (f"; Spark Connect {args.spark_remote}" if args.spark_remote else "")
         + f"; one process per run, wall time includes process start (+ JVM/SparkSession start);"
-        f" best of {args.repeat}; CPU = reaped children's rusage"
-        + ("" if subreaper else " (WARNING: not a subreaper, the JVM's CPU is missing)")
-        + f"; load average {load_before:.1f} before, {load_after:.1f} after"
-        f" on {os.cpu_count()} CPUs\n"
+        f" best of {args.repeat}; " + method_note(subreaper, load_before, load_after)
     )
-    print(table(results))
-    failed = [r for r in results if not r.ok]
-    for r in failed:
-        print(f"\nFAILED {r.workload} on {r.system}: {r.problem}", file=sys.stderr)
-    if not failed:
-        shutil.rmtree(work, ignore_errors=True)
-    return 1 if failed else 0
+    return report(results, table(results), work)
 
 
 if __name__ == "__main__":

@@ -44,7 +44,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import sys
 import tempfile
 
@@ -55,7 +54,9 @@ from _harness import (
     failure,
     format_table,
     load_average,
+    method_note,
     parse_names,
+    report,
     run_child,
 )
 
@@ -211,18 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"\nBeam load tests, {args.records:,} records of {KEY_SIZE + VALUE_SIZE} bytes; "
         f"master {args.master}; wall time includes process start (+ JVM/SparkSession start); "
-        f"best of {args.repeat}; CPU = reaped children's rusage"
-        + ("" if subreaper else " (WARNING: not a subreaper, the JVM's CPU is missing)")
-        + f"; load average {load_before:.1f} before, {load_after:.1f} after"
-        f" on {os.cpu_count()} CPUs\n"
+        f"best of {args.repeat}; " + method_note(subreaper, load_before, load_after)
     )
-    print(table(results))
-    failed = [r for r in results if not r.ok]
-    for r in failed:
-        print(f"\nFAILED {r.workload} on {r.system}: {r.problem}", file=sys.stderr)
-    if not failed:
-        shutil.rmtree(work, ignore_errors=True)
-    return 1 if failed else 0
+    return report(results, table(results), work)
 
 
 if __name__ == "__main__":
