@@ -58,9 +58,12 @@ class PlanPrinter(PipelineRunner):
     """A runner that prints the plan sparkbeam would run, and runs nothing."""
 
     def run_pipeline(self, pipeline, options) -> PipelineResult:
+        from apache_beam.options.pipeline_options import StandardOptions
+
         from sparkbeam.runner.runner import portable_proto
 
-        print(translate(portable_proto(pipeline, options)).describe())
+        streaming = options.view_as(StandardOptions).streaming
+        print(translate(portable_proto(pipeline, options), streaming=streaming).describe())
         return PipelineResult(PipelineState.DONE)
 
 

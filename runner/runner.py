@@ -71,7 +71,8 @@ class SparkCheckpointRunner(PipelineRunner):
         debug.experiments = list({*(debug.experiments or []), "beam_fn_api"})
         proto = portable_proto(pipeline, options)
         # 2. Plan it (raises naming what is unsupported).
-        plan = translate(proto, is_drain=self._is_drain)
+        streaming = options.view_as(StandardOptions).streaming
+        plan = translate(proto, is_drain=self._is_drain, streaming=streaming)
         use_test_stream_mode(plan, options)
         # 3. Execute: the store first -- its lock, a failed startpoint, a finished job are
         #    refused in about a second, before Spark starts -- then Spark.
@@ -81,7 +82,7 @@ class SparkCheckpointRunner(PipelineRunner):
         store = open_job_store(plan, options, spark_options.spark_app_name or job_name)
         spark = start_spark(options, job_name, store, fs_options)
         if options.view_as(StandardOptions).streaming:
-            drain_plan = lambda: translate(proto, is_drain=True)  # noqa: E731
+            drain_plan = lambda: translate(proto, is_drain=True, streaming=True)  # noqa: E731
             return start_streaming(spark, plan, options, store, drain_plan, fs_options)
         executor = run_batch(spark, plan, options, store, fs_options)
         # 4. The result, with metrics merged from every stage.

@@ -21,6 +21,7 @@ from sparkbeam.translation.test_stream import TEST_STREAM_URN, expand_test_strea
 FLATTEN_URN = common_urns.primitives.FLATTEN.urn
 GBK_URN = common_urns.primitives.GROUP_BY_KEY.urn
 RESHUFFLE_URN = common_urns.composites.RESHUFFLE.urn
+COMBINE_PER_KEY_URN = common_urns.composites.COMBINE_PER_KEY.urn
 
 KNOWN_RUNNER_URNS = frozenset([FLATTEN_URN, GBK_URN, RESHUFFLE_URN, TEST_STREAM_URN])
 """Transforms the runner executes itself (Impulse is handled by impulse_to_input)."""
@@ -69,8 +70,46 @@ def expand_reshuffle(stages, context):
         )
 
 
-def standard_phases() -> list:
-    """The named phases, in order: Beam's batch phases plus expand_reshuffle."""
+def lift_combiners_keeping_holds(stages, context):
+    """Beam's ``lift_combiners``, except for combines whose output time is the earliest input's.
+
+    In streaming, an element behind the output watermark when it arrives holds nothing, so the
+    pane's timestamp is the earliest of the elements that were not late. A pre-combine before
+    the shuffle merges the timestamps of its accumulator's elements into their minimum, which
+    may be a late one: the pane would lose its hold and come out at the end of the window.
+    Those combines run unlifted (GroupByKey, then the combine), as for an element-count trigger.
+    """
+    for stage in stages:
+        transform = t.only_transform(stage.transforms)
+        if transform.spec.urn == COMBINE_PER_KEY_URN and _output_at_earliest(transform, context):
+            for sub in transform.subtransforms:
+                yield t.Stage(
+                    sub,
+                    [context.components.transforms[sub]],
+                    downstream_side_inputs=stage.downstream_side_inputs,
+                    must_follow=stage.must_follow,
+                    parent=stage.name,
+                    environment=stage.environment,
+                )
+        else:
+            yield from t.lift_combiners([stage], context)
+
+
+def _output_at_earliest(transform, context) -> bool:
+    components = context.components
+    (pcoll,) = transform.inputs.values()
+    windowing = components.windowing_strategies[
+        components.pcollections[pcoll].windowing_strategy_id
+    ]
+    return windowing.output_time == beam_runner_api_pb2.OutputTime.EARLIEST_IN_PANE
+
+
+def standard_phases(streaming: bool = False) -> list:
+    """The named phases, in order: Beam's batch phases plus expand_reshuffle.
+
+    ``streaming`` keeps the watermark holds of combines with an earliest-input output time
+    (``lift_combiners_keeping_holds``); batch has no late data, so every combine may lift.
+    """
     return [
         t.annotate_downstream_side_inputs,
         # A stateful DoFn starts its own stage, so the runner can partition its
@@ -78,7 +117,7 @@ def standard_phases() -> list:
         t.annotate_stateful_dofns_as_roots,
         t.fix_side_input_pcoll_coders,
         t.pack_combiners,
-        t.lift_combiners,
+        lift_combiners_keeping_holds if streaming else t.lift_combiners,
         t.expand_sdf,
         t.expand_gbk,
         expand_reshuffle,

@@ -46,15 +46,22 @@ _FAKE_ENDPOINT = endpoints_pb2.ApiServiceDescriptor(url="in-process")
 _SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
-def translate(pipeline: beam_runner_api_pb2.Pipeline, *, is_drain: bool = False) -> ExecutionPlan:
-    """Plan a portable pipeline for execution; raises for unsupported features."""
+def translate(
+    pipeline: beam_runner_api_pb2.Pipeline, *, is_drain: bool = False, streaming: bool = False
+) -> ExecutionPlan:
+    """Plan a portable pipeline for execution; raises for unsupported features.
+
+    ``streaming`` (implied by a TestStream) plans for late data: see ``standard_phases``."""
     pipeline = copy.deepcopy(pipeline)
     validate_pipeline_graph(pipeline)
     check_requirements(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
     sources = test_stream_sources(pipeline.components)
     context, stages = t.create_and_optimize_stages(
-        pipeline, phases=standard_phases(), known_runner_urns=KNOWN_RUNNER_URNS, is_drain=is_drain
+        pipeline,
+        phases=standard_phases(streaming or bool(sources)),
+        known_runner_urns=KNOWN_RUNNER_URNS,
+        is_drain=is_drain,
     )
     ordered = _stable_order(stages)
     return _PlanBuilder(context, ordered, tuple(pipeline.requirements), sources).build()

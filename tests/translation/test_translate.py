@@ -89,6 +89,27 @@ def test_teststream_outputs_become_runner_fed_buffers_of_one_pipeline():
     assert len(plan.pipelines) == 1  # both outputs share the TestStream's events and clock
 
 
+def test_streaming_keeps_earliest_output_combines_unlifted():
+    """In streaming a pre-combine would merge a late element's timestamp into its accumulator's
+    and lose the pane's hold (tests/streaming/test_late_data_holds.py); batch lifts them all."""
+
+    def plan(streaming: bool, combiner):
+        p = beam.Pipeline()
+        _ = (
+            p
+            | beam.Create([("k", 1)])
+            | beam.WindowInto(beam.window.FixedWindows(10), timestamp_combiner=combiner)
+            | "Sum" >> beam.CombinePerKey(sum)
+        )
+        names = [n for s in translate(_proto(p), streaming=streaming).stages for n in s.transforms]
+        return any("Precombine" in n for n in names)
+
+    earliest = beam.window.TimestampCombiner.OUTPUT_AT_EARLIEST
+    assert plan(False, earliest)
+    assert not plan(True, earliest)
+    assert plan(True, beam.window.TimestampCombiner.OUTPUT_AT_LATEST)
+
+
 def test_translation_never_imports_pyspark():
     import subprocess
     import sys
