@@ -27,11 +27,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from sparkbeam.runner.plane.rdd import RddPlane
 from sparkbeam.runner.plane.spark_hash import target_values
 
-SCHEMA = "k int, b binary"
+# A StructType, not DDL text: a process with a classic and a Connect session parses DDL
+# through whichever JVM is active; a StructType needs no parser.
+SCHEMA = StructType([StructField("k", IntegerType()), StructField("b", BinaryType())])
 _ARROW_SCHEMA = pa.schema([("k", pa.int32()), ("b", pa.binary())])
 _BATCH_ROWS = 4096
 _BATCH_BYTES = 16 << 20  # well inside Arrow's 2 GB per binary column
