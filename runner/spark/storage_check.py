@@ -7,13 +7,15 @@ misleading "checkpoint file is missing". Local masters (``local``,
 ``local[N]``, ``local-cluster[...]``) run on one host and accept any path.
 An absolute local path is accepted on a cluster when the operator declares it
 shared (``--shared_filesystem``: NFS or another mount at the same path
-everywhere). URLs with a scheme (``s3://``, ``gs://``, ``hdfs://`` ...) pass.
+everywhere). URLs with a scheme (``s3://``, ``gs://``, ``hdfs://`` ...) pass. A Spark Connect server
+(``--spark_remote``) on another host is a cluster here, even when its own master is local.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import urllib.parse
 
 from sparkbeam.runner.errors import PipelineOptionsError
 
@@ -31,10 +33,22 @@ def is_local_master(master: str) -> bool:
 
 
 def effective_master(options) -> str:
-    """The master the run will use (the live session's, spark-submit's, else the option's)."""
+    """The master the run will use (the live session's, spark-submit's, else the option's).
+
+    A Spark Connect server on another host counts as a cluster whatever its own master: its
+    executors read that host's disks, not the driver's. (Its URL stands for the master then.)
+    """
     from sparkbeam.runner.spark.session import target_master
 
+    remote = options.remote_url()
+    if remote and not _on_this_host(remote):
+        return remote
     return target_master(options)
+
+
+def _on_this_host(url: str) -> bool:
+    host = urllib.parse.urlsplit(url).hostname or ""
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def check_shared_storage(options) -> None:

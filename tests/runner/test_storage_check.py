@@ -121,3 +121,14 @@ def test_active_session_master_wins_over_the_option(spark):
         ["--spark_master_url=spark://h:7077", "--checkpoint_dir=relative"]
     ).view_as(SparkRunnerOptions)
     check_shared_storage(opts)
+
+
+def test_a_connect_server_on_another_host_refuses_a_local_store():
+    """Its executors read the server's disk, not the driver's, whatever its own master is."""
+    options = PipelineOptions(
+        ["--spark_remote=sc://spark.example.com:15002", "--checkpoint_dir=/tmp/ckpt"]
+    ).view_as(SparkRunnerOptions)
+    with pytest.raises(SharedStorageError, match=r"sc://spark.example.com:15002.*other hosts"):
+        check_shared_storage(options)
+    options.shared_filesystem = True
+    check_shared_storage(options)  # declared shared: the server mounts it at this path
