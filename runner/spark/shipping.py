@@ -93,8 +93,9 @@ def ship_user_code(spark, options) -> list[str]:
     from sparkbeam.runner.spark.session import is_connect
 
     work = Path(tempfile.mkdtemp(prefix="sparkbeam-ship-"))
-    files = [f for f in (main_folder_zip(work),) if f] + staged_packages(options, work)
-    if is_connect(spark):
+    connect = is_connect(spark)
+    files = [f for f in (main_folder_zip(work, connect),) if f] + staged_packages(options, work)
+    if connect:
         shipped = _SHIPPED.setdefault(spark.session_id, set())
         files.insert(0, sparkbeam_zip())
         add = lambda path: spark.addArtifacts(path, pyfile=True)  # noqa: E731
@@ -133,22 +134,39 @@ def sparkbeam_zip() -> Path:
     return _zip_paths(work, "sparkbeam", tops)
 
 
-def main_folder_zip(work: Path) -> Path | None:
+def main_folder_zip(work: Path, connect: bool = False) -> Path | None:
     """A zip of the modules the main script imported from its own folder (None if none).
 
-    Run as ``python -m pkg.app``, the main's folder is the one holding ``pkg``."""
+    Run as ``python -m pkg.app``, the main's folder is the one holding ``pkg``. Over Spark
+    Connect, when the main is not the user's script (pytest, a notebook, a REPL), the
+    working directory's modules ship instead: the server's workers, even on this host,
+    never share the driver's ``sys.path`` (a test suite's DoFns live in its own package).
+    """
+    folder = _main_folder()
+    if folder is None and connect:
+        folder = Path.cwd()
+    if folder is None:
+        return None
+    tops = main_folder_modules(folder)
+    if not tops:
+        return None
+    return _zip_paths(work, "user_modules", tops)
+
+
+def _main_folder() -> Path | None:
+    """The folder of the user's main script; None when ``__main__`` is not one (no file, or
+    an installed tool's such as pytest's)."""
     main = sys.modules.get("__main__")
     main_file = getattr(main, "__file__", None)
     if not main_file:
         return None
     folder = Path(main_file).resolve().parent
+    if any(folder.is_relative_to(Path(root).resolve()) for root in _installed_roots()):
+        return None
     spec = getattr(main, "__spec__", None)
     for _ in range(spec.name.count(".") if spec and spec.name else 0):
         folder = folder.parent
-    tops = main_folder_modules(folder)
-    if not tops:
-        return None
-    return _zip_paths(work, "user_modules", tops)
+    return folder
 
 
 def main_folder_modules(folder: Path) -> dict[str, Path]:

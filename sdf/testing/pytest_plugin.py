@@ -8,11 +8,14 @@ Owns: the fixture only. A user test is::
 ``sdf_checker`` is ``sparkbeam.sdf.testing.check_sdf`` with the same keyword
 arguments (``seed``, ``parallelism``, ``scenarios``, ...); it raises
 ``SdfCheckError`` (an AssertionError) naming the fault, and returns the report.
-Spark master: ``--sdf-check-master`` (default ``local[2]``); an active SparkSession
-is reused by the runner. Leaves the checks to ``sparkbeam.sdf.testing.check``.
+Spark master: ``--sdf-check-master`` (default: ``$SPARK_REMOTE`` if set, else ``local[2]``);
+an ``sc://host:port`` master is a Spark Connect server, e.g. a warm ``sparkbeam serve``, so
+a test suite skips the JVM start. An active SparkSession is reused by the runner. Leaves the checks to ``sparkbeam.sdf.testing.check``.
 """
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -21,8 +24,12 @@ def pytest_addoption(parser) -> None:
     group = parser.getgroup("sparkbeam-sdf", "sparkbeam splittable-DoFn checks")
     group.addoption(
         "--sdf-check-master",
-        default="local[2]",
-        help="Spark master for sdf_checker's pipelines (default: local[2]).",
+        default=os.environ.get("SPARK_REMOTE") or "local[2]",
+        help=(
+            "Spark master for sdf_checker's pipelines: local[N], spark://..., or sc://host:port "
+            "for a Spark Connect server such as `sparkbeam serve` (default: $SPARK_REMOTE, "
+            "else local[2])."
+        ),
     )
 
 

@@ -260,9 +260,11 @@ def read_events(out_dir: str) -> list[Event]:
 
 
 def pipeline_flags(master: str, parallelism: int, *extra: str) -> list[str]:
+    """The scenario's flags; a ``sc://`` master is a (warm) Spark Connect server."""
+    where = "--spark_remote" if master.startswith("sc://") else "--spark_master_url"
     return [
         "--runner=SparkCheckpointRunner",
-        f"--spark_master_url={master}",
+        f"{where}={master}",
         f"--parallelism={parallelism}",
         *extra,
     ]
