@@ -53,7 +53,11 @@ class ConnectServer:
         return self.proc.pid
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        """SIGTERM the server's process group (JVM and Python workers), then SIGKILL."""
+        """Stop this process's sessions on it, then SIGTERM the server's process group (JVM
+        and Python workers), then SIGKILL."""
+        from sparkbeam.runner.spark.session import stop_connect_sessions
+
+        stop_connect_sessions(self.url)
         stop_process_group(self.proc, timeout)
 
 

@@ -108,6 +108,19 @@ def connect_session(url: str, conf: dict[str, str] | None = None):
 _CONNECT_SESSIONS: dict[str, object] = {}
 
 
+def stop_connect_sessions(url: str) -> None:
+    """Stop this process's sessions on the server at ``url`` (before the server stops).
+
+    A Connect client left open retries its exit-time cleanup call against a dead server with
+    backoff, holding the process's exit for minutes."""
+    session = _CONNECT_SESSIONS.pop(url, None)
+    if session is not None and not session.is_stopped:
+        try:
+            session.stop()
+        except Exception as e:  # noqa: BLE001 - the server may already be gone
+            _LOG.debug("Stopping the Connect session on %s: %s", url, e)
+
+
 def probe_remote(url: str) -> None:
     """Fail fast, in one line, when nothing listens at a Spark Connect URL (the client itself
     retries for minutes)."""

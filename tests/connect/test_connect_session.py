@@ -24,6 +24,7 @@ from sparkbeam.runner.spark.session import (
     get_or_create_session,
     is_connect,
     sql_functions,
+    stop_connect_sessions,
     target_master,
 )
 from sparkbeam.runner.spark.shipping import ship_user_code
@@ -56,6 +57,19 @@ def test_spark_remote_session_runs_a_query_on_the_server(connect_server):
     assert target_master(remote_options(connect_server.url)) == "local[2]"
     assert get_or_create_session(remote_options(connect_server.url)) is spark
     assert "SPARK_CONNECT_MODE_ENABLED" not in os.environ  # pyspark stays classic here
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_sessions_on_a_server_are_stopped_before_it_is(connect_server):
+    """An open client retries its exit-time cleanup against a stopped server for minutes
+    (a test process hung at exit that way); a closed one gives up at once."""
+    spark = get_or_create_session(remote_options(connect_server.url))
+    stop_connect_sessions(connect_server.url)
+    assert spark.is_stopped and spark.client.is_closed
+    again = get_or_create_session(remote_options(connect_server.url))
+    assert again is not spark and again.range(3).count() == 3
 
 
 @pytest.mark.spark
