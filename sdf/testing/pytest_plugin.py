@@ -10,7 +10,8 @@ arguments (``seed``, ``parallelism``, ``scenarios``, ...); it raises
 ``SdfCheckError`` (an AssertionError) naming the fault, and returns the report.
 Spark master: ``--sdf-check-master`` (default: ``$SPARK_REMOTE`` if set, else ``local[2]``);
 an ``sc://host:port`` master is a Spark Connect server, e.g. a warm ``sparkbeam serve``, so
-a test suite skips the JVM start. An active SparkSession is reused by the runner. Leaves the checks to ``sparkbeam.sdf.testing.check``.
+a test suite skips the JVM start. An active SparkSession is reused by the runner.
+Leaves the checks to ``sparkbeam.sdf.testing.check``.
 """
 
 from __future__ import annotations
