@@ -20,6 +20,7 @@ import os
 import re
 import socket
 import sys
+from typing import Any
 
 from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import DEFAULT_MASTER, SparkRunnerOptions
@@ -105,7 +106,7 @@ def connect_session(url: str, conf: dict[str, str] | None = None):
     return session
 
 
-_CONNECT_SESSIONS: dict[str, object] = {}
+_CONNECT_SESSIONS: dict[str, Any] = {}  # pyspark.sql.connect.session.SparkSession
 
 
 def stop_connect_sessions(url: str) -> None:
