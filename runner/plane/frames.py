@@ -88,10 +88,19 @@ class Frames:
         return Frames(self.plane, moved, targets=targets)
 
     def persist(self, level=None) -> Frames:
+        """Computed once, kept on the executors.
+
+        Over Spark Connect a local checkpoint, not a cache: the server runs a cached plan in a
+        cloned session whose artifacts get a new folder, so each ``persist`` started new
+        Python workers (re-importing Beam, seconds each) and left a session clone on the
+        server's heap (a warm server ran out of memory). The checkpoint is released when its
+        last DataFrame is garbage-collected."""
         from pyspark import StorageLevel
 
-        df = self.frame().persist(level or StorageLevel.MEMORY_AND_DISK)
-        cached = Frames(self.plane, df)
+        level = level or StorageLevel.MEMORY_AND_DISK
+        if self.plane.connect:
+            return Frames(self.plane, self.frame().localCheckpoint(False, level))
+        cached = Frames(self.plane, self.frame().persist(level))
         cached._persisted = True
         return cached
 

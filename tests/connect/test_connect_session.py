@@ -75,6 +75,35 @@ def test_sessions_on_a_server_are_stopped_before_it_is(connect_server):
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.connect
+def test_persisting_over_connect_does_not_clone_the_sessions_artifacts(connect_server):
+    """The server caches a plan in a cloned session, whose artifacts (sparkbeam's zip) are
+    copied and added to Spark again: one clone per persisted dataset, kept on the server
+    while it is cached. The frames plane keeps its datasets without cloning the session."""
+    from sparkbeam.runner.plane.frames import FramePlane
+
+    spark = get_or_create_session(remote_options(connect_server.url))
+    ship_user_code(spark, remote_options(connect_server.url))
+    plane = FramePlane(spark, connect=True)
+    assert plane.parallelize([0], 1).map(_plus_one).collect() == [1]  # artifacts in use
+    added_before = _files_added(connect_server)
+    for n in range(3):
+        kept = plane.persist(plane.parallelize([n, n], 2).map(_plus_one), "kept")
+        assert kept.collect() == [n + 1, n + 1] and kept.collect() == [n + 1, n + 1]
+    assert _files_added(connect_server) == added_before
+    stop_connect_sessions(connect_server.url)  # later tests ship to a session of their own
+
+
+def _plus_one(n: int) -> int:
+    return n + 1
+
+
+def _files_added(server) -> int:
+    return server.log_path.read_text(errors="replace").count("INFO SparkContext: Added file")
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
 def test_a_classic_and_a_connect_session_live_in_one_process(spark, connect_server):
     remote = get_or_create_session(remote_options(connect_server.url))
     for session in (spark, remote):
