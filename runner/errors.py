@@ -76,7 +76,7 @@ def run_guarded(stage_id: str | None, action, describe=None):
         _LOG.debug("Spark action failed:\n%s", text)
         match = _STAGE_TAG.search(text)
         failed = match.group(1) if match else (stage_id or "<unknown>")
-        transforms = describe(failed) if describe is not None else ""
+        transforms = (describe(failed) if describe is not None else "") or ""
         from sparkbeam.runner.spark.shipping import missing_module_error
 
         user = user_traceback(text)

@@ -39,3 +39,18 @@ def test_a_chained_error_is_named_by_the_last_exception():
 
 def test_a_bare_message_is_kept():
     assert last_error("RuntimeError: boom [while running 'X']\n") == "RuntimeError: boom"
+
+
+def test_a_failure_of_a_stage_with_no_known_transforms_still_names_the_stage():
+    """A job the server aborted (e.g. its heap ran out) carries no stage tag of ours: the stage
+    has no transforms to describe, and the error must say what Spark said, not fail itself."""
+    import pytest
+
+    from sparkbeam.runner.errors import StageFailedError, run_guarded
+
+    def aborted():
+        raise RuntimeError("Job aborted due to stage failure: java.lang.OutOfMemoryError")
+
+    with pytest.raises(StageFailedError, match="OutOfMemoryError") as failed:
+        run_guarded(None, aborted, {}.get)
+    assert "<unknown>" in str(failed.value)
