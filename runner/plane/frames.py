@@ -24,12 +24,12 @@ import itertools
 import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
 from sparkbeam.runner.plane.rdd import RddPlane
+from sparkbeam.runner.plane.shipped import ArtifactBroadcaster
 from sparkbeam.runner.plane.spark_hash import target_values
 
 # A StructType, not DDL text: a process with a classic and a Connect session parses DDL
@@ -38,16 +38,6 @@ SCHEMA = StructType([StructField("k", IntegerType()), StructField("b", BinaryTyp
 _ARROW_SCHEMA = pa.schema([("k", pa.int32()), ("b", pa.binary())])
 _BATCH_ROWS = 4096
 _BATCH_BYTES = 16 << 20  # well inside Arrow's 2 GB per binary column
-
-
-@dataclass(frozen=True)
-class Captured:
-    """A broadcast stand-in for Spark Connect: the value travels inside each function."""
-
-    value: Any
-
-    def unpersist(self, blocking: bool = False) -> None:
-        pass
 
 
 class Frames:
@@ -133,6 +123,7 @@ class FramePlane:
         self.filesystem_options = "{}"  # carried by every function (Connect has no local props)
         # Job labels, pools and local properties: the SparkContext's on classic Spark.
         self.jobs = _ConnectJobs() if connect else RddPlane(spark)
+        self._broadcast = ArtifactBroadcaster(spark) if connect else None
 
     def default_parallelism(self) -> int:
         if self.connect:
@@ -156,8 +147,8 @@ class FramePlane:
         return Frames(self, functools.reduce(lambda a, b: a.unionAll(b), frames))
 
     def broadcast(self, value):
-        if self.connect:
-            return Captured(value)
+        if self._broadcast is not None:  # Connect: a session artifact, or in the functions
+            return self._broadcast(value)
         return self.spark.sparkContext.broadcast(value)  # classic: shipped once per executor
 
     def persist(self, dataset: Frames, label: str) -> Frames:

@@ -5,6 +5,7 @@ Runs on the ``connect_server`` fixture (local[2], workers without sparkbeam) and
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -209,3 +210,29 @@ def test_sparkbeam_serve_starts_answers_and_stops(tmp_path):
     while leftover_processes(role="serve") and time.monotonic() < deadline:
         time.sleep(0.5)
     assert leftover_processes(role="serve") == []
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_a_large_broadcast_over_connect_travels_once_not_in_every_function(connect_server):
+    """Carried inside the functions, a plan's components made 100 MiB task binaries that
+    filled a warm server's heap; uploaded once, a function carries only the value's name."""
+    from sparkbeam.runner.plane.frames import FramePlane
+    from sparkbeam.runner.plane.shipped import INLINE_BYTES
+
+    spark = get_or_create_session(remote_options(connect_server.url))
+    ship_user_code(spark, remote_options(connect_server.url))
+    plane = FramePlane(spark, connect=True)
+    big = {"blob": os.urandom(2 * INLINE_BYTES), "n": 7}
+    shared = plane.broadcast(big)
+    assert len(cloudpickle.dumps(shared)) < 1024
+    assert plane.broadcast(dict(big)).name == shared.name  # the same bytes: one upload
+    read = plane.parallelize([0, 1, 2], 3).map(functools.partial(_read_broadcast, shared))
+    assert read.collect() == [(7, len(big["blob"]))] * 3
+    assert plane.broadcast({"small": 1}).value == {"small": 1}  # small ones stay inline
+    stop_connect_sessions(connect_server.url)
+
+
+def _read_broadcast(shared, _):
+    return shared.value["n"], len(shared.value["blob"])
