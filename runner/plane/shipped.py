@@ -65,7 +65,6 @@ class ArtifactBroadcaster:
     def __init__(self, spark) -> None:
         self.spark = spark
         self._uploaded: set[str] = set()
-        self._work: Path | None = None
 
     def __call__(self, value: Any):
         from pyspark import cloudpickle
@@ -75,12 +74,10 @@ class ArtifactBroadcaster:
             return Captured(value)
         name = f"sparkbeam-broadcast-{hashlib.sha256(data).hexdigest()[:32]}.pkl"
         if name not in self._uploaded:
-            if self._work is None:
-                self._work = Path(tempfile.mkdtemp(prefix="sparkbeam-broadcast-"))
-            path = self._work / name
-            path.write_bytes(data)
-            self.spark.addArtifacts(str(path), file=True)
-            path.unlink()
+            with tempfile.TemporaryDirectory(prefix="sparkbeam-broadcast-") as work:
+                path = Path(work) / name  # the artifact's name is the file's
+                path.write_bytes(data)
+                self.spark.addArtifacts(str(path), file=True)
             self._uploaded.add(name)
         return ArtifactBroadcast(name, value)
 
