@@ -5,6 +5,8 @@ daemon every new worker imports Beam again (seconds of CPU); this one
 imports the SDK and sparkbeam's task code first, so forked workers start
 warm. Used via ``spark.python.daemon.module`` when sparkbeam creates the
 SparkSession. Importing does not start gRPC threads, so forking stays safe.
+It also makes PySpark's per-task ``importlib.invalidate_caches()`` skip zip archives that
+did not change (``zip_caches``: ~0.13 s per task on Python 3.11).
 """
 
 import apache_beam.runners.worker.bundle_processor  # noqa: F401
@@ -13,6 +15,8 @@ from pyspark import daemon
 
 import sparkbeam.runner.rounds.edges  # noqa: F401
 import sparkbeam.runner.task.bundle_executor  # noqa: F401
+from sparkbeam.runner.spark import zip_caches
 
 if __name__ == "__main__":
+    zip_caches.install()
     daemon.manager()

@@ -1,0 +1,80 @@
+"""PySpark's per-task ``importlib.invalidate_caches()`` must not re-read unchanged zips
+(``runner/spark/zip_caches``), yet must still see a zip that changed."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import zipfile
+import zipimport
+
+import pytest
+
+from sparkbeam.runner.spark import zip_caches
+
+pytestmark = pytest.mark.skipif(
+    not zip_caches.needed(), reason="Python 3.12+ re-reads zip directories lazily by itself"
+)
+
+
+def _write_zip(path, files: dict[str, str]) -> None:
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, text in files.items():
+            zf.writestr(name, text)
+
+
+@pytest.fixture
+def installed(monkeypatch):
+    # Undone after the test: the class attribute and the record of archives read.
+    monkeypatch.setattr(zipimport.zipimporter, "invalidate_caches", zip_caches._real_invalidate)
+    monkeypatch.setattr(zip_caches, "_read", {})
+    zip_caches.install()
+    return zipimport.zipimporter.invalidate_caches
+
+
+def test_an_unchanged_zip_is_not_read_again(tmp_path, monkeypatch, installed):
+    archive = tmp_path / "unchanged.zip"
+    _write_zip(archive, {"zc_unchanged.py": "VALUE = 1\n"})
+    monkeypatch.syspath_prepend(str(archive))
+    importlib.import_module("zc_unchanged")
+    monkeypatch.delitem(sys.modules, "zc_unchanged")
+    reads = []
+    real_read = zipimport._read_directory
+    monkeypatch.setattr(zipimport, "_read_directory", lambda p: reads.append(p) or real_read(p))
+
+    importlib.invalidate_caches()  # records the archive (read once)
+    importlib.invalidate_caches()
+    importlib.invalidate_caches()
+
+    assert reads.count(str(archive)) == 1
+    assert zipimport.zipimporter.invalidate_caches is installed
+
+
+def test_a_rewritten_zip_is_read_again(tmp_path, monkeypatch, installed):
+    archive = tmp_path / "rewritten.zip"
+    _write_zip(archive, {"zc_first.py": "VALUE = 1\n"})
+    monkeypatch.syspath_prepend(str(archive))
+    assert importlib.import_module("zc_first").VALUE == 1
+    monkeypatch.delitem(sys.modules, "zc_first")
+    importlib.invalidate_caches()
+
+    _write_zip(archive, {"zc_first.py": "VALUE = 1\n", "zc_second.py": "VALUE = 2 * 21\n"})
+    importlib.invalidate_caches()
+
+    assert importlib.import_module("zc_second").VALUE == 42
+    monkeypatch.delitem(sys.modules, "zc_second")
+
+
+@pytest.mark.spark
+def test_spark_workers_run_with_the_cheap_invalidation(spark):
+    """The warm worker daemon installs it before forking: every task's worker has it."""
+
+    def probe(_):
+        import zipimport
+
+        from sparkbeam.runner.spark import zip_caches
+
+        yield zipimport.zipimporter.invalidate_caches is zip_caches._invalidate_if_changed
+
+    got = spark.sparkContext.parallelize(range(4), 2).mapPartitions(probe).collect()
+    assert got == [True, True]
