@@ -33,7 +33,7 @@ def install() -> None:
     """Replace the eager re-read with a stat check (idempotent), then record every archive."""
     if not needed() or zipimport.zipimporter.invalidate_caches is _invalidate_if_changed:
         return
-    zipimport.zipimporter.invalidate_caches = _invalidate_if_changed
+    zipimport.zipimporter.invalidate_caches = _invalidate_if_changed  # type: ignore[method-assign]
     importlib.invalidate_caches()  # read each cached archive once, recording its signature
 
 
