@@ -29,7 +29,7 @@ from sparkbeam.runner.rounds.compatibility import refuse_finished_rerun
 from sparkbeam.runner.rounds.startpoints import check_startpoints
 from sparkbeam.runner.spark.filesystem_options import apply_in_driver, use_in_jobs
 from sparkbeam.runner.spark.session import get_or_create_session, is_connect
-from sparkbeam.runner.spark.shipping import ship_user_code
+from sparkbeam.runner.spark.shipping import code_files, ship_user_code
 from sparkbeam.runner.spark.storage_check import check_shared_storage
 from sparkbeam.runner.streaming.job import open_streaming_store, start_streaming
 from sparkbeam.translation import translate
@@ -134,8 +134,10 @@ def start_spark(options: PipelineOptions, job_name: str | None, store, fs_option
     """The Spark session, with the user's code shipped and the (encoded) filesystem options in
     every task; closes ``store`` if Spark cannot start."""
     try:
-        spark = get_or_create_session(options.view_as(SparkRunnerOptions), job_name)
-        ship_user_code(spark, options)  # the user's modules and packages reach the executors
+        spark_options = options.view_as(SparkRunnerOptions)
+        files = code_files(options, connect=spark_options.remote_url() is not None)
+        spark = get_or_create_session(spark_options, job_name, [f.name for f in files])
+        ship_user_code(spark, options, files)  # the user's modules and packages reach executors
         if not is_connect(spark):  # on Connect the data plane carries them into tasks
             use_in_jobs(spark.sparkContext, fs_options)  # ... and in every task
         return spark

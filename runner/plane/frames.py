@@ -89,7 +89,7 @@ class Frames:
 
         level = level or StorageLevel.MEMORY_AND_DISK
         if self.plane.connect:
-            return Frames(self.plane, self.frame().localCheckpoint(False, level))
+            return Frames(self.plane, local_checkpoint(self.frame(), level))
         cached = Frames(self.plane, self.frame().persist(level))
         cached._persisted = True
         return cached
@@ -111,6 +111,27 @@ class Frames:
             return self.df
         run = _Chain(self.chain, placement, self.targets, self.plane.filesystem_options)
         return self.df.mapInArrow(run, SCHEMA)
+
+
+def local_checkpoint(df, level):
+    """``df.localCheckpoint``, bound to ``df``'s own Connect session.
+
+    pyspark binds the checkpoint's result to the thread's active Connect session, else the
+    process's first: with two sessions in a process (runs of different conf, or streaming
+    rounds on their own threads) the next plan named a DataFrame id its session did not have
+    ("No DataFrame with id ... is found in the session"). The session is made this thread's
+    active one for the call."""
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    active = getattr(ConnectSession, "_active_session", None)  # thread-local, pyspark 4.x
+    if active is None:
+        return df.localCheckpoint(False, level)
+    before = getattr(active, "session", None)
+    active.session = df.sparkSession
+    try:
+        return df.localCheckpoint(False, level)
+    finally:
+        active.session = before
 
 
 class FramePlane:

@@ -11,15 +11,23 @@ server (``connect_session``): no JVM here, no SparkContext. It is made with the 
 builder itself, so this process does not switch pyspark into Connect mode as a whole
 (``SPARK_CONNECT_MODE_ENABLED``): a classic session in the same process keeps working, and
 code that builds columns for a session takes them from ``sql_functions(spark)``.
+Runs that ship the same code with the same conf share one server-side session
+(``shared_url``): the server keeps a session's Python workers, and a new session means a new
+worker daemon that imports Beam again (seconds) and stays on the server until the session
+times out.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 import re
 import socket
 import sys
+import uuid
+from collections.abc import Sequence
 from typing import Any
 
 from sparkbeam.runner.errors import SparkSessionError
@@ -47,12 +55,14 @@ def check_master_url(master: str) -> None:
         )
 
 
-def get_or_create_session(options: SparkRunnerOptions, job_name: str | None = None):
+def get_or_create_session(
+    options: SparkRunnerOptions, job_name: str | None = None, code: Sequence[str] = ()
+):
     """The session to run on: a Spark Connect server's, the live active one, spark-submit's,
-    or a new one."""
+    or a new one. ``code``: the names of the files a run ships (its Connect session's key)."""
     remote = options.remote_url()
     if remote:
-        return connect_session(remote, _connect_conf(options))
+        return connect_session(remote, _connect_conf(options), code)
     explicit = options.explicit_master_url()
     if explicit:
         check_master_url(explicit)
@@ -76,7 +86,7 @@ def target_master(options: SparkRunnerOptions) -> str:
     else the option's."""
     remote = options.remote_url()
     if remote:
-        return connect_session(remote).conf.get("spark.master", "?")
+        return server_master(remote)
     active = live_active_session()
     if active is not None:
         return active.sparkContext.master
@@ -84,15 +94,17 @@ def target_master(options: SparkRunnerOptions) -> str:
     return submitted.get("spark.master") or options.explicit_master_url() or DEFAULT_MASTER
 
 
-def connect_session(url: str, conf: dict[str, str] | None = None):
-    """A Spark Connect session on the server at ``url`` (one per URL in this process), with
-    the runtime ``conf``; a clear error when nothing answers there."""
+def connect_session(url: str, conf: dict[str, str] | None = None, code: Sequence[str] = ()):
+    """A Spark Connect session on the server at ``url`` with the runtime ``conf``, shared by
+    every run that ships the same ``code`` with the same conf (``shared_url``); a clear error
+    when nothing answers there."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    session = _CONNECT_SESSIONS.get(url)
+    target = shared_url(url, conf or {}, code) if code else url
+    session = _CONNECT_SESSIONS.get(target)
     if session is None or session.is_stopped:
         probe_remote(url)
-        session = ConnectSession.builder.remote(url).create()
+        session = ConnectSession.builder.remote(target).create()
         try:
             _LOG.info("Spark Connect server %s runs Spark %s", url, session.version)
         except Exception as e:  # noqa: BLE001 - gRPC errors are long and opaque
@@ -100,13 +112,43 @@ def connect_session(url: str, conf: dict[str, str] | None = None):
                 f"The Spark Connect server at {url!r} does not answer ({_first_line(e)}); "
                 "check the server, or start a local one with `sparkbeam serve`."
             ) from None
-        _CONNECT_SESSIONS[url] = session
+        _CONNECT_SESSIONS[target] = session
     for key, value in (conf or {}).items():
         session.conf.set(key, value)
     return session
 
 
-_CONNECT_SESSIONS: dict[str, Any] = {}  # pyspark.sql.connect.session.SparkSession
+_CONNECT_SESSIONS: dict[str, Any] = {}  # by URL: pyspark.sql.connect.session.SparkSession
+
+
+def shared_url(url: str, conf: dict[str, str], code: Sequence[str]) -> str:
+    """``url`` with a session id derived from the shipped files' names (each names its
+    content) and the conf, unless the URL names a session itself.
+
+    One code and conf, one session: its artifacts are exactly this run's, and its Python
+    workers (with the bundle processors they cached) serve the next run. Runs of other code
+    get other sessions, so a changed module never meets a stale copy on ``sys.path``."""
+    if "session_id=" in url:
+        return url
+    key = json.dumps([sorted(code), sorted(conf.items())]).encode()
+    session_id = uuid.UUID(bytes=hashlib.sha256(key).digest()[:16], version=4)
+    separator = ";" if "/;" in url else ("" if url.endswith("/") else "/") + ";"
+    return f"{url}{separator}session_id={session_id}"
+
+
+def server_master(url: str) -> str:
+    """The Connect server's Spark master, asked through a session this process has open there,
+    else through one opened for the question and stopped after it (a run opens the session
+    its code shares, ``shared_url``: one Connect session per run keeps pyspark's notion of
+    the active session right, see ``frames.local_checkpoint``)."""
+    open_ = [s for t, s in _CONNECT_SESSIONS.items() if _on(t, url) and not s.is_stopped]
+    if open_:
+        return open_[0].conf.get("spark.master", "?")
+    session = connect_session(url)
+    try:
+        return session.conf.get("spark.master", "?")
+    finally:
+        stop_connect_sessions(url)
 
 
 def stop_connect_sessions(url: str) -> None:
@@ -114,12 +156,19 @@ def stop_connect_sessions(url: str) -> None:
 
     A Connect client left open retries its exit-time cleanup call against a dead server with
     backoff, holding the process's exit for minutes."""
-    session = _CONNECT_SESSIONS.pop(url, None)
-    if session is not None and not session.is_stopped:
+    for target in [t for t in _CONNECT_SESSIONS if _on(t, url)]:
+        session = _CONNECT_SESSIONS.pop(target)
+        if session.is_stopped:
+            continue
         try:
             session.stop()
         except Exception as e:  # noqa: BLE001 - the server may already be gone
             _LOG.debug("Stopping the Connect session on %s: %s", url, e)
+
+
+def _on(target: str, url: str) -> bool:
+    """Whether a session's URL (``url`` itself, or with a session id) is on server ``url``."""
+    return target == url or target.startswith(url.rstrip("/") + "/")
 
 
 def probe_remote(url: str) -> None:

@@ -84,20 +84,26 @@ def missing_module_error(stage: str, user_traceback: str) -> ModuleNotOnExecutor
     return ModuleNotOnExecutorsError(stage, match.group(1), user_traceback)
 
 
-def ship_user_code(spark, options) -> list[str]:
-    """Add the user's modules and Beam's staged packages to the SparkContext (on Connect:
-    upload them, and sparkbeam, as session artifacts).
+def code_files(options, connect: bool) -> list[Path]:
+    """The files a run ships: the user's modules and Beam's staged packages (on Connect,
+    sparkbeam first). Each is named by its content, so the names identify the code."""
+    work = Path(tempfile.mkdtemp(prefix="sparkbeam-ship-"))
+    files = [f for f in (main_folder_zip(work, connect),) if f] + staged_packages(options, work)
+    return [sparkbeam_zip(), *files] if connect else files
+
+
+def ship_user_code(spark, options, files: list[Path] | None = None) -> list[str]:
+    """Add the user's modules and Beam's staged packages (``code_files``, unless given) to the
+    SparkContext (on Connect: upload them, and sparkbeam, as session artifacts).
 
     Returns the file names added (each once per Spark application or Connect session).
     """
     from sparkbeam.runner.spark.session import is_connect
 
-    work = Path(tempfile.mkdtemp(prefix="sparkbeam-ship-"))
     connect = is_connect(spark)
-    files = [f for f in (main_folder_zip(work, connect),) if f] + staged_packages(options, work)
+    files = code_files(options, connect) if files is None else files
     if connect:
         shipped = _SHIPPED.setdefault(spark.session_id, set())
-        files.insert(0, sparkbeam_zip())
         add = lambda path: spark.addArtifacts(path, pyfile=True)  # noqa: E731
     else:
         sc = spark.sparkContext

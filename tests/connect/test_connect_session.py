@@ -21,9 +21,11 @@ from sparkbeam.runner.errors import PipelineOptionsError, SparkSessionError
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.spark.connect_server import free_port
 from sparkbeam.runner.spark.session import (
+    connect_session,
     default_parallelism,
     get_or_create_session,
     is_connect,
+    shared_url,
     sql_functions,
     stop_connect_sessions,
     target_master,
@@ -236,3 +238,62 @@ def test_a_large_broadcast_over_connect_travels_once_not_in_every_function(conne
 
 def _read_broadcast(shared, _):
     return shared.value["n"], len(shared.value["blob"])
+
+
+def test_runs_of_one_code_and_conf_share_a_session_id():
+    url = "sc://127.0.0.1:15002"
+    two, three = {"spark.sql.shuffle.partitions": "2"}, {"spark.sql.shuffle.partitions": "3"}
+    one = shared_url(url, two, ["sparkbeam-1.zip", "user-a.zip"])
+    assert one == shared_url(url, two, ["user-a.zip", "sparkbeam-1.zip"])
+    assert one.startswith(url + "/;session_id=")
+    others = {
+        shared_url(url, two, ["sparkbeam-1.zip", "user-b.zip"]),
+        shared_url(url, three, ["sparkbeam-1.zip", "user-a.zip"]),
+    }
+    assert one not in others and len(others) == 2
+    assert shared_url(url + "/;token=x", {}, ["a"]).startswith(url + "/;token=x;session_id=")
+    own = url + "/;session_id=8d3f2d55-3c3c-4f4b-9e3e-0e0b7a5c8f21"
+    assert shared_url(own, {}, ["a"]) == own  # the user's own session is kept
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_a_persisted_frame_stays_in_its_session_when_the_process_has_two(connect_server):
+    """pyspark binds a local checkpoint to the thread's active Connect session: with a plain
+    and a shared session in one process, the checkpoint's next use named a DataFrame its own
+    session did not have."""
+    from sparkbeam.runner.plane.frames import local_checkpoint
+
+    url = connect_server.url
+    first = connect_session(url)
+    assert first.range(2).count() == 2
+    second = connect_session(url, {}, ["test-two-sessions.zip"])
+    assert second is not first and second.session_id != first.session_id
+    try:
+        kept = local_checkpoint(second.range(5), None)
+        assert kept.selectExpr("sum(id)").first()[0] == 10
+    finally:
+        stop_connect_sessions(url)
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_two_runs_of_one_pipeline_share_the_servers_python_workers(connect_server, tmp_path):
+    """Separate driver processes with the same code and options join one server session, so
+    the second run's tasks run in the Python workers (one daemon) the first one started."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env = dict(os.environ, PYTHONPATH=root)
+    env.pop("SPARK_REMOTE", None)
+    pids = []
+    for run in ("first", "second"):
+        out = tmp_path / f"{run}.txt"
+        done = subprocess.run(
+            [sys.executable, "tests/connect/worker_pids_pipeline.py", str(out),
+             f"--spark_remote={connect_server.url}"],
+            cwd=root, env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        pids.append(set(out.read_text().split()))
+    assert len(pids[0]) == 1 and pids[0] == pids[1], pids
