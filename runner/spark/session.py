@@ -145,10 +145,12 @@ def server_master(url: str) -> str:
     if open_:
         return open_[0].conf.get("spark.master", "?")
     session = connect_session(url)
+    if "session_id=" in url:  # the user's own session, which the run uses too: keep it
+        return session.conf.get("spark.master", "?")
     try:
         return session.conf.get("spark.master", "?")
     finally:
-        stop_connect_sessions(url)
+        stop_connect_sessions(url)  # a released session id cannot be used again
 
 
 def stop_connect_sessions(url: str) -> None:

@@ -297,3 +297,19 @@ def test_two_runs_of_one_pipeline_share_the_servers_python_workers(connect_serve
         assert done.returncode == 0, done.stderr[-3000:]
         pids.append(set(out.read_text().split()))
     assert len(pids[0]) == 1 and pids[0] == pids[1], pids
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_a_session_named_in_the_url_survives_the_storage_check(connect_server):
+    """Asking the server's master must not release a session the user named: a released
+    session id cannot be used again, so the run itself would fail."""
+    own = "5b1f0a52-7c1e-4d7a-9a55-3f1f6c2d9e10"
+    options = remote_options(f"{connect_server.url}/;session_id={own}")
+    try:
+        assert target_master(options) == "local[2]"
+        spark = get_or_create_session(options, code=["test-own-session.zip"])
+        assert spark.session_id == own and spark.range(4).count() == 4
+    finally:
+        stop_connect_sessions(connect_server.url)
