@@ -27,16 +27,16 @@ def get_test_session():
     """Create (once) or return the shared local SparkSession."""
     from pyspark.sql import SparkSession
 
+    from sparkbeam.runner.spark.session_conf import default_conf
+
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # sparkbeam's own defaults (warm daemon, worker sockets, scheduler), as a user's run gets.
+    builder = SparkSession.builder.master(TEST_MASTER).appName("sparkbeam-tests")
+    for key, value in default_conf(2).items():
+        builder = builder.config(key, value)
     return (
-        SparkSession.builder.master(TEST_MASTER)
-        .appName("sparkbeam-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
+        builder.config("spark.ui.enabled", "false")
         .config("spark.default.parallelism", "2")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.python.daemon.module", "sparkbeam.runner.spark.daemon")
         .getOrCreate()
     )
 

@@ -13,6 +13,7 @@ import atexit
 import functools
 import logging
 import os
+import socket
 import tempfile
 
 POOL = "sparkbeam"
@@ -56,7 +57,28 @@ def default_conf(parallelism: int | None) -> dict[str, str]:
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": allocation_file(),
         "spark.sql.pyspark.jvmStacktrace.enabled": "false",
+        **worker_socket_conf(),
     }
+
+
+def worker_socket_conf() -> dict[str, str]:
+    """Unix domain sockets between each JVM and its Python workers, where PySpark has them.
+
+    Over TCP loopback every Python task waits about 20 ms on the socket (measured on local[2]:
+    147 trivial tasks 3.8 s over TCP, 0.75 s over Unix sockets; a pipeline of 92 tiny stages
+    spends most of its time there). PySpark 4.1 added the Unix socket path (SPARK-51688);
+    older versions ignore the key. Both ends of the socket are on one host, cluster or not.
+    """
+    if not hasattr(socket, "AF_UNIX") or _pyspark_version() < (4, 1):
+        return {}
+    return {"spark.python.unix.domain.socket.enabled": "true"}
+
+
+def _pyspark_version() -> tuple[int, int]:
+    import pyspark
+
+    major, minor = pyspark.__version__.split(".")[:2]
+    return int(major), int(minor)
 
 
 @functools.cache

@@ -85,3 +85,20 @@ def test_spark_workers_are_forked_warm(spark):
     got = spark.sparkContext.parallelize(range(4), 2).mapPartitions(probe).collect()
     assert [cheap for cheap, _ in got] == [True, True]
     assert all(frozen > 100_000 for _, frozen in got), got
+
+
+@pytest.mark.spark
+def test_spark_workers_talk_to_the_jvm_over_a_unix_socket(spark):
+    """Over TCP loopback each Python task waited ~20 ms on its socket (``worker_socket_conf``)."""
+    from sparkbeam.runner.spark import session_conf
+
+    if not session_conf.worker_socket_conf():
+        pytest.skip("this pyspark (< 4.1) has no Unix-socket Python workers")
+
+    def probe(_):
+        import os
+
+        yield os.environ.get("PYTHON_UNIX_DOMAIN_ENABLED", "false").lower()
+
+    got = spark.sparkContext.parallelize(range(4), 2).mapPartitions(probe).collect()
+    assert got == ["true", "true"]
