@@ -141,6 +141,22 @@ class ExecutionPlan:
             if buffer in s.input_buffers or any(si.buffer == buffer for si in s.side_inputs)
         )
 
+    def upstream(self, buffers) -> set[StageId]:
+        """The stages whose output reaches any of ``buffers`` (directly or through others)."""
+        writers: dict[BufferId, list[StagePlan]] = {}
+        for s in self.stages:
+            for b in s.output_buffers:
+                writers.setdefault(b, []).append(s)
+        found: set[StageId] = set()
+        todo = list(buffers)
+        while todo:
+            for s in writers.get(todo.pop(), ()):
+                if s.id not in found:
+                    found.add(s.id)
+                    todo.extend(s.input_buffers)
+                    todo.extend(si.buffer for si in s.side_inputs)
+        return found
+
     def describe(self) -> str:
         """A readable multi-line rendering, for ``sparkbeam plan``."""
         lines = [f"ExecutionPlan: {len(self.stages)} stages, {len(self.pipelines)} pipeline(s)"]

@@ -77,6 +77,10 @@ class Frames:
         moved = self.frame(place).unionAll(markers).repartition(partitions, "k")
         return Frames(self.plane, moved, targets=targets)
 
+    def coalesce(self, partitions: int) -> Frames:
+        """At most ``partitions`` partitions, without a shuffle (as ``RDD.coalesce``)."""
+        return Frames(self.plane, self.frame().coalesce(max(1, partitions)))
+
     def persist(self, level=None) -> Frames:
         """Computed once, kept on the executors.
 

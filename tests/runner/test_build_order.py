@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import apache_beam as beam
+import pytest
 from apache_beam.transforms import environments
 
 from sparkbeam.runner.batch.build_order import build_waves
+from sparkbeam.runner.batch.executor import PlanExecutor
+from sparkbeam.runner.runner import portable_proto
 from sparkbeam.translation import translate
 
 
@@ -57,3 +60,36 @@ def test_waves_keep_every_dependency_and_every_stage_once():
                 writers = {w.id for b in needs for w in plan.stages if b in w.output_buffers}
                 assert writers <= built, (stage.id, writers - built)
             built |= {s.id for s in wave}
+
+
+def test_upstream_follows_inputs_and_side_inputs_back_to_the_roots():
+    plan = _plan(_ten_singletons)
+    main = next(s for s in plan.stages if s.side_inputs)
+    side = main.side_inputs[0].buffer
+    writers = {s.id for s in plan.stages if side in s.output_buffers}
+    assert writers and writers <= plan.upstream([side])
+    assert main.id not in plan.upstream([side])  # downstream of it, not upstream
+    everything = plan.upstream([b for s in plan.stages for b in s.output_buffers])
+    assert everything == {s.id for s in plan.stages if s.output_buffers}
+
+
+@pytest.mark.spark
+def test_the_last_job_reads_stages_an_earlier_job_ran_in_few_tasks(spark):
+    """Nine CombineGlobally defaults are side inputs: one job runs the combines; the last job
+    reads their (cached) reports in at most ``parallelism`` tasks, not one task per cached
+    partition, while the stages nobody ran yet keep a task per partition."""
+    p = beam.Pipeline()
+    _nine_globals(p)
+    executor = PlanExecutor(spark, translate(portable_proto(p, p.options)), parallelism=2)
+    executor.run()
+    parts = {s.id: rdd.getNumPartitions() for s, rdd in executor._lazy}
+    ran = {s for s in parts if s in executor._ran}
+    assert ran and ran != set(parts)  # the side-input job ran some stages, not all
+    fresh = sum(n for s, n in parts.items() if s not in ran)
+
+    tracker = spark.sparkContext.statusTracker()
+    last_job = max(tracker.getJobIdsForGroup(executor.rdds.group))
+    result_stage = max(tracker.getJobInfo(last_job).stageIds)
+    tasks = tracker.getStageInfo(result_stage).numTasks
+    assert tasks == fresh + min(2, sum(parts[s] for s in ran)), (tasks, parts)
+    assert tasks < sum(parts.values())
