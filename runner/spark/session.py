@@ -32,7 +32,7 @@ from typing import Any
 
 from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import DEFAULT_MASTER, SparkRunnerOptions
-from sparkbeam.runner.spark import session_conf
+from sparkbeam.runner.spark import session_conf, warm_workers
 
 _LOG = logging.getLogger(__name__)
 
@@ -301,19 +301,25 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
     # Executors' Python must be this interpreter: it has Beam and sparkbeam.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    builder = SparkSession.builder
+    settings = {}
     if master is not None:
-        builder = builder.master(master)
+        settings["spark.master"] = master
     if app_name is not None:
-        builder = builder.appName(app_name)
+        settings["spark.app.name"] = app_name
     defaults = session_conf.default_conf(options.shuffle_parallelism())
-    for key, value in defaults.items():
-        if key not in submitted:
-            builder = builder.config(key, value)
-    for key, value in options.spark_conf_pairs():
+    settings.update({k: v for k, v in defaults.items() if k not in submitted})
+    settings.update(options.spark_conf_pairs())
+    builder = SparkSession.builder
+    for key, value in settings.items():
         builder = builder.config(key, value)
     where = master or submitted.get("spark.master", "?")
     try:
+        if warm_workers.wanted(master):  # the JVM first: its Python daemon starts meanwhile
+            from pyspark import SparkConf, SparkContext
+
+            sc = SparkContext.getOrCreate(SparkConf().setAll(list(settings.items())))
+            session_conf.quiet_jvm(sc)  # a failed warm-up stays quiet too
+            warm_workers.start(sc)
         session = builder.getOrCreate()
     except Exception as e:  # noqa: BLE001 - py4j/JVM startup errors are opaque
         _LOG.debug("Spark start-up failed", exc_info=True)

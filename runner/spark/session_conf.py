@@ -109,13 +109,18 @@ def debugging() -> bool:
 
 def configure_running(session) -> None:
     """Quiet the JVM and py4j loggers that duplicate sparkbeam's reports (not at DEBUG)."""
+    quiet_jvm(session.sparkContext)
+
+
+def quiet_jvm(sc) -> None:
+    """``configure_running`` for a SparkContext whose session is not built yet."""
     if debugging():
         return
     py4j = logging.getLogger("py4j")
     if py4j.level == logging.NOTSET:
         py4j.setLevel(logging.CRITICAL)  # its connection errors reach the user as exceptions
     try:
-        jvm = session.sparkContext._jvm
+        jvm = sc._jvm
         configurator = jvm.org.apache.logging.log4j.core.config.Configurator
         level = jvm.org.apache.logging.log4j.Level
         for name, value in _QUIET_JVM.items():

@@ -119,3 +119,28 @@ def test_pipeline_runs_after_an_interrupted_action():
     assert done.returncode == 0, done.stderr[-3000:]
     assert "BROKEN: " in done.stdout  # the link really was broken
     assert "PIPELINE=ok" in done.stdout
+
+
+def test_only_local_masters_get_a_warm_up_job():
+    from sparkbeam.runner.spark import warm_workers
+
+    assert warm_workers.wanted("local[2]") and warm_workers.wanted("local")
+    assert not warm_workers.wanted("spark://127.0.0.1:7077")
+    assert not warm_workers.wanted("local-cluster[2,1,1024]")
+    assert not warm_workers.wanted(None)
+
+
+@pytest.mark.spark
+def test_a_local_session_starts_its_python_worker_daemon_before_any_pipeline_job():
+    """The daemon's Beam import overlaps the SparkSession's start (``warm_workers``): when the
+    session is returned, a one-task job is on its way and the daemon comes up without any
+    pipeline job. In a subprocess: the shared test session is not built by sparkbeam."""
+    done = subprocess.run(
+        [sys.executable, os.path.join(HERE, "warm_app.py"), "local[1]"],
+        env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "WARM_THREADS 1" in done.stdout
+    assert "JOBS SUCCEEDED" in done.stdout
+    daemons = int(re.search(r"DAEMONS (\d+)", done.stdout).group(1))
+    assert daemons >= 1, done.stdout  # the daemon (and the worker it forked)

@@ -1,0 +1,43 @@
+"""Start the Python worker daemon while the SparkSession is still being built.
+
+A Spark JVM starts its Python worker daemon (``daemon``: Beam imported, about 1.3 s) only when
+the first Python task runs, so a cold run paid that import after the session was ready. On a
+local master the SparkContext is up about 1.8 s before the SparkSession is: a one-task job
+started then, on a thread of its own, has the daemon warm by the time the pipeline's first
+job runs. Only local masters: their one executor has one daemon, and the job's one task
+reaches it; on a cluster, executors may not have registered yet.
+
+A warm-up that fails is only logged (at DEBUG): the pipeline's own job reports the cause.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+_LOG = logging.getLogger(__name__)
+DESCRIPTION = "sparkbeam: start the Python workers (Beam imported once per worker daemon)"
+
+
+def wanted(master: str | None) -> bool:
+    """Whether a session on ``master`` gets a warm-up job (``local``, ``local[N]``...)."""
+    return bool(master) and (master == "local" or master.startswith("local["))
+
+
+def start(sc) -> threading.Thread:
+    """Run a one-task Python job on a daemon thread; returns the thread (already started)."""
+    thread = threading.Thread(target=_run, args=(sc,), name="sparkbeam-warm-workers", daemon=True)
+    thread.start()
+    return thread
+
+
+def _run(sc) -> None:
+    try:
+        sc.setLocalProperty("spark.job.description", DESCRIPTION)
+        sc.parallelize([0], 1).foreach(_nothing)
+    except Exception:  # noqa: BLE001 - the pipeline's first job reports a real failure
+        _LOG.debug("Warming the Python workers failed", exc_info=True)
+
+
+def _nothing(_) -> None:
+    """The task body: forking a worker from the daemon is the point, not the work."""

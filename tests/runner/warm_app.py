@@ -1,0 +1,49 @@
+"""Builds a sparkbeam session on a local master and reports what the warm-up did: its thread,
+its job, and whether the worker daemon (a grandchild of this process) is running."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from sparkbeam.runner.options import SparkRunnerOptions
+from sparkbeam.runner.spark.session import get_or_create_session
+
+
+def _daemons_under(root: int) -> list[int]:
+    """PIDs of sparkbeam worker daemons (and the workers they forked) that descend from ``root`` (read from /proc)."""
+    parent, daemons = {}, []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent[pid] = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"-m\x00sparkbeam.runner.spark.daemon" in f.read():  # not the JVM's conf
+                    daemons.append(pid)
+        except OSError:
+            continue
+    found = []
+    for pid in daemons:
+        up = parent.get(pid, 0)
+        while up > 1 and up != root:
+            up = parent.get(up, 0)
+        if up == root:
+            found.append(pid)
+    return found
+
+
+if __name__ == "__main__":
+    options = PipelineOptions([f"--spark_master_url={sys.argv[1]}"]).view_as(SparkRunnerOptions)
+    session = get_or_create_session(options)
+    warm = [t for t in threading.enumerate() if t.name == "sparkbeam-warm-workers"]
+    for t in warm:
+        t.join(300)
+    tracker = session.sparkContext.statusTracker()
+    jobs = [tracker.getJobInfo(j).status for j in tracker.getJobIdsForGroup(None)]
+    print("WARM_THREADS", len(warm))
+    print("JOBS", ",".join(jobs))
+    print("DAEMONS", len(_daemons_under(os.getpid())))
+    session.stop()
