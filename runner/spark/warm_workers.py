@@ -21,7 +21,7 @@ DESCRIPTION = "sparkbeam: start the Python workers (Beam imported once per worke
 
 def wanted(master: str | None) -> bool:
     """Whether a session on ``master`` gets a warm-up job (``local``, ``local[N]``...)."""
-    return bool(master) and (master == "local" or master.startswith("local["))
+    return master is not None and (master == "local" or master.startswith("local["))
 
 
 def start(sc) -> threading.Thread:

@@ -14,7 +14,7 @@ from sparkbeam.runner.spark.session import get_or_create_session
 
 
 def _daemons_under(root: int) -> list[int]:
-    """PIDs of sparkbeam worker daemons (and the workers they forked) that descend from ``root`` (read from /proc)."""
+    """PIDs of sparkbeam worker daemons (and the workers they forked) under ``root``."""
     parent, daemons = {}, []
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
         try:
