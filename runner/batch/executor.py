@@ -181,7 +181,8 @@ class PlanExecutor:
         completed = state.completed() if self.ctx.durable else frozenset()
         if stage.is_sdf_process:
             rdds = self._run_in_rounds(stage, side_bc, state, completed)
-            self._ran |= self.plan.upstream(stage.input_buffers)
+            if input_marker(stage.id) not in completed:  # round 0 read (and ran) its input
+                self._ran |= self.plan.upstream(stage.input_buffers)
         else:
             with self.plane.call_site(self._labels[stage.id]):
                 rdd = self.rdds.build(stage, self.edges.stage_input(stage), side_bc, 0)
@@ -248,8 +249,9 @@ class PlanExecutor:
         """The reports of every lazy stage. A stage an earlier job ran is read from its cache:
         those reads are cheap, so they share a few tasks (a Spark task per cached partition
         cost more than the read: 92 tiny stages made 147 tasks)."""
-        fresh = [rdd.filter(is_report) for s, rdd in self._lazy if s.id not in self._ran]
-        cached = [rdd.filter(is_report) for s, rdd in self._lazy if s.id in self._ran]
+        fresh, cached = [], []
+        for stage, rdd in self._lazy:
+            (cached if stage.id in self._ran else fresh).append(rdd.filter(is_report))
         if cached:
             fresh.append(self.plane.union(cached).coalesce(self.ctx.parallelism))
         return self.plane.union(fresh)

@@ -15,7 +15,10 @@ from __future__ import annotations
 import logging
 import threading
 
+from sparkbeam.runner.spark import labels
+
 _LOG = logging.getLogger(__name__)
+GROUP = "sparkbeam-warm-up"  # its job's group in the Spark UI and status tracker
 DESCRIPTION = "sparkbeam: start the Python workers (Beam imported once per worker daemon)"
 
 
@@ -33,7 +36,7 @@ def start(sc) -> threading.Thread:
 
 def _run(sc) -> None:
     try:
-        sc.setLocalProperty("spark.job.description", DESCRIPTION)
+        labels.describe_job(sc, GROUP, DESCRIPTION)
         sc.parallelize([0], 1).foreach(_nothing)
     except Exception:  # noqa: BLE001 - the pipeline's first job reports a real failure
         _LOG.debug("Warming the Python workers failed", exc_info=True)

@@ -10,6 +10,7 @@ import threading
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from sparkbeam.runner.options import SparkRunnerOptions
+from sparkbeam.runner.spark import warm_workers
 from sparkbeam.runner.spark.session import get_or_create_session
 
 
@@ -42,7 +43,7 @@ if __name__ == "__main__":
     for t in warm:
         t.join(300)
     tracker = session.sparkContext.statusTracker()
-    jobs = [tracker.getJobInfo(j).status for j in tracker.getJobIdsForGroup(None)]
+    jobs = [tracker.getJobInfo(j).status for j in tracker.getJobIdsForGroup(warm_workers.GROUP)]
     print("WARM_THREADS", len(warm))
     print("JOBS", ",".join(jobs))
     print("DAEMONS", len(_daemons_under(os.getpid())))
