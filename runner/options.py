@@ -93,17 +93,19 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             type=float,
             default=2.0,
             help="Runner-initiated splits (dynamic rebalancing): a splittable DoFn bundle "
-            "still running after this many seconds is split (and again every as many "
-            "seconds), keeping half of its remaining work; the other half goes to the "
-            "driver as a zero-delay residual and is spread over the tasks of the next "
-            "round. 0 turns splitting off. Default: 2.0.",
+            "of one element still running after this many seconds is split (and again every "
+            "as many seconds), keeping half of its remaining work; the other half goes to "
+            "the driver as a zero-delay residual and is spread over the tasks of the next "
+            "round. Bundles of several elements are not split (the tasks already share "
+            "them). 0 turns splitting off. Default: 2.0.",
         )
         parser.add_argument(
             "--sdf_split_fractions",
             default=None,
             metavar="F1,F2,...",
-            help="For testing SDFs: the fraction of its remainder a split bundle keeps, "
-            "for successive splits (cycled), each in [0, 1). Default: 0.5.",
+            help="For testing SDFs: split every running bundle, not only one-element ones, "
+            "each split keeping the next of these fractions of its remainder (cycled), each "
+            "in [0, 1). Default: 0.5, one-element bundles only.",
         )
 
     def shuffle_parallelism(self) -> int | None:
@@ -122,7 +124,7 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
         text = self.sdf_split_fractions
         try:
             fractions = tuple(float(f) for f in text.split(",")) if text else (0.5,)
-            return SplitPolicy(self.sdf_split_after_s, fractions)
+            return SplitPolicy(self.sdf_split_after_s, fractions, every_bundle=bool(text))
         except ValueError as e:
             raise PipelineOptionsError(
                 f"--sdf_split_fractions {text!r}: {e} Write e.g. --sdf_split_fractions=0.3,0.7."

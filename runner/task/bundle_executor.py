@@ -247,8 +247,12 @@ class _TaskLoop:
         self.splitter = None
         if task.stage.is_sdf_process and task.splits.enabled:
             fractions = itertools.cycle(task.splits.fractions)
-            self.splitter = lambda bundle_id, inputs: BundleSplitter(
-                worker.worker, bundle_id, inputs, self.input_coders, task.splits, fractions
+            self.splitter = lambda bundle_id, inputs: (
+                BundleSplitter(
+                    worker.worker, bundle_id, inputs, self.input_coders, task.splits, fractions
+                )
+                if task.splits.applies(self.input_coders, inputs)
+                else None
             )
 
     def run(self, rows: Iterable[tuple[str, bytes]]) -> Iterator[tuple]:

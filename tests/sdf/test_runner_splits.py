@@ -57,15 +57,25 @@ def _encoded(values) -> bytes:
 
 def test_options_parse_into_a_split_policy():
     default = SparkRunnerOptions([]).sdf_split_policy()
-    assert default == SplitPolicy(2.0, (0.5,)) and default.enabled
+    assert default == SplitPolicy(2.0, (0.5,)) and default.enabled and not default.every_bundle
     given = SparkRunnerOptions(["--sdf_split_after_s=0.25", "--sdf_split_fractions=0.1,0.9"])
-    assert given.sdf_split_policy() == SplitPolicy(0.25, (0.1, 0.9))
+    assert given.sdf_split_policy() == SplitPolicy(0.25, (0.1, 0.9), every_bundle=True)
     assert not SparkRunnerOptions(["--sdf_split_after_s=0"]).sdf_split_policy().enabled
     bad = SparkRunnerOptions(["--sdf_split_fractions=0.5,1.5"])
     with pytest.raises(PipelineOptionsError, match=r"--sdf_split_fractions '0.5,1.5'.*\[0, 1\)"):
         bad.sdf_split_policy()
     with pytest.raises(PipelineOptionsError, match="--sdf_split_fractions 'half'"):
         SparkRunnerOptions(["--sdf_split_fractions=half"]).sdf_split_policy()
+
+
+def test_only_a_bundle_of_one_element_is_split_unless_every_bundle():
+    coders = {"read": _CODER}
+    one, two = {"read": [_encoded([7])]}, {"read": [_encoded([7]), _encoded([8])]}
+    assert SplitPolicy().applies(coders, one)
+    assert not SplitPolicy().applies(coders, two)
+    assert not SplitPolicy().applies(coders, {"read": [_encoded([7, 8])]})  # one chunk, two
+    assert SplitPolicy(every_bundle=True).applies(coders, two)
+    assert not SplitPolicy(0.0).applies(coders, one)
 
 
 def test_encoded_elements_cuts_a_stream_at_element_boundaries():
@@ -196,5 +206,8 @@ def test_split_residuals_are_processed_in_a_later_round_and_nothing_is_lost(
 @pytest.mark.slow
 def test_input_elements_a_split_bundle_did_not_read_are_fed_again(spark):
     elements = [(f"e{i}", 3) for i in range(40)]  # one bundle of 40 elements, ~0.6 s
-    counts = _run(elements, "--parallelism=1", "--sdf_split_after_s=0.1", from_split=None)
+    split = ("--parallelism=1", "--sdf_split_after_s=0.1")
+    counts = _run(elements, *split, "--sdf_split_fractions=0.5", from_split=None)
     assert counts["runner_split_unread_elements"] > 0
+    # Without the testing knob a bundle of several elements is left whole.
+    assert _run(elements, *split, from_split=False) == {}
