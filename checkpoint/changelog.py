@@ -55,8 +55,13 @@ class SegmentBuffer:
         self._ns_cache: dict[str, bytes] = {}
         self.size = len(HEADER)
         self.records = 0
+        self.kg_start, self.kg_stop = 1 << 16, 0  # key groups covered: [kg_start, kg_stop)
 
     def append(self, op: Op, kg: int, namespace: str, key: bytes, value: bytes = b"") -> None:
+        if kg < self.kg_start:
+            self.kg_start = kg
+        if kg >= self.kg_stop:
+            self.kg_stop = kg + 1
         ns = self._ns_cache.get(namespace)
         if ns is None:
             ns = self._ns_cache[namespace] = namespace.encode()
@@ -112,13 +117,20 @@ class ChangelogWriter:
         """Write the buffer as one segment (None if empty); the name is relative to storage."""
         if self._buffer.records == 0:
             return None
-        data = self._buffer.finish()
-        records = self._buffer.records
+        buffer = self._buffer
+        data = buffer.finish()
         name = f"{self.name_prefix}{self.writer}-{self.session}-{self.sequence + 1:08d}.seg"
         self.storage.write(f"{self.directory}/{name}", data)  # on failure the buffer is kept
         self.sequence += 1
         self._buffer = SegmentBuffer()
-        return FileEntry(name=name, size=len(data), checksum=checksum(data), records=records)
+        return FileEntry(
+            name=name,
+            size=len(data),
+            checksum=checksum(data),
+            records=buffer.records,
+            kg_start=buffer.kg_start,
+            kg_stop=buffer.kg_stop,
+        )
 
     def discard(self) -> None:
         """Drop buffered records (their changes are covered by a materialization)."""

@@ -30,9 +30,11 @@ class FileEntry:
     """``crc32:xxxxxxxx`` of the whole file."""
     records: int = 0
     kg_start: int = 0
-    """First key group covered (materialization files only)."""
+    """First key group covered (0 with ``kg_stop`` 0: not recorded, as in changelog segments
+    written before sparkbeam recorded it)."""
     kg_stop: int = 0
-    """One past the last key group covered (materialization files only)."""
+    """One past the last key group covered. A reader of some key groups skips a file whose
+    range misses them."""
 
     def to_json(self) -> dict:
         return {

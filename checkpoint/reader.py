@@ -71,7 +71,26 @@ def replay(
         path = f"{directory}/{entry.name}"
         for kg, ns, key, value in read_materialization(storage, path, entry, key_groups):
             put(ns, key, value, kg)
-    for entry in manifest.changelog:
+    replay_changelog(storage, directory, manifest.changelog, put, delete, key_groups, cache)
+
+
+def replay_changelog(
+    storage: Storage,
+    directory: str,
+    entries: tuple[FileEntry, ...],
+    put: PutFn,
+    delete: DeleteFn,
+    key_groups: KeyGroupRange | None = None,
+    cache: SegmentCache | None = None,
+) -> None:
+    """Apply changelog ``entries`` in order (a manifest's, or the tail a reader has not seen)."""
+    for entry in entries:
+        if (
+            key_groups is not None
+            and entry.kg_stop > entry.kg_start
+            and not key_groups.overlaps(entry.kg_start, entry.kg_stop)
+        ):
+            continue  # another subtask's segment (a task's segment holds only its key groups)
         path = f"{directory}/{entry.name}"
         data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)
         for op, kg, ns, key, value in iter_records(data, path, key_groups):

@@ -6,16 +6,22 @@ owns from the previous round's committed checkpoint and stages its changes for
 the round's checkpoint (two-phase commit: only the attempt whose report reaches
 the driver is committed). Each worker process keeps one read-only store per
 URL, whose segment cache means a changelog segment is fetched and checked
-once per process, not once per round.
+once per process, not once per round, and the last state it read per
+(namespace, key groups): the next round's read applies only the changelog
+segments committed since, when the checkpoint extends the one it read (same
+materialization, its changelog a prefix; files are immutable and named with
+their checksums in the manifest), instead of replaying the whole state.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+from dataclasses import dataclass
 
 from sparkbeam.checkpoint import key_group_range, open_staged_writer, open_store, state_layout
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.checkpoint.reader import replay
+from sparkbeam.checkpoint.reader import replay, replay_changelog
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
 
 _LOCK = threading.Lock()
@@ -32,6 +38,20 @@ def _store(url: str):
         return store
 
 
+@dataclass
+class _Read:
+    """The state of one (namespace, key groups) as of a manifest's files."""
+
+    materialization: tuple
+    changelog: tuple
+    state: dict[bytes, bytes]
+    size: int  # bytes of keys and values
+
+
+_READS: OrderedDict[tuple, _Read] = OrderedDict()
+READ_CACHE_BYTES = 256 << 20  # per worker process; a larger state is read whole every round
+
+
 def read_task_state(
     url: str,
     pipeline: str,
@@ -40,27 +60,61 @@ def read_task_state(
     parallelism: int,
     namespace: str,
 ) -> dict[bytes, bytes]:
-    """{key: value} of ``namespace`` in the key groups ``subtask`` owns at ``parallelism``."""
+    """{key: value} of ``namespace`` in the key groups ``subtask`` owns at ``parallelism``.
+
+    The caller must not change the dict: this process keeps it for the next round's read."""
     store = _store(url)
     manifest = store.load_manifest(pipeline, checkpoint_id)
     groups = key_group_range(subtask, parallelism, manifest.max_key_groups)
-    state: dict[bytes, bytes] = {}
+    slot = (url, pipeline, namespace, groups.start, groups.stop)
+    with _LOCK:
+        last = _READS.pop(slot, None)  # re-inserted only once this read succeeded
+    seen = len(last.changelog) if last else 0
+    if last is None or not (
+        last.materialization == manifest.materialization
+        and manifest.changelog[:seen] == last.changelog
+    ):
+        last, seen = _Read(manifest.materialization, (), {}, 0), -1
+    state, changed = last.state, {}
+    size = last.size
 
     def put(ns: str, key: bytes, value: bytes, kg: int) -> None:
+        nonlocal size
         if ns == namespace:
-            state[key] = value
+            old = state.get(key)
+            size += len(value) - (len(old) if old is not None else -len(key))
+            state[key] = changed[key] = value
 
     def delete(ns: str, key: bytes, kg: int) -> None:
+        nonlocal size
         if ns == namespace:
-            state.pop(key, None)
+            old = state.pop(key, None)
+            if old is not None:
+                size -= len(key) + len(old)
+            changed.pop(key, None)
 
-    replay(
-        store.storage, pipeline_dir(pipeline), manifest, put, delete, groups, store._segment_cache
-    )
+    directory, cache = pipeline_dir(pipeline), store._segment_cache
+    if seen < 0:  # nothing to build on: the whole state
+        replay(store.storage, directory, manifest, put, delete, groups, cache)
+    else:
+        tail = manifest.changelog[seen:]
+        replay_changelog(store.storage, directory, tail, put, delete, groups, cache)
     where = f"checkpoint {checkpoint_id} of pipeline {pipeline!r} in store {url!r}"
-    for value in state.values():
+    for value in changed.values():
         state_layout.check_value(value, namespace, where)
+    if size <= READ_CACHE_BYTES:
+        with _LOCK:
+            _READS[slot] = _Read(manifest.materialization, manifest.changelog, state, size)
+            _evict()
     return state
+
+
+def _evict() -> None:
+    """Drop the least recently read states while the cache is over its bytes (under _LOCK)."""
+    total = sum(r.size for r in _READS.values())
+    while total > READ_CACHE_BYTES and len(_READS) > 1:
+        _, old = _READS.popitem(last=False)
+        total -= old.size
 
 
 def staged_writer_for_task(url: str, pipeline: str, stage: str, round_no: int, max_key_groups: int):
