@@ -117,6 +117,7 @@ class _KeysOfOneTask:
         self.watermark = timestamp.Timestamp(micros=task.input_watermark)
         self.previous = timestamp.Timestamp(micros=task.previous_watermark)
         self.now = clock.now_seconds(task.clock_micros)
+        self.watermark_micros, self.now_ms = task.input_watermark, self.now * 1000.0
         self.out = create_OutputStream()
         self.hold, self.next_ms, self.keys = MAX_MICROS, None, 0
 
@@ -132,9 +133,9 @@ class _KeysOfOneTask:
     def step(self, key: bytes, blob: bytes | None, chunks: Iterable[bytes]) -> None:
         """Run one key's trigger driver over its new elements and due timers; stage its state."""
         if not chunks and blob is not None:
-            wake, real_ms, _ = read_header(blob)
-            if wake > self.watermark.micros and real_ms > self.now * 1000.0:
-                self._keep(blob)  # nothing due for this key: its state is not even decoded
+            header = read_header(blob)
+            if header[0] > self.watermark_micros and header[1] > self.now_ms:
+                self._keep(header)  # nothing due for this key: its state is not even decoded
                 return
         elements = [
             wv.with_value(self.value_impl.encode(wv.value[1]))
@@ -157,12 +158,12 @@ class _KeysOfOneTask:
             return
         if new != blob:
             self.writer.put(self.ns, key, new)
-        self._keep(new)
+        self._keep(read_header(new))
 
-    def _keep(self, blob: bytes) -> None:
+    def _keep(self, header: tuple[int, float, int]) -> None:
         """A key that keeps state: count it, and its hold and processing-time timer."""
         self.keys += 1
-        _, real_ms, key_hold = read_header(blob)
+        _, real_ms, key_hold = header
         self.hold = min(self.hold, key_hold)
         if real_ms != math.inf:
             self.next_ms = real_ms if self.next_ms is None else min(self.next_ms, real_ms)
@@ -229,26 +230,31 @@ class OnTimePanes:
         if blob is not None:
             buffered = self.codec.decode(state_layout.decode_group(blob)[1])
         late: dict = {}
+        previous_us = previous.micros  # micros compare as ints; Timestamps compare in Python
         for wv in elements:
             for w in wv.windows:
-                if w.end > previous:
+                end = w.end.micros
+                if end > previous_us:
                     buffered.setdefault(w, []).append(wv.value)
-                elif w.end == previous:  # at the watermark: a LATE pane at once, like Beam's
+                elif end == previous_us:  # at the watermark: a LATE pane at once, like Beam's
                     late.setdefault(w, []).append(wv.value)
                 # else: behind the watermark, dropped (no allowed lateness)
         fired = [WindowedValue(v, w.max_timestamp(), (w,), _LATE) for w, v in late.items()]
+        ends = {w: w.end.micros for w in buffered}
+        watermark_us = watermark.micros
         fired += [
             WindowedValue(buffered.pop(w), w.max_timestamp(), (w,), _ON_TIME)
-            for w in sorted(buffered, key=lambda w: w.end)
-            if w.end <= watermark
+            for w in sorted(buffered, key=ends.__getitem__)
+            if ends[w] <= watermark_us
         ]
         if not buffered:
             return fired, None
+        first_end = min(ends[w] for w in buffered)
         return fired, state_layout.encode_group(
             state_layout.GROUP_ON_TIME,
-            min(w.end.micros for w in buffered),
+            first_end,
             math.inf,
-            min(w.max_timestamp().micros for w in buffered) - 1,
+            first_end - 2,  # the earliest window's max timestamp (end - 1 us), minus 1 us
             self.codec.encode(buffered),
         )
 
