@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
+from sparkbeam.runner.plane import NO_SIDE_INPUTS
 from sparkbeam.runner.plane.rdd import RddPlane
 from sparkbeam.runner.plane.shipped import ArtifactBroadcaster
 from sparkbeam.runner.plane.spark_hash import target_values
@@ -172,6 +173,8 @@ class FramePlane:
         return Frames(self, functools.reduce(lambda a, b: a.unionAll(b), frames))
 
     def broadcast(self, value):
+        if isinstance(value, dict) and not value:
+            return NO_SIDE_INPUTS
         if self._broadcast is not None:  # Connect: a session artifact, or in the functions
             return self._broadcast(value)
         return self.spark.sparkContext.broadcast(value)  # classic: shipped once per executor

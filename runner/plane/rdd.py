@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pyspark import StorageLevel
 
+from sparkbeam.runner.plane import NO_SIDE_INPUTS
 from sparkbeam.runner.spark import labels, session_conf
 from sparkbeam.runner.spark.filesystem_options import use_in_jobs
 
@@ -36,6 +37,8 @@ class RddPlane:
         return datasets[0] if len(datasets) == 1 else self.sc.union(datasets)
 
     def broadcast(self, value):
+        if isinstance(value, dict) and not value:
+            return NO_SIDE_INPUTS
         return self.sc.broadcast(value)
 
     def persist(self, dataset, label: str):
