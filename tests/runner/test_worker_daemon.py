@@ -102,3 +102,23 @@ def test_spark_workers_talk_to_the_jvm_over_a_unix_socket(spark):
 
     got = spark.sparkContext.parallelize(range(4), 2).mapPartitions(probe).collect()
     assert got == ["true", "true"]
+
+
+def test_a_worker_whose_jvm_end_closed_exits_quietly(monkeypatch, capfd):
+    """The JVM closes an idle reused worker's socket when the application stops. PySpark's
+    daemon then printed a BrokenPipeError traceback after the run's last line (Spark 4.1 sets
+    PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE): nothing failed, so nothing is printed."""
+    import socket
+
+    from sparkbeam.runner.spark import daemon
+
+    monkeypatch.setenv("PYTHON_DAEMON_KILL_WORKER_ON_FLUSH_FAILURE", "true")
+    ours, jvm = socket.socketpair()
+    jvm.close()  # the JVM's end is gone
+    try:
+        code = daemon.worker(ours, True)
+    finally:
+        ours.close()
+    assert code != 0  # the daemon's loop then lets this worker go
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
