@@ -119,7 +119,8 @@ class _KeysOfOneTask:
         self.now = clock.now_seconds(task.clock_micros)
         self.watermark_micros, self.now_ms = task.input_watermark, self.now * 1000.0
         self.out = create_OutputStream()
-        self.hold, self.next_ms, self.keys = MAX_MICROS, None, 0
+        self.hold, self.keys = MAX_MICROS, 0
+        self.next_ms: float | None = None  # the earliest processing-time timer, ms
 
     def read_state(self) -> dict[bytes, bytes]:
         """This task's keys' state as of the previous round's checkpoint."""

@@ -7,7 +7,12 @@ import os
 
 import pytest
 
-from sparkbeam.checkpoint import CheckpointCorruptError, open_staged_writer, open_store, state_layout
+from sparkbeam.checkpoint import (
+    CheckpointCorruptError,
+    open_staged_writer,
+    open_store,
+    state_layout,
+)
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.runner.task import staged_state
 from sparkbeam.runner.task.grouping import partition_for_key
