@@ -32,7 +32,7 @@ from typing import Any
 
 from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import DEFAULT_MASTER, SparkRunnerOptions
-from sparkbeam.runner.spark import session_conf, warm_workers
+from sparkbeam.runner.spark import context_session, session_conf, warm_workers
 
 _LOG = logging.getLogger(__name__)
 
@@ -296,8 +296,6 @@ def probe_master(master: str) -> None:
 
 def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, str]):
     """Build the session: sparkbeam's defaults under what spark-submit or the user set."""
-    from pyspark.sql import SparkSession
-
     # Executors' Python must be this interpreter: it has Beam and sparkbeam.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -309,18 +307,16 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
     defaults = session_conf.default_conf(options.shuffle_parallelism())
     settings.update({k: v for k, v in defaults.items() if k not in submitted})
     settings.update(options.spark_conf_pairs())
-    builder = SparkSession.builder
-    for key, value in settings.items():
-        builder = builder.config(key, value)
     where = master or submitted.get("spark.master", "?")
     try:
-        if warm_workers.wanted(master):  # the JVM first: its Python daemon starts meanwhile
-            from pyspark import SparkConf, SparkContext
+        from pyspark import SparkConf, SparkContext
 
-            sc = SparkContext.getOrCreate(SparkConf().setAll(list(settings.items())))
-            session_conf.quiet_jvm(sc)  # a failed warm-up stays quiet too
+        # SparkConf() reads spark-submit's settings (JVM system properties) under ours.
+        sc = SparkContext.getOrCreate(SparkConf().setAll(list(settings.items())))
+        session_conf.quiet_jvm(sc)  # a failed warm-up stays quiet too
+        if warm_workers.wanted(master):  # the Python daemon starts while the driver plans
             warm_workers.start(sc)
-        session = builder.getOrCreate()
+        session = context_session.for_context(sc)  # the SQL session only when needed
     except Exception as e:  # noqa: BLE001 - py4j/JVM startup errors are opaque
         _LOG.debug("Spark start-up failed", exc_info=True)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
@@ -359,6 +355,9 @@ def _active():
     if sc._jsc.sc().isStopped():
         _drop_session()
         return None
+    stand_in = context_session.existing(sc)
+    if stand_in is not None and stand_in._session is None:
+        return stand_in  # a context sparkbeam built, whose SQL session nobody needed yet
     active = SparkSession.getActiveSession()
     # A new py4j connection is a new JVM thread, where no session is active yet.
     return active or SparkSession.builder.getOrCreate()
@@ -388,6 +387,7 @@ def _drop_session() -> None:
     sc = SparkContext._active_spark_context
     try:
         if sc is not None:
+            context_session.forget(sc)
             sc.stop()
     except Exception:  # noqa: BLE001 - stopping a broken session may fail too
         _LOG.debug("Stopping the broken session failed", exc_info=True)

@@ -1,10 +1,10 @@
-"""Start the Python worker daemon while the SparkSession is still being built.
+"""Start the Python worker daemon as soon as the SparkContext is up.
 
-A Spark JVM starts its Python worker daemon (``daemon``: Beam imported, about 1.3 s) only when
+A Spark JVM starts its Python worker daemon (``daemon``: Beam imported, 1.3-3 s) only when
 the first Python task runs, so a cold run paid that import after the session was ready. On a
-local master the SparkContext is up about 1.8 s before the SparkSession is: a one-task job
-started then, on a thread of its own, has the daemon warm by the time the pipeline's first
-job runs. Only local masters: their one executor has one daemon, and the job's one task
+local master a one-task job started with the context, on a thread of its own, imports Beam
+while the driver plans the run (the SQL session is not built at all unless asked for:
+``context_session``). Only local masters: their one executor has one daemon, and the job's one task
 reaches it; on a cluster, executors may not have registered yet.
 
 A warm-up that fails is only logged (at DEBUG): the pipeline's own job reports the cause.

@@ -40,6 +40,6 @@ def main(master: str, out: str) -> None:
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
-    from pyspark.sql import SparkSession
+    from pyspark import SparkContext
 
-    SparkSession.getActiveSession().stop()
+    SparkContext.getOrCreate().stop()  # the run's context (its SQL session was never needed)

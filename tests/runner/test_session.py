@@ -130,16 +130,35 @@ def test_only_local_masters_get_a_warm_up_job():
     assert not warm_workers.wanted(None)
 
 
-@pytest.mark.spark
-def test_a_local_session_starts_its_python_worker_daemon_before_any_pipeline_job():
-    """The daemon's Beam import overlaps the SparkSession's start (``warm_workers``): when the
-    session is returned, a one-task job is on its way and the daemon comes up without any
-    pipeline job. In a subprocess: the shared test session is not built by sparkbeam."""
+@pytest.fixture(scope="module")
+def warm_app():
+    """``warm_app.py`` on ``local[1]``, once. In a subprocess: the shared test session is not
+    built by sparkbeam."""
     done = subprocess.run(
         [sys.executable, os.path.join(HERE, "warm_app.py"), "local[1]"],
         env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.spark
+def test_a_local_run_builds_the_sql_session_only_when_asked(warm_app):
+    """``SparkSession(sc)`` costs ~2 s on a cold JVM and the RDD plane never needs it: a run
+    gets its SparkContext behind a stand-in (``context_session``), which builds the session, on
+    the same context and with sparkbeam's conf, when an attribute asks for it."""
+    assert "SQL_SESSION_BUILT False" in warm_app.stdout
+    assert "SAME_STAND_IN True" in warm_app.stdout  # a later run in the process reuses it
+    assert "SQL_CONF 8" in warm_app.stdout  # sparkbeam's default shuffle partitions
+    assert "SAME_CONTEXT True" in warm_app.stdout
+
+
+@pytest.mark.spark
+def test_a_local_session_starts_its_python_worker_daemon_before_any_pipeline_job(warm_app):
+    """The daemon's Beam import overlaps the planning of the run (``warm_workers``): when the
+    session is returned, a one-task job is on its way and the daemon comes up without any
+    pipeline job."""
+    done = warm_app
     assert "WARM_THREADS 1" in done.stdout
     assert "JOBS SUCCEEDED" in done.stdout
     daemons = int(re.search(r"DAEMONS (\d+)", done.stdout).group(1))

@@ -1,5 +1,6 @@
 """Builds a sparkbeam session on a local master and reports what the warm-up did: its thread,
-its job, and whether the worker daemon (a grandchild of this process) is running."""
+its job, and whether the worker daemon (a grandchild of this process) is running; and whether
+the JVM's SQL session was built (only when something asks for it)."""
 
 from __future__ import annotations
 
@@ -47,4 +48,11 @@ if __name__ == "__main__":
     print("WARM_THREADS", len(warm))
     print("JOBS", ",".join(jobs))
     print("DAEMONS", len(_daemons_under(os.getpid())))
+    from pyspark.sql import SparkSession
+
+    print("SQL_SESSION_BUILT", SparkSession._instantiatedSession is not None)
+    print("SAME_STAND_IN", get_or_create_session(options) is session)
+    print("SQL_CONF", session.conf.get("spark.sql.shuffle.partitions"))  # builds it
+    built = SparkSession._instantiatedSession
+    print("SAME_CONTEXT", built is not None and built.sparkContext is session.sparkContext)
     session.stop()
