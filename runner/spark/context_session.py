@@ -23,6 +23,11 @@ class ContextSession:
         self._session: Any = None
 
     @property
+    def built(self) -> bool:
+        """Whether the real SparkSession exists yet."""
+        return self._session is not None
+
+    @property
     def version(self) -> str:
         return self.sparkContext.version
 
@@ -47,7 +52,7 @@ class ContextSession:
         return getattr(self.session(), name)
 
     def __repr__(self) -> str:
-        return f"ContextSession({self.sparkContext.master!r}, session built: {bool(self._session)})"
+        return f"ContextSession({self.sparkContext.master!r}, session built: {self.built})"
 
 
 def for_context(sc) -> ContextSession:

@@ -356,7 +356,7 @@ def _active():
         _drop_session()
         return None
     stand_in = context_session.existing(sc)
-    if stand_in is not None and stand_in._session is None:
+    if stand_in is not None and not stand_in.built:
         return stand_in  # a context sparkbeam built, whose SQL session nobody needed yet
     active = SparkSession.getActiveSession()
     # A new py4j connection is a new JVM thread, where no session is active yet.
