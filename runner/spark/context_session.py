@@ -5,14 +5,13 @@ The RDD plane, shipping and the batch and streaming executors use only the sessi
 load; measured on 2 cores: SparkContext 3.9 s, then ``SparkSession(sc)`` 2.1 s), so sparkbeam
 builds a local run's context alone and the real session only when something asks for it (the
 DataFrame plane, ``spark.conf``, a user's ``SparkSession.builder.getOrCreate()``, which finds
-the same context). One ``ContextSession`` per SparkContext, so later runs in the process reuse it.
+the same context). A process has one SparkContext at a time, hence one stand-in, which later
+runs in the process reuse.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-_BY_CONTEXT: dict[int, ContextSession] = {}  # id(SparkContext) -> its stand-in
 
 
 class ContextSession:
@@ -55,19 +54,24 @@ class ContextSession:
         return f"ContextSession({self.sparkContext.master!r}, session built: {self.built})"
 
 
+_CURRENT: ContextSession | None = None  # the stand-in of this process's SparkContext
+
+
 def for_context(sc) -> ContextSession:
     """The stand-in of ``sc`` (made once per context)."""
-    found = _BY_CONTEXT.get(id(sc))
-    if found is None or found.sparkContext is not sc:
-        found = _BY_CONTEXT[id(sc)] = ContextSession(sc)
-    return found
+    global _CURRENT
+    if existing(sc) is None:
+        _CURRENT = ContextSession(sc)
+    assert _CURRENT is not None
+    return _CURRENT
 
 
 def existing(sc) -> ContextSession | None:
     """The stand-in made for ``sc``, if any."""
-    found = _BY_CONTEXT.get(id(sc))
-    return found if found is not None and found.sparkContext is sc else None
+    return _CURRENT if _CURRENT is not None and _CURRENT.sparkContext is sc else None
 
 
 def forget(sc) -> None:
-    _BY_CONTEXT.pop(id(sc), None)
+    global _CURRENT
+    if existing(sc) is not None:
+        _CURRENT = None
