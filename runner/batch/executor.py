@@ -1,17 +1,18 @@
 """Driver side: walk an ExecutionPlan and run its stages as Spark jobs.
 
-Stages are built lazily, in topological order: each is a persisted
-``mapPartitions`` (``stage_rdd``) over its input edges (``sparkbeam.runner.rounds.edges``).
-Spark runs them when something needs their data — a side input (collected once and
-broadcast), a splittable-DoFn stage (which runs in rounds: ``rounds.loop.RoundLoop`` over a
-``stage_rounds.StageRounds``), or the final job that drives every remaining stage and
-gathers the typed reports (metrics, warnings) their tasks returned. So a chain of ordinary
-stages is one Spark job, not one job per stage.
+Stages are built lazily, in topological order: each is a ``mapPartitions`` (``stage_rdd``)
+over its input edges (``sparkbeam.runner.rounds.edges``), persisted only when its output is
+read more than once. Spark runs them when something needs their data — a side input
+(collected once and broadcast), a splittable-DoFn stage (which runs in rounds:
+``rounds.loop.RoundLoop`` over a ``stage_rounds.StageRounds``), or the final job that drives
+every remaining stage and gathers the typed reports (metrics, warnings, sink files) their
+tasks returned. A stage's reports travel with its data to one ordinary consumer
+(``rounds.carry``), so that final job reads only the stages nobody carries: a chain of
+ordinary stages is one Spark job and one Python task per partition, not one per stage.
 """
 
 from __future__ import annotations
 
-import functools
 from collections import defaultdict
 from typing import Any
 
@@ -22,6 +23,7 @@ from sparkbeam.runner.batch.durability import FINISHED, input_marker
 from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.batch.stage_rounds import StageRounds
 from sparkbeam.runner.errors import run_guarded
+from sparkbeam.runner.rounds.carry import plan_carriers
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.edges import EdgeBuilder
 from sparkbeam.runner.rounds.ledger import RoundLedger
@@ -35,7 +37,7 @@ from sparkbeam.runner.rounds.sink_files import (
 )
 from sparkbeam.runner.rounds.startpoints import check_startpoints, open_session, record_failure
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
-from sparkbeam.runner.task.records import OutputRecord, is_report
+from sparkbeam.runner.task.records import is_report
 from sparkbeam.sdf.startpoints.errors import StartpointFailedError
 from sparkbeam.translation.plan import ExecutionPlan, StagePlan
 
@@ -70,6 +72,7 @@ class PlanExecutor:
         self._broadcasts: list = [ctx.components]
         self._lazy: list[tuple[StagePlan, Any]] = []  # stages whose reports are pending
         self._ran: set[str] = set()  # lazy stages an earlier job computed (their RDD is cached)
+        self._completed: frozenset[str] = frozenset()  # stages a resumed run skips
         self.monitoring_infos_by_stage: dict[str, list] = {}
         self.edges = EdgeBuilder(
             ctx.plane,
@@ -92,6 +95,8 @@ class PlanExecutor:
             if self.ctx.durable:
                 self._restore()
                 self._open_startpoints()
+            self._completed = self._completed_stages()
+            self.edges.carriers = self._plan_carriers()
             for wave in build_waves(self.plan):
                 self._run_wave(wave)
             self._run_remaining()
@@ -157,9 +162,28 @@ class PlanExecutor:
 
     # --- stages -------------------------------------------------------------
 
+    def _plan_carriers(self):
+        """Each stage's reports ride to its first consumer that will run and passes them on:
+        an ordinary stage (an SDF stage collects its own reports, round by round)."""
+        stages, skipped = self.plan.stages, self._completed
+        side_reads: dict = defaultdict(int)
+        for stage in stages:
+            for buffer in dict.fromkeys(si.buffer for si in stage.side_inputs):
+                side_reads[buffer] += 1
+
+        def ordinary(stage: StagePlan, *_) -> bool:
+            return not stage.is_sdf_process and stage.id not in skipped
+
+        return plan_carriers(
+            stages,
+            can_carry=ordinary,
+            side_reads=side_reads.__getitem__,
+            writers=[s.id for s in stages if ordinary(s)],
+        )
+
     def _run_wave(self, wave: tuple[StagePlan, ...]) -> None:
         """Build the wave's stages; the side inputs of all of them are read in one job."""
-        stages = [s for s in wave if not self._completed(s)]
+        stages = [s for s in wave if s.id not in self._completed]
         values = self._side_inputs(stages)
         for stage in stages:
             side_bc = self.plane.broadcast(
@@ -168,13 +192,20 @@ class PlanExecutor:
             self._broadcasts.append(side_bc)
             self._run_stage(stage, side_bc)
 
-    def _completed(self, stage: StagePlan) -> bool:
-        """Completed work is not redeployed: every consumer took this stage's output."""
+    def _completed_stages(self) -> frozenset[str]:
+        """Completed work is not redeployed: stages every consumer of which took their output.
+
+        Decided once, before any stage runs: only an SDF stage marks its input taken, when its
+        first round commits, and by then every stage upstream of it was built."""
         if not self.ctx.durable:
-            return False
-        completed = self._state_for(stage.pipeline).completed()
-        consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
-        return bool(consumers) and all(input_marker(c) in completed for c in consumers)
+            return frozenset()
+        done = set()
+        for stage in self.plan.stages:
+            completed = self._state_for(stage.pipeline).completed()
+            consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
+            if consumers and all(input_marker(c) in completed for c in consumers):
+                done.add(stage.id)
+        return frozenset(done)
 
     def _run_stage(self, stage: StagePlan, side_bc) -> None:
         state = self._state_for(stage.pipeline)
@@ -184,15 +215,14 @@ class PlanExecutor:
             if input_marker(stage.id) not in completed:  # round 0 read (and ran) its input
                 self._ran |= self.plan.upstream(stage.input_buffers)
         else:
+            cache = self.edges.carriers.cache(stage.id)
             with self.plane.call_site(self._labels[stage.id]):
-                rdd = self.rdds.build(stage, self.edges.stage_input(stage), side_bc, 0)
+                rdd = self.rdds.build(stage, self.edges.stage_input(stage), side_bc, 0, cache)
             self._lazy.append((stage, rdd))
             rdds = [rdd]
         for buffer in dict.fromkeys(stage.output_buffers):
             for rdd in rdds:
-                self.edges.add_writer(
-                    buffer, rdd.filter(functools.partial(_is_output, buffer)).map(_data)
-                )
+                self.edges.add_writer(buffer, stage.id, rdd)
 
     def _run_in_rounds(self, stage: StagePlan, side_bc, state, completed) -> list:
         """The stage's round loop, until nothing is pending; every round's output RDD."""
@@ -246,11 +276,14 @@ class PlanExecutor:
                 self.ctx.metrics.add(stage.id, infos)
 
     def _reports(self):
-        """The reports of every lazy stage. A stage an earlier job ran is read from its cache:
-        those reads are cheap, so they share a few tasks (a Spark task per cached partition
-        cost more than the read: 92 tiny stages made 147 tasks)."""
+        """The reports of every lazy stage nobody carries (with those they carry). A stage an
+        earlier job ran is read from its cache: those reads are cheap, so they share a few
+        tasks (a Spark task per cached partition cost more than the read: 92 tiny stages made
+        147 tasks)."""
         fresh, cached = [], []
         for stage, rdd in self._lazy:
+            if stage.id in self.edges.carriers.carrier:
+                continue
             (cached if stage.id in self._ran else fresh).append(rdd.filter(is_report))
         if cached:
             fresh.append(self.plane.union(cached).coalesce(self.ctx.parallelism))
@@ -271,14 +304,3 @@ class PlanExecutor:
                 bc.unpersist(blocking=False)
             except Exception:  # noqa: BLE001 - best effort on shutdown
                 pass
-
-
-# Module-level helpers: small, picklable by reference, run on executors.
-
-
-def _is_output(buffer: str, record) -> bool:
-    return isinstance(record, OutputRecord) and record.buffer == buffer
-
-
-def _data(record) -> bytes:
-    return record.data

@@ -1,10 +1,11 @@
 """The RDD of one batch stage run: its input through the bundle executor in Spark tasks.
 
-Every batch stage — an ordinary one once, an SDF process stage once per round — is a persisted
-(lazy) ``mapPartitions`` whose tasks apply the pipeline's startpoints to the rows
-(``rounds.startpoints.with_startpoints``), run the stage (``task.bundle_executor``), collect
-the sink files they staged and, for a durable SDF stage, stage its output chunks in the store
-(``durability``). Nothing runs here until an action needs the RDD.
+Every batch stage — an ordinary one once, an SDF process stage once per round — is a lazy
+``mapPartitions`` (persisted when its output is read more than once) whose tasks apply the
+pipeline's startpoints to the rows (``rounds.startpoints.with_startpoints``), run the stage
+(``task.bundle_executor``), collect the sink files they staged, for a durable SDF stage stage
+its output chunks in the store (``durability``), and pass on the reports upstream stages
+carried to them (``rounds.carry``). Nothing runs here until an action needs the RDD.
 
 Leaves to others: which input a run reads (``executor``, ``stage_rounds``) and what happens
 to its reports (the round loop, or the executor's final job).
@@ -13,6 +14,7 @@ to its reports (the round loop, or the executor's final job).
 from __future__ import annotations
 
 from sparkbeam.runner.batch.durability import stage_outputs_durably
+from sparkbeam.runner.rounds.carry import split_carried
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.sink_files import collect_sink_files
 from sparkbeam.runner.rounds.startpoints import with_startpoints
@@ -38,8 +40,9 @@ class StageRdds:
         self.startpoints: dict[str, StartpointSession] = {}  # pipeline -> its session
         self.persisted: list = []
 
-    def build(self, stage: StagePlan, input_rdd, side_bc, round_no: int):
-        """The persisted (lazy) RDD of one run of the stage over ``input_rdd``."""
+    def build(self, stage: StagePlan, input_rdd, side_bc, round_no: int, cache: bool = True):
+        """The (lazy) RDD of one run of the stage over ``input_rdd``, persisted if ``cache``
+        (its output is read more than once)."""
         ctx = self.ctx
         task = StageTask(
             ctx.plan_key, stage, residual_budget_s=self.residual_budget_s, splits=self.split_policy
@@ -51,8 +54,10 @@ class StageRdds:
             task, ctx.components, side_bc, assignment, round_no,
             ctx.url if durable else None, ctx.store.max_key_groups,
         )  # fmt: skip
-        label = f"{self.labels[stage.id]} (round {round_no})"
-        rdd = ctx.plane.persist(input_rdd.mapPartitions(run), label)
+        rdd = input_rdd.mapPartitions(run)
+        if not cache:
+            return rdd
+        rdd = ctx.plane.persist(rdd, f"{self.labels[stage.id]} (round {round_no})")
         self.persisted.append(rdd)
         return rdd
 
@@ -72,13 +77,16 @@ class _StageRun:
 
     def __call__(self, rows):
         stage = self.task.stage
+        carried: list = []  # upstream stages' reports this stage passes on (``rounds.carry``)
+        rows = split_carried(rows, carried)
         records = with_startpoints(stage, self.components.value, self.assignment, rows, self._run)
         records = collect_sink_files(records, stage.id, self.round_no)
         if self.url:
             records = stage_outputs_durably(
                 records, self.url, stage.pipeline, stage.id, self.round_no, self.max_key_groups
             )
-        return records
+        yield from records
+        yield from carried
 
     def _run(self, rows):
         return run_stage_partition(self.task, self.components.value, self.side_bc.value, rows)

@@ -4,8 +4,10 @@ Impulse is a one-element dataset, a materialized buffer is the union of its
 writers (a Flatten when there are several), GroupByKey is a ``partitionBy``
 on the key group of the encoded key (``grouping.partition_for_key``) followed by Beam's grouping,
 Reshuffle a repartition, and a stateful stage's input a ``partitionBy`` on its
-key. The functions at the bottom run on executors; they receive the plan's
-components as bytes (a broadcast), never driver objects.
+key. Reports ride along to each writer's carrier (``carry``): a read that carries them
+passes them through the edge's shuffle as ``ReportKey`` pairs. The functions at the bottom
+run on executors; they receive the plan's components as bytes (a broadcast), never driver
+objects.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from collections import defaultdict
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
+from sparkbeam.runner.rounds.carry import Carriers, carrying, carrying_pairs, select
 from sparkbeam.runner.spark.labels import shuffle_label, stage_label
 from sparkbeam.runner.task import grouping
+from sparkbeam.runner.task.records import ReportKey, is_report_key
 from sparkbeam.runner.task.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
 
@@ -42,10 +46,12 @@ class EdgeBuilder:
         self.partition = functools.partial(
             grouping.partition_for_key, parallelism=parallelism, max_key_groups=max_key_groups
         )
-        self.writers: dict[BufferId, list] = defaultdict(list)  # buffer -> writer RDDs
+        self.writers: dict[BufferId, list] = defaultdict(list)  # buffer -> (stage, records)
+        self.carriers = Carriers({}, {})  # nobody carries until the executor plans it
 
-    def add_writer(self, buffer: BufferId, rdd) -> None:
-        self.writers[buffer].append(rdd)
+    def add_writer(self, buffer: BufferId, stage: str, records) -> None:
+        """``stage``'s records (its data for every buffer, and its reports) write ``buffer``."""
+        self.writers[buffer].append((stage, records))
 
     def stage_input(self, stage: StagePlan):
         """The union of a stage's inputs, tagged with their data-input transform."""
@@ -56,7 +62,7 @@ class EdgeBuilder:
         return self.plane.union(inputs)
 
     def _input(self, stage: StagePlan, transform: str, buffer: BufferId):
-        rdd = self.read(buffer)
+        rdd = self.read(buffer, stage.id, transform)
         if stage.stateful and self.plan.edge(buffer).kind != EdgeKind.IMPULSE:
             # All elements of a key meet in one partition: its user state and timers.
             coder = dict(stage.input_coders)[transform]
@@ -67,17 +73,31 @@ class EdgeBuilder:
     def _keyed_by(self, rdd, coder: str):
         key, comps = self.plan_key, self.components
         return (
-            rdd.mapPartitions(lambda blobs: _keyed(comps.value, key, coder, blobs))
+            rdd.mapPartitionsWithIndex(
+                lambda i, items: carrying_pairs(
+                    items, ReportKey(i), lambda blobs: _keyed(comps.value, key, coder, blobs)
+                )
+            )
             .partitionBy(self.parallelism, self.partition)
             .values()
-            .mapPartitions(grouping.chunk)
+            .mapPartitions(lambda items: carrying(items, grouping.chunk))
         )
 
-    def read(self, buffer: BufferId):
+    def read(self, buffer: BufferId, consumer: str | None = None, transform: str | None = None):
+        """What ``consumer``'s input ``transform`` reads from ``buffer``: the data, plus the
+        reports of the writers it carries (``consumer`` None: a side input, data only)."""
         edge = self.plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
             return self.plane.parallelize([ENCODED_IMPULSE_VALUE], 1)
-        source = self.plane.union(self.writers.get(buffer, []))
+        carries = self.carriers.carries
+        source = self.plane.union(
+            [
+                records.mapPartitions(
+                    functools.partial(select, buffer, carries(stage, buffer, consumer, transform))
+                )
+                for stage, records in self.writers.get(buffer, [])
+            ]
+        )
         if edge.kind == EdgeKind.MATERIALIZE:
             return source
         if edge.kind in (EdgeKind.GROUP, EdgeKind.RESHUFFLE):
@@ -89,8 +109,12 @@ class EdgeBuilder:
         key, comps = self.plan_key, self.components
         if edge.kind == EdgeKind.GROUP:
             return (
-                source.mapPartitions(
-                    lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs)
+                source.mapPartitionsWithIndex(
+                    lambda i, items: carrying_pairs(
+                        items,
+                        ReportKey(i),
+                        lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs),
+                    )
                 )
                 .partitionBy(self.parallelism, self.partition)
                 .mapPartitions(lambda pairs: _grouped(comps.value, key, edge, pairs))
@@ -99,20 +123,30 @@ class EdgeBuilder:
             read_coder = edge.read_coder or edge.write_coder
             return (
                 source.mapPartitionsWithIndex(
-                    lambda i, blobs: _spread(comps.value, key, edge.write_coder, i, blobs)
+                    lambda i, items: carrying_pairs(
+                        items,
+                        i,
+                        lambda blobs: _spread(comps.value, key, edge.write_coder, i, blobs),
+                    )
                 )
                 .partitionBy(self.parallelism)
                 .values()
-                .mapPartitions(grouping.chunk)
+                .mapPartitions(lambda items: carrying(items, grouping.chunk))
                 .mapPartitions(
-                    lambda blobs: _reencode(comps.value, key, edge.write_coder, read_coder, blobs)
+                    lambda items: carrying(
+                        items,
+                        lambda blobs: _reencode(
+                            comps.value, key, edge.write_coder, read_coder, blobs
+                        ),
+                    )
                 )
             )
         raise NotImplementedError(f"edge kind {edge.kind}")
 
 
-def _tag(transform: str, data: bytes) -> tuple[str, bytes]:
-    return transform, data
+def _tag(transform: str, item):
+    """A data chunk as (its data-input transform, chunk); a carried report as it is."""
+    return (transform, item) if isinstance(item, bytes) else item
 
 
 def _keyed(components: bytes, plan_key: str, coder: str, blobs):
@@ -122,7 +156,17 @@ def _keyed(components: bytes, plan_key: str, coder: str, blobs):
 
 def _grouped(components: bytes, plan_key: str, edge, pairs):
     register_plan(plan_key, components)
-    return grouping.group_partition(pairs, plan_key, edge)
+    carried: list = []
+
+    def data():
+        for pair in pairs:
+            if is_report_key(pair[0]):
+                carried.append(pair[1])
+            else:
+                yield pair
+
+    yield from grouping.group_partition(data(), plan_key, edge)
+    yield from carried
 
 
 def _spread(components: bytes, plan_key: str, coder: str, index: int, blobs):

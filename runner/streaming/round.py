@@ -18,14 +18,20 @@ is persisted and carries its reports on exactly one path.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from sparkbeam.runner.rounds import sink_files
-from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread
+from sparkbeam.runner.rounds.carry import (
+    carrying,
+    carrying_pairs,
+    plan_carriers,
+    select,
+    split_carried,
+)
+from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread, _tag
 from sparkbeam.runner.rounds.startpoints import with_startpoints
 from sparkbeam.runner.streaming import group as streaming_group
 from sparkbeam.runner.streaming import watermarks
@@ -34,7 +40,7 @@ from sparkbeam.runner.streaming.pushback import hold_rows, ready, take
 from sparkbeam.runner.streaming.stateful import KeyedState, StatefulRound, sdk_keyed
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
-from sparkbeam.runner.task.records import OutputRecord, ReportKey, is_report
+from sparkbeam.runner.task.records import ReportKey, is_report
 from sparkbeam.runner.task.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan
 
@@ -108,22 +114,14 @@ class RoundBuilder:
         self.held: set[str] = set()  # stages whose main input waits for their side inputs
         self._outs: dict[str, Any] = {}  # stage -> its output RDD
         self._groups: dict[BufferId, Any] = {}
-        self._carrier: dict[str, tuple] = {}  # producer -> (buffer, consumer) carrying reports
-        readers: dict[BufferId, list[str]] = {}
+        readers: dict[BufferId, list[tuple[str, str]]] = {}  # buffer -> (consumer, transform)
         for stage in self.stages:
-            for buffer in stage.input_buffers:
-                readers.setdefault(buffer, []).append(stage.id)
+            for transform, buffer in stage.inputs:
+                readers.setdefault(buffer, []).append((stage.id, transform))
         self._readers = readers
         side = {si.buffer for s in self.stages for si in s.side_inputs}
         self._cache_all = bool(side)  # a side input is read by its own job: keep everything
-        self._reads: dict[str, int] = {}
-        for stage in self.stages:
-            targets = [
-                (b, c) for b in dict.fromkeys(stage.output_buffers) for c in readers.get(b, ())
-            ]
-            self._reads[stage.id] = len(targets) + sum(b in side for b in stage.output_buffers)
-            if targets:
-                self._carrier[stage.id] = targets[0]
+        self.carriers = plan_carriers(self.stages, lambda *_: True, lambda b: int(b in side))
 
     # --- the round -----------------------------------------------------------------
 
@@ -134,11 +132,11 @@ class RoundBuilder:
             side_bc = self.plane.broadcast(side_inputs(stage, self))
             self.broadcasts.append(side_bc)
             out = self._stage(stage, side_bc)
-            if self._cache_all or self._reads[stage.id] > 1:
+            if self._cache_all or self.carriers.cache(stage.id):
                 out = self.plane.persist(out, f"{stage.id} (round {self.inp.round_no})")
                 self.persisted.append(out)
             self._outs[stage.id] = out
-            if stage.id not in self._carrier:
+            if stage.id not in self.carriers.carrier:
                 finals.append(out.filter(is_report))
         for buffer, grouped in self._groups.items():
             if not self._readers.get(buffer):  # read as a side input only
@@ -162,7 +160,7 @@ class RoundBuilder:
             run = functools.partial(run_stateful, task, spec, components, side_bc)
             return self._keyed_input(stage, spec).mapPartitionsWithIndex(run)
         inputs = [
-            self.read(buffer, stage.id).map(functools.partial(_tag, transform))
+            self.read(buffer, stage.id, transform).map(functools.partial(_tag, transform))
             for transform, buffer in stage.inputs
         ]
         rows = [(d.transform, d.element) for d in self.due.get(stage.id, ())]
@@ -184,10 +182,9 @@ class RoundBuilder:
 
     # --- edges -----------------------------------------------------------------------
 
-    def read(self, buffer: BufferId, consumer: str | None):
-        """What ``consumer`` reads from ``buffer``: data chunks, plus the reports it carries.
-
-        ``consumer=None``: a side input (data only)."""
+    def read(self, buffer: BufferId, consumer: str | None, transform: str | None = None):
+        """What ``consumer``'s input ``transform`` reads from ``buffer``: data chunks, plus the
+        reports it carries. ``consumer=None``: a side input (data only)."""
         edge = self.plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
             if self.inp.impulse_done:
@@ -198,12 +195,13 @@ class RoundBuilder:
             return self.plane.parallelize(rows, 1) if rows else self.plane.empty()
         if edge.kind == EdgeKind.GROUP:
             grouped = self._group(edge)
-            return grouped.mapPartitions(
-                functools.partial(_select, buffer, self._carries_group(buffer, consumer))
-            )
+            first = self._readers.get(buffer, [None])[0]  # its reports go to the first reader
+            carry = consumer is not None and first == (consumer, transform)
+            return grouped.mapPartitions(functools.partial(select, buffer, carry))
+        carries = self.carriers.carries
         writers = [
             self._outs[s.id].mapPartitions(
-                functools.partial(_select, buffer, self._carrier.get(s.id) == (buffer, consumer))
+                functools.partial(select, buffer, carries(s.id, buffer, consumer, transform))
             )
             for s in self.stages
             if buffer in s.output_buffers and s.id in self._outs
@@ -216,7 +214,7 @@ class RoundBuilder:
             read_coder = edge.read_coder or edge.write_coder
             return (
                 source.mapPartitionsWithIndex(
-                    lambda i, items: _carrying_pairs(
+                    lambda i, items: carrying_pairs(
                         items,
                         i,
                         lambda blobs: _spread(comps.value, key, edge.write_coder, i, blobs),
@@ -224,9 +222,9 @@ class RoundBuilder:
                 )
                 .partitionBy(self.par)
                 .values()
-                .mapPartitions(lambda items: _carrying(items, grouping.chunk))
+                .mapPartitions(lambda items: carrying(items, grouping.chunk))
                 .mapPartitions(
-                    lambda items: _carrying(
+                    lambda items: carrying(
                         items,
                         lambda blobs: _reencode(
                             comps.value, key, edge.write_coder, read_coder, blobs
@@ -235,10 +233,6 @@ class RoundBuilder:
                 )
             )
         raise NotImplementedError(f"edge kind {edge.kind} in streaming")
-
-    def _carries_group(self, buffer: BufferId, consumer: str | None) -> bool:
-        readers = self._readers.get(buffer, [])
-        return consumer is not None and bool(readers) and readers[0] == consumer
 
     def _group(self, edge):
         """The GroupByKey of one round, shuffled by key group (one RDD per edge)."""
@@ -261,7 +255,7 @@ class RoundBuilder:
         )
         writers = [
             self._outs[s.id].mapPartitions(
-                functools.partial(_select, edge.id, self._carrier.get(s.id, (None,))[0] == edge.id)
+                functools.partial(select, edge.id, self.carriers.into(s.id) == edge.id)
             )
             for s in self.stages
             if edge.id in s.output_buffers and s.id in self._outs
@@ -273,7 +267,7 @@ class RoundBuilder:
         grouped = (
             self._union(writers)
             .mapPartitionsWithIndex(
-                lambda i, items: _carrying_pairs(
+                lambda i, items: carrying_pairs(
                     items,
                     ReportKey(i),
                     lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs),
@@ -296,7 +290,7 @@ class RoundBuilder:
         All inputs are keyed first and shuffled together: partition index = subtask."""
         key, comps = self.inp.plan_key, self.inp.components
         keyed = [
-            self.read(buffer, stage.id).mapPartitionsWithIndex(
+            self.read(buffer, stage.id, transform).mapPartitionsWithIndex(
                 functools.partial(_keyed_rows, comps, key, stage, transform)
             )
             for transform, buffer in stage.inputs
@@ -322,41 +316,6 @@ class RoundBuilder:
 # --- task side: small, picklable by reference ------------------------------------------
 
 
-def _tag(transform: str, item):
-    return (transform, item) if isinstance(item, bytes) else item
-
-
-def _select(buffer: str, carry: bool, records: Iterable) -> Iterator:
-    """A buffer's data chunks from a stage's records, plus its reports if this path carries."""
-    for record in records:
-        if isinstance(record, OutputRecord):
-            if record.buffer == buffer:
-                yield record.data
-        elif carry:
-            yield record
-
-
-def _carrying(items: Iterable, fn) -> Iterator:
-    """``fn`` over the data chunks of ``items``; carried reports pass through after."""
-    reports: list = []
-
-    def data():
-        for item in items:
-            if is_report(item):
-                reports.append(item)
-            else:
-                yield item
-
-    yield from fn(data())
-    yield from reports
-
-
-def _carrying_pairs(items: Iterable, report_key, fn) -> Iterator:
-    """Like ``_carrying`` for a shuffle: reports travel as ``(report_key, report)`` pairs."""
-    for out in _carrying(items, fn):
-        yield (report_key, out) if is_report(out) else out
-
-
 def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, items):
     """(SDK state key, (transform, element)) per element; carried reports pass as pairs."""
     register_plan(plan_key, components.value)
@@ -365,21 +324,13 @@ def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, it
         for key, element in sdk_keyed(plan_key, stage, transform, blobs):
             yield key, (transform, element)
 
-    return _carrying_pairs(items, ReportKey(index), keyed)
-
-
-def _split_carried(rows: Iterable, carried: list) -> Iterator:
-    for row in rows:
-        if is_report(row):
-            carried.append(row)
-        else:
-            yield row
+    return carrying_pairs(items, ReportKey(index), keyed)
 
 
 def run_stateful(task: StageTask, spec: StatefulRound, components, side_bc, index: int, pairs):
     carried: list = []
     keyed = KeyedState(spec, task.plan_key, task.stage, index)
-    rows = _split_carried((row for _, row in pairs), carried)
+    rows = split_carried((row for _, row in pairs), carried)
     records = run_stage_partition(task, components.value, side_bc.value, rows, keyed_state=keyed)
     yield from sink_files.collect_sink_files(records, task.stage.id, spec.round_no)
     yield from carried
@@ -388,7 +339,7 @@ def run_stateful(task: StageTask, spec: StatefulRound, components, side_bc, inde
 def run_stage(task: StageTask, round_no: int, components, side_bc, rows, assignment=None):
     carried: list = []
     records = with_startpoints(
-        task.stage, components.value, assignment, _split_carried(rows, carried),
+        task.stage, components.value, assignment, split_carried(rows, carried),
         lambda rows: run_stage_partition(task, components.value, side_bc.value, rows),
     )  # fmt: skip
     yield from sink_files.collect_sink_files(records, task.stage.id, round_no)
