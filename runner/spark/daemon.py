@@ -17,32 +17,60 @@ And one noise: when the application stops, the JVM closes the sockets of idle re
 the stock worker's last flush then raised ``BrokenPipeError`` and the daemon printed its
 traceback after the run's last line (in a few runs of ten). A worker whose JVM end is gone
 has no one to report to: ``worker`` lets it go quietly.
+
+On a local master the imports happen while the JVM starts, in a ``zygote`` the driver started,
+which then forks the daemon for the JVM; elsewhere, here.
 """
 
 import gc
+import sys
 
-import apache_beam.runners.worker.bundle_processor  # noqa: F401
-import apache_beam.runners.worker.sdk_worker  # noqa: F401
-from pyspark import daemon
+from sparkbeam.runner.spark import zygote
 
-import sparkbeam.runner.rounds.edges  # noqa: F401
-import sparkbeam.runner.task.bundle_executor  # noqa: F401
-from sparkbeam.runner.spark import zip_caches
+_stock_worker = None  # PySpark's worker loop, wrapped by ``worker``
 
-_stock_worker = daemon.worker
+
+def preload() -> None:
+    """What every forked worker should find imported and frozen (here, or in a ``zygote``)."""
+    global _stock_worker
+    import apache_beam.runners.worker.bundle_processor  # noqa: F401
+    import apache_beam.runners.worker.sdk_worker  # noqa: F401
+    from pyspark import daemon
+
+    import sparkbeam.runner.rounds.edges  # noqa: F401
+    import sparkbeam.runner.task.bundle_executor  # noqa: F401
+    from sparkbeam.runner.spark import zip_caches
+
+    if _stock_worker is None:
+        _stock_worker = daemon.worker
+    zip_caches.install()
+    gc.collect()
+    gc.freeze()
 
 
 def worker(sock, authenticated):
     """PySpark's worker loop for one task; 1 (let the worker go) if the JVM closed its end."""
+    if _stock_worker is None:
+        preload()
     try:
         return _stock_worker(sock, authenticated)
     except (BrokenPipeError, ConnectionResetError):
         return 1
 
 
-if __name__ == "__main__":
+def serve() -> None:
+    """PySpark's daemon loop, forking ``worker``s, for the worker module the JVM named."""
+    import importlib
+
+    from pyspark import daemon
+
+    if len(sys.argv) > 1 and sys.argv[1].startswith("pyspark"):  # as pyspark.daemon decides
+        daemon.worker_main = importlib.import_module(sys.argv[1]).main
     daemon.worker = worker  # manager() looks it up at each fork
-    zip_caches.install()
-    gc.collect()
-    gc.freeze()
     daemon.manager()
+
+
+if __name__ == "__main__":
+    if not zygote.hand_over():  # a local driver's zygote imported all this while the JVM started
+        preload()
+        serve()

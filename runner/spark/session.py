@@ -32,7 +32,7 @@ from typing import Any
 
 from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import DEFAULT_MASTER, SparkRunnerOptions
-from sparkbeam.runner.spark import context_session, session_conf, warm_workers
+from sparkbeam.runner.spark import context_session, session_conf, warm_workers, zygote
 
 _LOG = logging.getLogger(__name__)
 
@@ -311,8 +311,15 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
     try:
         from pyspark import SparkConf, SparkContext
 
-        # SparkConf() reads spark-submit's settings (JVM system properties) under ours.
-        sc = SparkContext.getOrCreate(SparkConf().setAll(list(settings.items())))
+        # A JVM about to start on this host forks its worker daemon from a warm zygote.
+        if SparkContext._gateway is None and warm_workers.wanted(master):
+            if settings.get("spark.python.daemon.module") == session_conf.DAEMON_MODULE:
+                zygote.spawn()
+        try:
+            # SparkConf() reads spark-submit's settings (JVM system properties) under ours.
+            sc = SparkContext.getOrCreate(SparkConf().setAll(list(settings.items())))
+        finally:
+            zygote.launched()
         session_conf.quiet_jvm(sc)  # a failed warm-up stays quiet too
         if warm_workers.wanted(master):  # the Python daemon starts while the driver plans
             warm_workers.start(sc)

@@ -17,6 +17,7 @@ import socket
 import tempfile
 
 POOL = "sparkbeam"
+DAEMON_MODULE = "sparkbeam.runner.spark.daemon"  # the warm Python worker daemon
 
 # JVM loggers whose warnings repeat, with Java frames, what sparkbeam reports in one line.
 _QUIET_JVM = {
@@ -52,7 +53,7 @@ def default_conf(parallelism: int | None) -> dict[str, str]:
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(parallelism or 8),
         "spark.python.worker.reuse": "true",
-        "spark.python.daemon.module": "sparkbeam.runner.spark.daemon",
+        "spark.python.daemon.module": DAEMON_MODULE,
         # Pipelines' rounds share one FAIR pool: concurrent rounds get fair shares.
         "spark.scheduler.mode": "FAIR",
         "spark.scheduler.allocation.file": allocation_file(),

@@ -163,3 +163,24 @@ def test_a_local_session_starts_its_python_worker_daemon_before_any_pipeline_job
     assert "JOBS SUCCEEDED" in done.stdout
     daemons = int(re.search(r"DAEMONS (\d+)", done.stdout).group(1))
     assert daemons >= 1, done.stdout  # the daemon (and the worker it forked)
+
+
+@pytest.mark.spark
+def test_a_local_sessions_daemon_is_forked_from_the_zygote_that_imported_beam(warm_app):
+    """The daemon's Beam import overlaps the JVM's start: the driver's zygote imported it and
+    forked the daemon the JVM asked for (``zygote``), whose workers find the heap frozen; the
+    zygote is gone once it forked."""
+    assert "DAEMON_MODULE sparkbeam.runner.spark.zygote" in warm_app.stdout
+    assert "WORKER_FROZEN True" in warm_app.stdout
+    assert "ZYGOTES_LEFT 0" in warm_app.stdout
+
+
+def test_a_daemon_with_no_zygote_to_ask_serves_itself(monkeypatch, tmp_path):
+    """A stale or missing zygote socket (another JVM's, a zygote that timed out) is no error:
+    the launched daemon imports and serves as before."""
+    from sparkbeam.runner.spark import zygote
+
+    monkeypatch.setenv(zygote.ENV, str(tmp_path / "gone" / "socket"))
+    assert zygote.hand_over() is False
+    monkeypatch.delenv(zygote.ENV)
+    assert zygote.hand_over() is False

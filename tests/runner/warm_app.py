@@ -37,6 +37,30 @@ def _daemons_under(root: int) -> list[int]:
     return found
 
 
+def _daemon(_):
+    """In a task: the module the worker's parent (the daemon) was started as, and how much of
+    the heap it froze before forking."""
+    import gc
+
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
+        argv = f.read().split(b"\x00")
+    yield argv[argv.index(b"-m") + 1].decode(), gc.get_freeze_count()
+
+
+def _children(parent: int, marker: bytes) -> list[int]:
+    found = []
+    for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if ppid == parent and marker in f.read():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 if __name__ == "__main__":
     options = PipelineOptions([f"--spark_master_url={sys.argv[1]}"]).view_as(SparkRunnerOptions)
     session = get_or_create_session(options)
@@ -48,6 +72,10 @@ if __name__ == "__main__":
     print("WARM_THREADS", len(warm))
     print("JOBS", ",".join(jobs))
     print("DAEMONS", len(_daemons_under(os.getpid())))
+    ((module, frozen),) = session.sparkContext.parallelize([0], 1).mapPartitions(_daemon).collect()
+    print("DAEMON_MODULE", module)  # which code forked the task's worker
+    print("WORKER_FROZEN", frozen > 100_000)
+    print("ZYGOTES_LEFT", len(_children(os.getpid(), b"-m\x00sparkbeam.runner.spark.zygote")))
     from pyspark.sql import SparkSession
 
     print("SQL_SESSION_BUILT", SparkSession._instantiatedSession is not None)
