@@ -66,7 +66,13 @@ def hand_over() -> bool:
     path = os.environ.get(ENV)
     if not path:
         return False
-    request = {"argv": sys.argv, "env": dict(os.environ), "path": sys.path, "cwd": os.getcwd()}
+    request = {
+        "python": _interpreter(),
+        "argv": sys.argv,
+        "env": dict(os.environ),
+        "path": sys.path,
+        "cwd": os.getcwd(),
+    }
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(HAND_OVER_TIMEOUT_S)
@@ -103,6 +109,11 @@ def _stand_in(pid: int) -> None:
         time.sleep(0.1)
 
 
+def _interpreter() -> list:
+    """Which Python this is: a daemon of another interpreter must not become this one."""
+    return [os.path.realpath(sys.executable), sys.prefix, list(sys.version_info)]
+
+
 def _read_all(conn: socket.socket) -> bytes:
     parts = []
     while chunk := conn.recv(4096):
@@ -133,6 +144,11 @@ def _serve(path: str, parent: int) -> None:
     conn.settimeout(HAND_OVER_TIMEOUT_S)
     message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
     request = json.loads(message + _read_all(conn))  # the daemon shut its end after sending
+    if request.get("python") != _interpreter():  # spark.pyspark.python names another one
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(b"0")  # the daemon serves itself
+        return
     pid = os.fork()
     if pid == 0:
         listener.close()
