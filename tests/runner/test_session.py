@@ -175,6 +175,29 @@ def test_a_local_sessions_daemon_is_forked_from_the_zygote_that_imported_beam(wa
     assert "ZYGOTES_LEFT 0" in warm_app.stdout
 
 
+def test_a_daemon_of_another_python_is_not_forked_from_the_zygote(monkeypatch):
+    """``spark.pyspark.python`` may name another interpreter than the driver's: the zygote
+    (the driver's Python) declines, and the daemon serves itself; the zygote then exits."""
+    from sparkbeam.runner.spark import zygote
+
+    monkeypatch.delenv(zygote.ENV, raising=False)
+    proc = zygote.spawn()
+    try:
+        assert proc is not None and os.environ.get(zygote.ENV)
+        for _ in range(200):  # it binds at once (a JVM takes seconds to ask)
+            if os.path.exists(os.environ[zygote.ENV]):
+                break
+            time.sleep(0.05)
+        monkeypatch.setattr(zygote, "_interpreter", lambda: ["/another/python", "", [3, 99]])
+        assert zygote.hand_over() is False
+        assert proc.wait(timeout=60) == 0
+        assert not os.path.exists(os.path.dirname(os.environ[zygote.ENV]))  # cleaned up
+    finally:
+        zygote.launched()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+
+
 def test_a_daemon_with_no_zygote_to_ask_serves_itself(monkeypatch, tmp_path):
     """A stale or missing zygote socket (another JVM's, a zygote that timed out) is no error:
     the launched daemon imports and serves as before."""
