@@ -77,7 +77,9 @@ def hand_over() -> bool:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
             conn.settimeout(HAND_OVER_TIMEOUT_S)
             conn.connect(path)
-            socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
+            data = json.dumps(request).encode()
+            sent = socket.send_fds(conn, [data], [0, 1, 2])
+            conn.sendall(data[sent:])
             conn.shutdown(socket.SHUT_WR)
             pid = int(_read_all(conn) or b"0")
     except (OSError, ValueError):
@@ -163,6 +165,9 @@ def _serve(path: str, parent: int) -> None:
 def _become_daemon(request: dict, fds: list[int]) -> None:
     code = 1
     try:
+        # As a daemon the JVM launched: PySpark starts the JVM with SIGINT ignored (Ctrl-C is
+        # the driver's to handle), and a launched process inherits that.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         for target, fd in zip((0, 1, 2), fds):
             os.dup2(fd, target)
             os.close(fd)
