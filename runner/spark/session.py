@@ -312,12 +312,17 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
         from pyspark import SparkConf, SparkContext
 
         # A JVM about to start on this host forks its worker daemon from a warm zygote.
+        warm = None
         if SparkContext._gateway is None and warm_workers.wanted(master):
             if settings.get("spark.python.daemon.module") == session_conf.DAEMON_MODULE:
-                zygote.spawn()
+                warm = zygote.spawn()
         try:
             # SparkConf() reads spark-submit's settings (JVM system properties) under ours.
             sc = SparkContext.getOrCreate(SparkConf().setAll(list(settings.items())))
+        except BaseException:
+            if warm is not None:
+                zygote.abandon(warm)
+            raise
         finally:
             zygote.launched()
         session_conf.quiet_jvm(sc)  # a failed warm-up stays quiet too
@@ -328,7 +333,7 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
         _LOG.debug("Spark start-up failed", exc_info=True)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SparkSessionError(
-            f"Could not start Spark with master {where!r}: {first}. "
+            f"Could not start Spark with master {where!r}: {first.rstrip('.')}. "
             "Check that Java 17+ is on PATH and the master is reachable."
         ) from None
     session_conf.configure_running(session)

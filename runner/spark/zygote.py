@@ -52,6 +52,26 @@ def spawn() -> subprocess.Popen | None:
     return proc
 
 
+def abandon(proc: subprocess.Popen) -> None:
+    """The JVM did not start: stop the zygote no daemon will ask, and remove its socket."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    _remove(proc.args[3])  # the socket path, as spawn() passed it
+
+
+def _remove(path: str) -> None:
+    """The socket and its private directory."""
+    for leftover in (path, os.path.dirname(path)):
+        try:
+            os.remove(leftover) if leftover == path else os.rmdir(leftover)
+        except OSError:
+            pass
+
+
 def launched() -> None:
     """The JVM has its copy of the environment: later ones (another session) start their own."""
     os.environ.pop(ENV, None)
@@ -191,11 +211,7 @@ def _main(argv: list[str]) -> None:
     try:
         _serve(path, parent)
     finally:
-        for leftover in (path, os.path.dirname(path)):
-            try:
-                os.remove(leftover) if leftover == path else os.rmdir(leftover)
-            except OSError:
-                pass
+        _remove(path)
 
 
 if __name__ == "__main__":

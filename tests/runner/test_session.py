@@ -207,3 +207,19 @@ def test_a_daemon_with_no_zygote_to_ask_serves_itself(monkeypatch, tmp_path):
     assert zygote.hand_over() is False
     monkeypatch.delenv(zygote.ENV)
     assert zygote.hand_over() is False
+
+
+def test_a_jvm_that_does_not_start_leaves_no_zygote(tmp_path):
+    """The zygote starts before the JVM; when the JVM does not start (no Java, a bad
+    ``--spark_conf``), the session error stops it instead of leaving it to time out."""
+    (tmp_path / "tmp").mkdir()
+    env = dict(_env(), JAVA_HOME=str(tmp_path / "no-java"), TMPDIR=str(tmp_path / "tmp"))
+    done = subprocess.run(
+        [sys.executable, os.path.join(HERE, "no_jvm_app.py")],
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "ERROR" in done.stdout, done.stdout
+    assert "ZYGOTES 0" in done.stdout, done.stdout
+    assert "ZYGOTE_ENV None" in done.stdout
+    assert not list((tmp_path / "tmp").glob("sparkbeam-zygote-*"))  # its socket directory too
