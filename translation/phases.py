@@ -17,13 +17,16 @@ from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.runners.worker import bundle_processor
 
 from sparkbeam.translation.test_stream import TEST_STREAM_URN, expand_test_stream
+from sparkbeam.translation.text_reads import TEXT_READ_URN, expand_text_reads
 
 FLATTEN_URN = common_urns.primitives.FLATTEN.urn
 GBK_URN = common_urns.primitives.GROUP_BY_KEY.urn
 RESHUFFLE_URN = common_urns.composites.RESHUFFLE.urn
 COMBINE_PER_KEY_URN = common_urns.composites.COMBINE_PER_KEY.urn
 
-KNOWN_RUNNER_URNS = frozenset([FLATTEN_URN, GBK_URN, RESHUFFLE_URN, TEST_STREAM_URN])
+KNOWN_RUNNER_URNS = frozenset(
+    [FLATTEN_URN, GBK_URN, RESHUFFLE_URN, TEST_STREAM_URN, TEXT_READ_URN]
+)
 """Transforms the runner executes itself (Impulse is handled by impulse_to_input)."""
 
 RESHUFFLE_BUFFER_KIND = "reshuffle"
@@ -122,6 +125,7 @@ def standard_phases(streaming: bool = False) -> list:
         t.expand_gbk,
         expand_reshuffle,
         expand_test_stream,
+        expand_text_reads,
         t.sink_flattens,
         t.greedily_fuse,
         t.read_to_impulse,

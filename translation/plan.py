@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, NewType
 
 if TYPE_CHECKING:
     from sparkbeam.translation.test_stream import TestStreamSource
+    from sparkbeam.translation.text_reads import TextRead
 
 StageId = NewType("StageId", str)
 """Identifies one fused executable stage (a ProcessBundleDescriptor id)."""
@@ -34,6 +35,7 @@ class EdgeKind(enum.Enum):
     GROUP = "group"  # GroupByKey: shuffle by encoded key, then window/trigger
     RESHUFFLE = "reshuffle"  # repartition elements; the SDF fusion break
     TEST_STREAM = "teststream"  # one output of a TestStream: the runner plays its events
+    TEXT = "text"  # the lines of a ReadFromText: the runner reads its files
 
 
 @dataclass(frozen=True)
@@ -121,12 +123,16 @@ class ExecutionPlan:
     requirements: tuple[str, ...] = ()
     fingerprint: str = ""
     test_streams: tuple[TestStreamSource, ...] = ()
+    text_reads: tuple[TextRead, ...] = ()
     _edge_index: dict = field(default_factory=dict, compare=False, repr=False)
 
     def edge(self, buffer: BufferId) -> Edge:
         if not self._edge_index:
             self._edge_index.update({e.id: e for e in self.edges})
         return self._edge_index[buffer]
+
+    def text_read(self, buffer: BufferId) -> TextRead:
+        return next(r for r in self.text_reads if r.buffer == buffer)
 
     def stage(self, stage_id: StageId) -> StagePlan:
         for s in self.stages:

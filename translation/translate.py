@@ -41,6 +41,7 @@ from sparkbeam.translation.plan import (
 )
 from sparkbeam.translation.requirements import check_requirements
 from sparkbeam.translation.test_stream import test_stream_sources
+from sparkbeam.translation.text_reads import mark_text_reads
 
 _FAKE_ENDPOINT = endpoints_pb2.ApiServiceDescriptor(url="in-process")
 _SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
@@ -51,20 +52,24 @@ def translate(
 ) -> ExecutionPlan:
     """Plan a portable pipeline for execution; raises for unsupported features.
 
-    ``streaming`` (implied by a TestStream) plans for late data: see ``standard_phases``."""
+    ``streaming`` (implied by a TestStream) plans for late data: see ``standard_phases``.
+    A batch plan reads plain ``ReadFromText`` files itself (``text_reads``)."""
     pipeline = copy.deepcopy(pipeline)
     validate_pipeline_graph(pipeline)
     check_requirements(pipeline)
     pipeline = merge_common_environments(merge_superset_dep_environments(pipeline))
     sources = test_stream_sources(pipeline.components)
+    streaming = streaming or bool(sources)
+    text_reads = () if streaming else mark_text_reads(pipeline)
     context, stages = t.create_and_optimize_stages(
         pipeline,
-        phases=standard_phases(streaming or bool(sources)),
+        phases=standard_phases(streaming),
         known_runner_urns=KNOWN_RUNNER_URNS,
         is_drain=is_drain,
     )
     ordered = _stable_order(stages)
-    return _PlanBuilder(context, ordered, tuple(pipeline.requirements), sources).build()
+    builder = _PlanBuilder(context, ordered, tuple(pipeline.requirements), sources, text_reads)
+    return builder.build()
 
 
 def _stable_order(stages: list) -> list:
@@ -118,10 +123,16 @@ class _PlanBuilder:
     """Reads Beam's fused stages into the plan's dataclasses."""
 
     def __init__(
-        self, context: t.TransformContext, stages: list, requirements: tuple, test_streams=()
+        self,
+        context: t.TransformContext,
+        stages: list,
+        requirements: tuple,
+        test_streams=(),
+        text_reads=(),
     ) -> None:
         self.context = context
         self.test_streams = test_streams
+        self.text_reads = text_reads
         self.components = context.components
         self.stages = stages
         self.requirements = requirements
@@ -148,6 +159,7 @@ class _PlanBuilder:
             requirements=self.requirements,
             fingerprint=_fingerprint(plans),
             test_streams=tuple(self.test_streams),
+            text_reads=tuple(self.text_reads),
         )
 
     def _stage(self, index: int, stage: t.Stage) -> StagePlan:
@@ -165,6 +177,8 @@ class _PlanBuilder:
                 coder = self.context.data_channel_coders[pcoll]
                 inputs.append((transform.unique_name, buffer))
                 input_coders.append((transform.unique_name, self.safe(coder)))
+                if self.edges[buffer].kind == EdgeKind.TEXT:  # the user's Read, for labels
+                    names.append(transform.unique_name)
                 transform.spec.payload = _grpc_port(coder)
             elif urn == bundle_processor.DATA_OUTPUT_URN:
                 pcoll = t.only_element(transform.inputs.values())

@@ -1,6 +1,7 @@
 """Edges between stages as Spark operations: what each buffer kind becomes.
 
-Impulse is a one-element dataset, a materialized buffer is the union of its
+Impulse is a one-element dataset, a ``ReadFromText`` a partition per range of its files
+(``text_ranges``, read by ``task.text_lines``), a materialized buffer is the union of its
 writers (a Flatten when there are several), GroupByKey is a ``partitionBy``
 on the key group of the encoded key (``grouping.partition_for_key``) followed by Beam's grouping,
 Reshuffle a repartition, and a stateful stage's input a ``partitionBy`` on its
@@ -18,8 +19,9 @@ from collections import defaultdict
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from sparkbeam.runner.rounds.carry import Carriers, carrying, carrying_pairs, select
+from sparkbeam.runner.rounds.text_ranges import text_ranges
 from sparkbeam.runner.spark.labels import shuffle_label, stage_label
-from sparkbeam.runner.task import grouping
+from sparkbeam.runner.task import grouping, text_lines
 from sparkbeam.runner.task.records import ReportKey, is_report_key
 from sparkbeam.runner.task.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan, StagePlan
@@ -89,6 +91,8 @@ class EdgeBuilder:
         edge = self.plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
             return self.plane.parallelize([ENCODED_IMPULSE_VALUE], 1)
+        if edge.kind == EdgeKind.TEXT:
+            return self._text(edge)
         carries = self.carriers.carries
         source = self.plane.union(
             [
@@ -104,6 +108,16 @@ class EdgeBuilder:
             with self.plane.call_site(shuffle_label(self.plan, buffer)):
                 return self._shuffle(edge, source)
         raise NotImplementedError(f"edge kind {edge.kind}")
+
+    def _text(self, edge):
+        """The lines of a ``ReadFromText``, a partition per range of its files."""
+        ranges = text_ranges(self.plan.text_read(edge.id), self.plane.default_parallelism())
+        if not ranges:
+            return self.plane.empty()
+        key, comps, coder = self.plan_key, self.components, edge.read_coder
+        return self.plane.parallelize(ranges, len(ranges)).mapPartitions(
+            lambda items: text_lines.read_ranges(comps.value, key, coder, items)
+        )
 
     def _shuffle(self, edge, source):
         key, comps = self.plan_key, self.components

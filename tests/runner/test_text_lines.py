@@ -1,0 +1,98 @@
+"""The runner's bulk line reader gives Beam's lines (``task.text_lines``, ``rounds.text_ranges``).
+
+Beam's own text source is the reference: over files with ``\\n``, ``\\r\\n``, lone ``\\r``, empty
+lines, lines longer than a block and no final separator, the lines of any cut of a file into
+ranges, read in blocks of a few bytes, are exactly the lines Beam reads from it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import random
+
+import pytest
+from apache_beam import coders
+from apache_beam.io import source_test_utils
+from apache_beam.io.filesystem import CompressionTypes
+from apache_beam.io.textio import _TextSource
+from apache_beam.coders.coder_impl import create_InputStream
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
+
+from sparkbeam.runner.rounds.text_ranges import MIN_RANGE_BYTES, text_ranges
+from sparkbeam.runner.task import text_lines
+from sparkbeam.translation.text_reads import TextRead
+
+PIECES = ["a", "bc", " ", "\u00e9", "\n", "\n", "\r\n", "\r", "", "word", "x" * 40]
+
+
+def _beam_lines(path: str) -> list[str]:
+    source = _TextSource(path, 0, CompressionTypes.AUTO, True, coders.StrUtf8Coder())
+    return source_test_utils.read_from_source(source)
+
+
+def _ours(path: str, cuts: list[int], size: int) -> list[str]:
+    bounds = [0, *cuts, size]
+    lines = []
+    for start, end in zip(bounds, bounds[1:]):
+        for block in text_lines._lines(path, CompressionTypes.UNCOMPRESSED, start, end):
+            lines += [line.decode("utf-8") for line in block]
+    return lines
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_any_cut_into_ranges_reads_beams_lines(tmp_path, monkeypatch, seed):
+    rng = random.Random(seed)
+    monkeypatch.setattr(text_lines, "BLOCK_BYTES", rng.choice([1, 2, 3, 7, 64]))
+    text = "".join(rng.choice(PIECES) for _ in range(rng.randint(0, 60)))
+    path = tmp_path / "f.txt"
+    path.write_bytes(text.encode("utf-8"))
+    size = path.stat().st_size
+    cuts = sorted(rng.sample(range(1, size), min(size - 1, rng.randint(0, 6)))) if size > 1 else []
+    assert _ours(str(path), cuts, size) == _beam_lines(str(path)), (text, cuts)
+
+
+def test_every_single_cut_reads_beams_lines(tmp_path, monkeypatch):
+    monkeypatch.setattr(text_lines, "BLOCK_BYTES", 4)
+    text = "ab\r\n\ncd\r\re\n\n\r\nlast\r"
+    path = tmp_path / "f.txt"
+    path.write_bytes(text.encode())
+    expected = _beam_lines(str(path))
+    assert expected[-1] == "last\r"  # no separator after it: kept whole
+    for cut in range(1, len(text)):
+        assert _ours(str(path), [cut], len(text)) == expected, cut
+
+
+def test_a_compressed_file_is_one_range_read_to_its_end(tmp_path):
+    plain = tmp_path / "a.txt"
+    plain.write_bytes(b"x\n" * 3_000_000)  # 6 MB: more than one range
+    packed = tmp_path / "b.txt.gz"
+    packed.write_bytes(gzip.compress(b"one\r\ntwo\nthree"))
+    (tmp_path / "empty.txt").write_bytes(b"")
+    read = TextRead("Read", str(tmp_path / "*"), CompressionTypes.AUTO, "text:p")
+    ranges = text_ranges(read, parallelism=4)
+    assert [r for r in ranges if r[0].endswith(".gz")] == [
+        (str(packed), CompressionTypes.GZIP, 0, None)
+    ]
+    plain_ranges = [r[2:] for r in ranges if r[0] == str(plain)]
+    assert plain_ranges == [(0, MIN_RANGE_BYTES), (MIN_RANGE_BYTES, 6_000_000)]
+    assert not [r for r in ranges if "empty" in r[0]]
+    lines = [x for r in ranges for block in text_lines._lines(*r) for x in block]
+    assert lines[-3:] == [b"one", b"two", b"three"] and len(lines) == 3_000_003
+
+
+def test_chunks_decode_to_the_lines_as_beams_read_emits_them():
+    coder = coders.WindowedValueCoder(coders.StrUtf8Coder())
+    impl = coder.get_impl()
+    lines = [b"", b"a", "\u00e9t\u00e9".encode(), b"z" * 20_000]
+    chunk = text_lines._encoder(impl)(lines)
+    decoded = []
+    stream = create_InputStream(chunk)
+    while stream.size() > 0:
+        decoded.append(impl.decode_from_stream(stream, True))
+    assert [d.value for d in decoded] == [x.decode() for x in lines]
+    for d in decoded:  # where Beam's Read puts every line: the Impulse's window and time
+        assert (d.timestamp, d.windows, d.pane_info) == (
+            MIN_TIMESTAMP, (GlobalWindow(),), PANE_INFO_UNKNOWN
+        )  # fmt: skip
