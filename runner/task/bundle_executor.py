@@ -106,7 +106,8 @@ class _StageWorker:
         self.descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(task.stage.descriptor)
         self.descriptor.id = f"{task.plan_key}/{task.stage.id}"
         self.state = UserStateServicer()
-        self.data = data_plane.InMemoryDataChannel()
+        self.sdk_side = _StreamedInputChannel()
+        self.data = self.sdk_side.inverse()  # the runner's side: bundle outputs arrive here
         handler = sdk_worker.GlobalCachingStateHandler(StateCache(0), self.state)
         self.worker = sdk_worker.SdkWorker(
             sdk_worker.BundleProcessorCache(
@@ -125,22 +126,27 @@ class _StageWorker:
 
     def process_bundle(
         self,
-        inputs: dict[str, list[bytes]],
+        inputs: dict[str, list[bytes]] | Iterator[tuple[str, bytes]],
         fired_timers: dict[tuple[str, str], list[bytes]],
         splitter=None,  # (bundle_id, inputs) -> BundleSplitter, for SDF stages
     ) -> _BundleOutput:
+        """One bundle over ``inputs``: chunks by data-input transform, or (transform, chunk)
+        rows the bundle pulls as it goes (not held in memory)."""
         bundle_id = f"{self.descriptor.id}/bundle-{next(self._ids)}"
         for timer in self.stage.timers:
             out = self.data.output_timer_stream(bundle_id, timer.transform, timer.family)
             for data in fired_timers.get((timer.transform, timer.family), ()):
                 out.write(data)
             out.close()
+        streamed = not isinstance(inputs, dict)
+        if streamed:
+            self.sdk_side.stream(bundle_id, inputs)
         for transform, _ in self.stage.inputs:
             out = self.data.output_stream(bundle_id, transform)
-            for data in inputs.get(transform, ()):
+            for data in () if streamed else inputs.get(transform, ()):
                 out.write(data)
             out.close()
-        splits = splitter(bundle_id, inputs) if splitter and inputs else None
+        splits = splitter(bundle_id, inputs) if splitter and inputs and not streamed else None
         with splits or contextlib.nullcontext():
             response = self.worker.do_instruction(
                 beam_fn_api_pb2.InstructionRequest(
@@ -174,6 +180,10 @@ class _StageWorker:
                 raise UserCodeError(finalized.error)
         return result
 
+    def flushed_outputs(self) -> int:
+        """How many output pieces the running bundle has flushed to this side so far."""
+        return len(self.data._inputs)  # noqa: SLF001 - Beam's in-memory channel keeps them there
+
     def input_for(self, transform_id: str, input_id: str) -> str:
         """The data-input transform that feeds ``transform_id`` (through Truncate)."""
         transforms = self.descriptor.transforms
@@ -184,6 +194,25 @@ class _StageWorker:
             if proto.spec.urn == _TRUNCATE_URN and pcoll in proto.outputs.values():
                 return self.input_for(read_id, next(iter(proto.inputs)))
         raise RuntimeError(f"No data input feeds transform {transform_id!r}")
+
+
+class _StreamedInputChannel(data_plane.InMemoryDataChannel):
+    """The SDK's side of the in-memory channel: a bundle's data may be pulled from rows as the
+    bundle processor reads it, after what was written to the channel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._streams: dict[str, Iterator[tuple[str, bytes]]] = {}
+
+    def stream(self, instruction_id: str, rows: Iterator[tuple[str, bytes]]) -> None:
+        self._streams[instruction_id] = rows
+
+    def input_elements(self, instruction_id, expected_inputs, abort_callback=None):
+        yield from super().input_elements(instruction_id, expected_inputs, abort_callback)
+        for transform, data in self._streams.pop(instruction_id, ()):
+            yield beam_fn_api_pb2.Elements.Data(
+                instruction_id=instruction_id, transform_id=transform, data=data
+            )
 
 
 _WORKERS: dict[tuple[str, str], _StageWorker] = {}
@@ -256,8 +285,13 @@ class _TaskLoop:
             )
 
     def run(self, rows: Iterable[tuple[str, bytes]]) -> Iterator[tuple]:
-        for inputs in _bundles(rows, self.task.bundle_bytes):
-            yield from self._bundle(inputs, {})
+        if self.splitter is not None:  # the splitter reads an SDF bundle's inputs as a whole
+            for inputs in _bundles(rows, self.task.bundle_bytes):
+                yield from self._bundle(inputs, {})
+        else:
+            rows = iter(rows)
+            for first in rows:
+                yield from self._bundle(self._until_output(first, rows), {})
         # Batch: all input is in, the input watermark is +inf; fire timers in order.
         # Streaming: fire only what the round's watermark and the clock passed.
         while self.timers:
@@ -281,6 +315,19 @@ class _TaskLoop:
         infos = list(monitoring_infos.consolidate(self.metrics))
         infos += self.split_counts.monitoring_infos(self.worker.descriptor)
         yield MetricsRecord(self.task.stage.id, tuple(mi.SerializeToString() for mi in infos))
+
+    def _until_output(self, first: tuple[str, bytes], rows: Iterator) -> Iterator[tuple]:
+        """A bundle's input: rows until the bundle has flushed output (Beam flushes an output
+        stream at 10 MB), so a bundle's output in memory stays bounded while a pre-combine
+        (a lifted combiner's table) or a batched DoFn sees as much input as that allows --
+        a whole task's, for a word count -- without its input held in memory."""
+        before = self.worker.flushed_outputs()
+        yield first
+        while self.worker.flushed_outputs() == before:
+            row = next(rows, None)
+            if row is None:
+                return
+            yield row
 
     def _bundle(self, inputs, fired) -> Iterator[tuple]:
         with warnings.catch_warnings(record=True) as caught:
