@@ -24,9 +24,7 @@ GBK_URN = common_urns.primitives.GROUP_BY_KEY.urn
 RESHUFFLE_URN = common_urns.composites.RESHUFFLE.urn
 COMBINE_PER_KEY_URN = common_urns.composites.COMBINE_PER_KEY.urn
 
-KNOWN_RUNNER_URNS = frozenset(
-    [FLATTEN_URN, GBK_URN, RESHUFFLE_URN, TEST_STREAM_URN, TEXT_READ_URN]
-)
+KNOWN_RUNNER_URNS = frozenset([FLATTEN_URN, GBK_URN, RESHUFFLE_URN, TEST_STREAM_URN, TEXT_READ_URN])
 """Transforms the runner executes itself (Impulse is handled by impulse_to_input)."""
 
 RESHUFFLE_BUFFER_KIND = "reshuffle"

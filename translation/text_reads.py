@@ -16,6 +16,7 @@ edge.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 from apache_beam import coders
 from apache_beam.io import iobase
@@ -99,7 +100,7 @@ def _text_read(transform, context) -> TextRead | None:
     (pcoll,) = transform.outputs.values()
     return TextRead(
         transform=transform.unique_name,
-        pattern=pattern.get(),
+        pattern=cast(StaticValueProvider, pattern).get(),
         compression=settings["_compression_type"],
         buffer=buffer_of(pcoll),
     )

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import cast
 
 ENV = "SPARKBEAM_DAEMON_ZYGOTE"
 IDLE_S = 120.0
@@ -60,7 +61,7 @@ def abandon(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-    _remove(proc.args[3])  # the socket path, as spawn() passed it
+    _remove(str(cast(list, proc.args)[3]))  # the socket path, as spawn() passed it
 
 
 def _remove(path: str) -> None:

@@ -138,15 +138,17 @@ class _StageWorker:
             for data in fired_timers.get((timer.transform, timer.family), ()):
                 out.write(data)
             out.close()
-        streamed = not isinstance(inputs, dict)
-        if streamed:
+        written: dict[str, list[bytes]] = {}
+        if isinstance(inputs, dict):
+            written = inputs
+        else:
             self.sdk_side.stream(bundle_id, inputs)
         for transform, _ in self.stage.inputs:
             out = self.data.output_stream(bundle_id, transform)
-            for data in () if streamed else inputs.get(transform, ()):
+            for data in written.get(transform, ()):
                 out.write(data)
             out.close()
-        splits = splitter(bundle_id, inputs) if splitter and inputs and not streamed else None
+        splits = splitter(bundle_id, written) if splitter and written else None
         with splits or contextlib.nullcontext():
             response = self.worker.do_instruction(
                 beam_fn_api_pb2.InstructionRequest(

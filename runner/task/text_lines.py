@@ -9,8 +9,9 @@ its end through Beam's ``FileSystems`` (which knows the codecs, as it knows ``s3
 Lines are not decoded here: each block is checked to be UTF-8 (a file that is not fails, as in
 Beam's reader, naming the byte), and each line is written, as its bytes, in the read coder's
 encoding of a windowed value in the global window at the minimum timestamp (what Beam's
-``Read`` emits), one chunk per block read; the stage decodes them. The encoding is checked against the coder once per task; a coder laid
-out otherwise (not expected) encodes each line through Beam.
+``Read`` emits), one chunk per block read; the stage decodes them. The encoding is checked
+against the coder once per task; a coder laid out otherwise (not expected) encodes each line
+through Beam.
 """
 
 from __future__ import annotations
@@ -73,7 +74,7 @@ def _lines(path: str, compression: str, start: int, end: int | None) -> Iterator
             _check_utf8(path, at, data, len(data) - len(pending))
             after = at + len(data) - len(pending)  # where ``pending`` starts
             done = end is not None and after >= end
-            if done and after > end:
+            if end is not None and after > end:
                 lines = _starting_before(lines, at, end)
             if lines:
                 if b"\r" in data:
@@ -127,7 +128,7 @@ def _encoder(impl) -> Callable[[list[bytes]], bytes]:
         return through_beam
 
     def by_table(lines: list[bytes]) -> bytes:
-        parts = []
+        parts: list[bytes] = []
         append = parts.append
         for line in lines:
             n = len(line)

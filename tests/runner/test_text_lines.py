@@ -12,10 +12,10 @@ import random
 
 import pytest
 from apache_beam import coders
+from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.io import source_test_utils
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.textio import _TextSource
-from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN

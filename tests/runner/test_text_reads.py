@@ -17,8 +17,8 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
 from sparkbeam.runner import SparkCheckpointRunner
-from sparkbeam.runner.runner import portable_proto
 from sparkbeam.runner.rounds import text_ranges
+from sparkbeam.runner.runner import portable_proto
 from sparkbeam.translation import translate
 from sparkbeam.translation.plan import EdgeKind
 from tests.conftest import spark_test_options
