@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from apache_beam.portability.api import beam_fn_api_pb2
 
-from sparkbeam.runner.task.bundle_executor import check_handled
+from sparkbeam.runner.task.stage_worker import check_handled
 
 
 def test_handled_fields_pass():
