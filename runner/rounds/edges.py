@@ -14,12 +14,13 @@ objects.
 from __future__ import annotations
 
 import functools
+import itertools
 from collections import defaultdict
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from sparkbeam.runner.rounds.carry import Carriers, carrying, carrying_pairs, select
-from sparkbeam.runner.rounds.text_ranges import text_ranges
+from sparkbeam.runner.rounds.text_ranges import text_partitions
 from sparkbeam.runner.spark.labels import shuffle_label, stage_label
 from sparkbeam.runner.task import grouping, text_lines
 from sparkbeam.runner.task.records import ReportKey, is_report_key
@@ -111,12 +112,13 @@ class EdgeBuilder:
 
     def _text(self, edge):
         """The lines of a ``ReadFromText``, a partition per range of its files."""
-        ranges = text_ranges(self.plan.text_read(edge.id), self.plane.default_parallelism())
-        if not ranges:
+        read = self.plan.text_read(edge.id)
+        partitions = text_partitions(read, self.plane.default_parallelism())
+        if not partitions:
             return self.plane.empty()
         key, comps, coder = self.plan_key, self.components, edge.read_coder
-        return self.plane.parallelize(ranges, len(ranges)).mapPartitions(
-            lambda items: text_lines.read_ranges(comps.value, key, coder, items)
+        return self.plane.parallelize(partitions, len(partitions)).mapPartitions(
+            lambda parts: text_lines.read_ranges(comps.value, key, coder, itertools.chain(*parts))
         )
 
     def _shuffle(self, edge, source):

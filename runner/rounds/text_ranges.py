@@ -3,8 +3,9 @@
 Beam's ``FileSystems`` matches the pattern (any filesystem it knows, with the run's options);
 an empty file is skipped and a compressed one is a single range, as Beam's file source does.
 An uncompressed file is cut into ranges of about the total over the parallelism, at least
-``MIN_RANGE_BYTES`` and at most ``MAX_RANGE_BYTES`` (the sizes Spark's file sources use), one
-Spark partition each; ``runner.task.text_lines`` reads them.
+``MIN_RANGE_BYTES`` and at most ``MAX_RANGE_BYTES`` (the bounds Spark's file sources use), and
+ranges are packed into Spark partitions of about that size, as Spark packs files (many small
+files make a few partitions, not one each); ``runner.task.text_lines`` reads them.
 """
 
 from __future__ import annotations
@@ -17,22 +18,45 @@ from sparkbeam.translation.text_reads import TextRead
 
 MIN_RANGE_BYTES = 4 << 20
 MAX_RANGE_BYTES = 128 << 20
+OPEN_COST_BYTES = 64 << 10  # opening a file costs about what reading this much does
 
 
-def text_ranges(read: TextRead, parallelism: int) -> list[tuple[str, str, int, int | None]]:
-    """(path, compression, start, end) of each range; end None: to the end of the file."""
+Range = tuple[str, str, int, "int | None"]  # path, compression, start, end (None: to the end)
+
+
+def text_partitions(read: TextRead, parallelism: int) -> list[list[Range]]:
+    """The ranges of ``read``'s files, packed into partitions of about one range's bytes."""
     files = sorted(
         (m.path, m.size_in_bytes, compression_of(m.path, read.compression))
         for m in FileSystems.match([read.pattern])[0].metadata_list
         if m.size_in_bytes > 0
     )
-    splittable = sum(size for _, size, c in files if c == CompressionTypes.UNCOMPRESSED)
-    step = -(-splittable // max(1, parallelism))
+    total = sum(size + OPEN_COST_BYTES for _, size, _ in files)
+    step = -(-total // max(1, parallelism))
     step = min(MAX_RANGE_BYTES, max(MIN_RANGE_BYTES, step))
-    ranges: list[tuple[str, str, int, int | None]] = []
+    ranges: list[tuple[int, Range]] = []
     for path, size, compression in files:
         if compression != CompressionTypes.UNCOMPRESSED:
-            ranges.append((path, compression, 0, None))
+            ranges.append((size, (path, compression, 0, None)))
             continue
-        ranges.extend((path, compression, s, min(s + step, size)) for s in range(0, size, step))
-    return ranges
+        for s in range(0, size, step):
+            end = min(s + step, size)
+            ranges.append((end - s, (path, compression, s, end)))
+    return _packed(ranges, step)
+
+
+def _packed(ranges: list[tuple[int, Range]], step: int) -> list[list[Range]]:
+    """Largest first, each range into the open partition while it holds less than ``step``
+    (with each range's open cost), as Spark packs files into partitions."""
+    partitions: list[list[Range]] = []
+    current: list[Range] = []
+    size = 0
+    for length, r in sorted(ranges, key=lambda x: -x[0]):
+        if current and size + length > step:
+            partitions.append(current)
+            current, size = [], 0
+        current.append(r)
+        size += length + OPEN_COST_BYTES
+    if current:
+        partitions.append(current)
+    return partitions

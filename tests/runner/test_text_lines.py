@@ -20,7 +20,7 @@ from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import MIN_TIMESTAMP
 from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
 
-from sparkbeam.runner.rounds.text_ranges import MIN_RANGE_BYTES, text_ranges
+from sparkbeam.runner.rounds.text_ranges import MIN_RANGE_BYTES, text_partitions
 from sparkbeam.runner.task import text_lines
 from sparkbeam.translation.text_reads import TextRead
 
@@ -71,15 +71,26 @@ def test_a_compressed_file_is_one_range_read_to_its_end(tmp_path):
     packed.write_bytes(gzip.compress(b"one\r\ntwo\nthree"))
     (tmp_path / "empty.txt").write_bytes(b"")
     read = TextRead("Read", str(tmp_path / "*"), CompressionTypes.AUTO, "text:p")
-    ranges = text_ranges(read, parallelism=4)
-    assert [r for r in ranges if r[0].endswith(".gz")] == [
-        (str(packed), CompressionTypes.GZIP, 0, None)
-    ]
-    plain_ranges = [r[2:] for r in ranges if r[0] == str(plain)]
-    assert plain_ranges == [(0, MIN_RANGE_BYTES), (MIN_RANGE_BYTES, 6_000_000)]
-    assert not [r for r in ranges if "empty" in r[0]]
+    partitions = text_partitions(read, parallelism=4)
+    assert partitions == [  # ranges of at least MIN_RANGE_BYTES, packed largest first
+        [(str(plain), CompressionTypes.UNCOMPRESSED, 0, MIN_RANGE_BYTES)],
+        [
+            (str(plain), CompressionTypes.UNCOMPRESSED, MIN_RANGE_BYTES, 6_000_000),
+            (str(packed), CompressionTypes.GZIP, 0, None),  # one range, read to its end
+        ],
+    ]  # and no range of the empty file
+    ranges = sorted(r for p in partitions for r in p)
     lines = [x for r in ranges for block in text_lines._lines(*r) for x in block]
     assert lines[-3:] == [b"one", b"two", b"three"] and len(lines) == 3_000_003
+
+
+def test_many_small_files_share_a_few_partitions(tmp_path):
+    for i in range(50):
+        (tmp_path / f"part-{i:03d}").write_bytes(b"line\n" * 200)
+    read = TextRead("Read", str(tmp_path / "part-*"), CompressionTypes.AUTO, "text:p")
+    partitions = text_partitions(read, parallelism=2)
+    assert len(partitions) == 1  # 50 KB in all: one task, not one per file
+    assert sorted(r[0] for r in partitions[0]) == sorted(str(p) for p in tmp_path.iterdir())
 
 
 def test_chunks_decode_to_the_lines_as_beams_read_emits_them():

@@ -43,6 +43,7 @@ def _beam_lines(pattern: str) -> list[str]:
 @pytest.mark.parametrize("plane", ["rdd", "frames"])
 def test_the_runner_reads_beams_lines(spark, files, monkeypatch, plane):
     monkeypatch.setattr(text_ranges, "MIN_RANGE_BYTES", 1000)  # a.txt in several ranges
+    monkeypatch.setattr(text_ranges, "OPEN_COST_BYTES", 10)  # several partitions
     expected = _beam_lines(files)
     assert len(expected) == 500 * 4 + 1 + 2 + 300
     options = PipelineOptions(spark_test_options(f"--data_plane={plane}"))
