@@ -2,7 +2,8 @@
 
 The stage's in-process SDK worker is ``stage_worker``'s. This module owns the per-task loop:
 cut the partition into bundles (an ordinary stage's bundle pulls rows until it has flushed
-output; an SDF stage's bundles are cut at ``BUNDLE_BYTES`` of input, whole for its splitter),
+output or read ``STREAMED_BUNDLE_BYTES``; an SDF stage's bundles are cut at ``BUNDLE_BYTES`` of
+input, whole for its splitter),
 feed side inputs through the state API, collect outputs and metrics, fire timers (batch: after
 all input, in timestamp order), and re-feed residuals due within the task's budget.
 Runner-initiated splits of SDF bundles are ``bundle_splits``'s; what they leave unprocessed
@@ -37,7 +38,8 @@ from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.sdf.residuals import ResidualRecord
 from sparkbeam.translation.plan import StagePlan
 
-BUNDLE_BYTES = 8 << 20
+BUNDLE_BYTES = 8 << 20  # an SDF stage's bundles (its splitter reads their input whole)
+STREAMED_BUNDLE_BYTES = 64 << 20  # an ordinary stage's, unless it flushes output first
 
 
 @dataclass(frozen=True)
@@ -151,15 +153,18 @@ class _TaskLoop:
 
     def _until_output(self, first: tuple[str, bytes], rows: Iterator) -> Iterator[tuple]:
         """A bundle's input: rows until the bundle has flushed output (Beam flushes an output
-        stream at 10 MB), so a bundle's output in memory stays bounded while a pre-combine
-        (a lifted combiner's table) or a batched DoFn sees as much input as that allows --
-        a whole task's, for a word count -- without its input held in memory."""
+        stream at 10 MB) or read ``STREAMED_BUNDLE_BYTES``, so a pre-combine (a lifted
+        combiner's table) sees a large share of the task's input -- a whole task's, for a
+        word count -- while the input is not held in memory, the output held stays bounded,
+        and so does what a DoFn buffers until its bundle finishes."""
         before = self.worker.flushed_outputs()
+        size = len(first[1])
         yield first
-        while self.worker.flushed_outputs() == before:
+        while self.worker.flushed_outputs() == before and size < STREAMED_BUNDLE_BYTES:
             row = next(rows, None)
             if row is None:
                 return
+            size += len(row[1])
             yield row
 
     def _bundle(self, inputs, fired) -> Iterator[tuple]:

@@ -1,12 +1,14 @@
 """How much input one bundle of an ordinary stage sees (``task.bundle_executor``).
 
-A bundle pulls its task's input as it goes (not held in memory) and ends only once it has
-flushed output: a stage with little output runs one bundle per task, so a lifted combiner's
-pre-combine flushes once; a stage with much output ends bundles as its output grows, so a
-task's memory stays bounded.
+A bundle pulls its task's input as it goes (not held in memory) and ends once it has flushed
+output or read ``STREAMED_BUNDLE_BYTES``: a stage with little output runs one bundle per task
+of up to that size, so a lifted combiner's pre-combine flushes once; a stage with much output
+ends bundles as its output grows, so a task's memory stays bounded.
 """
 
 from __future__ import annotations
+
+from types import SimpleNamespace
 
 import apache_beam as beam
 import pytest
@@ -15,6 +17,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from sparkbeam.runner import SparkCheckpointRunner
+from sparkbeam.runner.task import bundle_executor
 from sparkbeam.runner.task.bundle_executor import BUNDLE_BYTES
 from tests.conftest import spark_test_options
 
@@ -58,3 +61,13 @@ def test_a_bundle_sees_its_tasks_input_until_it_has_output_to_flush(spark):
     # Loud writes 2 x its input, ~32 MB a task: Beam flushes at 10 MB, and a flush ends a
     # bundle (a task that never ended one would hold all its output: 2 bundles).
     assert bundles["loud"] >= 3
+
+
+def test_a_streamed_bundle_also_ends_at_its_input_bound(monkeypatch):
+    """What a DoFn buffers until its bundle finishes stays bounded too."""
+    monkeypatch.setattr(bundle_executor, "STREAMED_BUNDLE_BYTES", 10)
+    loop = bundle_executor._TaskLoop.__new__(bundle_executor._TaskLoop)
+    loop.worker = SimpleNamespace(flushed_outputs=lambda: 0)  # no output flushed yet
+    rows = iter([("read", b"abcd")] * 5)
+    assert list(loop._until_output(next(rows), rows)) == [("read", b"abcd")] * 3  # 12 >= 10
+    assert len(list(rows)) == 2  # left for the next bundle
