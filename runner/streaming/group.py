@@ -20,6 +20,7 @@ the key groups differently.
 from __future__ import annotations
 
 import math
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,12 +28,12 @@ from typing import Any
 from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.runners.direct.clock import RealClock
 from apache_beam.transforms import trigger
-from apache_beam.transforms.window import TimestampCombiner
+from apache_beam.transforms.window import IntervalWindow, TimestampCombiner
 from apache_beam.utils import timestamp, windowed_value
 from apache_beam.utils.windowed_value import WindowedValue
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
+from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec, window_coder_for
 from sparkbeam.runner.task import clock
 from sparkbeam.runner.task.grouping import split_elements
 from sparkbeam.runner.task.records import (
@@ -106,7 +107,7 @@ class _KeysOfOneTask:
         self.read_impl = context.coders[edge.read_coder].get_impl()
         codec = trigger_state_codec(windowing)
         self.panes = (
-            OnTimePanes(codec)
+            OnTimePanes(windowing)
             if OnTimePanes.applies(windowing)
             else TriggerPanes(windowing, codec, clock.trigger_clock(task.clock_micros))
         )
@@ -211,11 +212,17 @@ class OnTimePanes:
     timestamp; data for a window ending exactly at the watermark fires at once as a LATE
     pane, data behind it is dropped. That is what the general driver does
     there too (same panes; a test compares them), at a fraction of its per-key cost: the
-    state is just the encoded values per window.
+    state is just the encoded values per window, kept flat (``GROUP_ON_TIME_FLAT``) and keyed
+    by the encoded window, so a key's step builds no window objects and hashes none of Beam's
+    (``IntervalWindow.__hash__`` reads two timestamps through Python properties); a task
+    encodes each distinct window once.
     """
 
-    def __init__(self, codec=None) -> None:
-        self.codec = codec or trigger_state_codec(None)
+    def __init__(self, windowing=None) -> None:
+        self.codec = trigger_state_codec(windowing)  # the tree-codec body of GROUP_ON_TIME
+        self.window_coder = window_coder_for(windowing)
+        self._windows: dict = {}  # window (or its micros) -> (encoded, end micros, window)
+        self._decoded: dict[bytes, Any] = {}  # encoded window -> window
 
     @staticmethod
     def applies(windowing) -> bool:
@@ -227,37 +234,105 @@ class OnTimePanes:
         )
 
     def step(self, blob, elements, previous, watermark, now: float):
-        buffered = {}
-        if blob is not None:
-            buffered = self.codec.decode(state_layout.decode_group(blob)[1])
-        late: dict = {}
+        buffered = self._load(blob)  # encoded window -> [end micros, values]
+        late: dict[bytes, list] = {}
         previous_us = previous.micros  # micros compare as ints; Timestamps compare in Python
         for wv in elements:
             for w in wv.windows:
-                end = w.end.micros
+                encoded, end, _ = self._window(w)
                 if end > previous_us:
-                    buffered.setdefault(w, []).append(wv.value)
+                    entry = buffered.get(encoded)
+                    if entry is None:
+                        buffered[encoded] = [end, [wv.value]]
+                    else:
+                        entry[1].append(wv.value)
                 elif end == previous_us:  # at the watermark: a LATE pane at once, like Beam's
-                    late.setdefault(w, []).append(wv.value)
+                    late.setdefault(encoded, []).append(wv.value)
                 # else: behind the watermark, dropped (no allowed lateness)
-        fired = [WindowedValue(v, w.max_timestamp(), (w,), _LATE) for w, v in late.items()]
-        ends = {w: w.end.micros for w in buffered}
+        fired = [self._pane(w, v, _LATE) for w, v in late.items()]
         watermark_us = watermark.micros
-        fired += [
-            WindowedValue(buffered.pop(w), w.max_timestamp(), (w,), _ON_TIME)
-            for w in sorted(buffered, key=ends.__getitem__)
-            if ends[w] <= watermark_us
-        ]
+        due = sorted((end, w) for w, (end, _) in buffered.items() if end <= watermark_us)
+        fired += [self._pane(w, buffered.pop(w)[1], _ON_TIME) for _, w in due]
         if not buffered:
             return fired, None
-        first_end = min(ends[w] for w in buffered)
+        first_end = min(end for end, _ in buffered.values())
         return fired, state_layout.encode_group(
-            state_layout.GROUP_ON_TIME,
+            state_layout.GROUP_ON_TIME_FLAT,
             first_end,
             math.inf,
             first_end - 2,  # the earliest window's max timestamp (end - 1 us), minus 1 us
-            self.codec.encode(buffered),
+            _encode_flat(buffered),
         )
+
+    def _window(self, w) -> tuple[bytes, int, Any]:
+        key = (w._start_micros, w._end_micros) if type(w) is IntervalWindow else w
+        known = self._windows.get(key)
+        if known is None:
+            known = self._windows[key] = (self.window_coder.encode(w), w.end.micros, w)
+        return known
+
+    def _pane(self, encoded: bytes, values: list, pane) -> WindowedValue:
+        w = self._decoded.get(encoded)
+        if w is None:
+            w = self._decoded[encoded] = self.window_coder.decode(encoded)
+        return WindowedValue(values, w.max_timestamp(), (w,), pane)
+
+    def _load(self, blob) -> dict[bytes, list]:
+        if blob is None:
+            return {}
+        kind, body = state_layout.decode_group(blob)
+        if kind == state_layout.GROUP_ON_TIME_FLAT:
+            return _decode_flat(body)
+        # A store written before the flat body: {window: [values]} through the tree codec.
+        return {
+            encoded: [end, values]
+            for w, values in self.codec.decode(body).items()
+            for encoded, end, _ in (self._window(w),)
+        }
+
+
+_FLAT_WINDOW = struct.Struct(">IqI")  # encoded window's length, its end micros, value count
+_FLAT_VALUE = struct.Struct(">I")
+
+
+def _encode_flat(buffered: dict[bytes, list]) -> bytes:
+    parts: list[bytes] = []
+    for encoded, (end, values) in buffered.items():
+        parts += (_FLAT_WINDOW.pack(len(encoded), end, len(values)), encoded)
+        for value in values:
+            parts += (_FLAT_VALUE.pack(len(value)), value)
+    return b"".join(parts)
+
+
+def _decode_flat(body: bytes) -> dict[bytes, list]:
+    try:
+        return _read_flat(body)
+    except struct.error:
+        pass
+    raise state_layout.StateLayoutError(
+        "A GroupByKey's buffered windows end past their bytes: the checkpoint is damaged; "
+        "start the job over with a new --checkpoint_dir."
+    )
+
+
+def _read_flat(body: bytes) -> dict[bytes, list]:
+    buffered: dict[bytes, list] = {}
+    at, size = 0, len(body)
+    while at < size:
+        length, end, count = _FLAT_WINDOW.unpack_from(body, at)
+        at += _FLAT_WINDOW.size
+        encoded = body[at : at + length]
+        at += length
+        values = []
+        for _ in range(count):
+            (n,) = _FLAT_VALUE.unpack_from(body, at)
+            at += _FLAT_VALUE.size
+            values.append(body[at : at + n])
+            at += n
+        buffered[encoded] = [end, values]
+    if at != size:
+        raise struct.error("past the end")
+    return buffered
 
 
 def _fire_timers(driver, state, watermark, now: float) -> list:

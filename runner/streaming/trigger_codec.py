@@ -25,10 +25,7 @@ def trigger_state_codec(windowing) -> state_layout.TreeCodec:
 
     Without a windowing: interval and global windows (Beam's standard window coders).
     """
-    if windowing is None:
-        window_coder = _StandardWindows()
-    else:
-        window_coder = windowing.windowfn.get_window_coder()
+    window_coder = window_coder_for(windowing)
 
     def ext_encode(obj):
         if isinstance(obj, timestamp.Timestamp):
@@ -49,6 +46,11 @@ def trigger_state_codec(windowing) -> state_layout.TreeCodec:
         raise state_layout.StateLayoutError(f"GroupByKey trigger state: unknown type tag {tag}")
 
     return state_layout.TreeCodec(ext_encode, ext_decode)
+
+
+def window_coder_for(windowing):
+    """The windowing's window coder; without one, interval and global windows."""
+    return _StandardWindows() if windowing is None else windowing.windowfn.get_window_coder()
 
 
 class _StandardWindows:

@@ -96,3 +96,36 @@ def test_other_windowing_takes_the_general_driver():
     )
     assert not OnTimePanes.applies(early)
     assert not OnTimePanes.applies(Windowing(window.Sessions(5)))
+
+
+def test_on_time_state_written_before_the_flat_body_still_reads():
+    """A store from before ``GROUP_ON_TIME_FLAT`` holds the tree-codec body: it fires the same."""
+    from sparkbeam.checkpoint import state_layout
+    from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
+
+    windowing = Windowing(window.FixedWindows(10))
+    w = window.IntervalWindow(0, 10)
+    old = state_layout.encode_group(
+        state_layout.GROUP_ON_TIME, w.end.micros, math.inf, w.end.micros - 2,
+        trigger_state_codec(windowing).encode({w: [b"a", b"b"]}),
+    )  # fmt: skip
+    panes = OnTimePanes(windowing)
+    fired, blob = panes.step(old, [_element(4)], Timestamp(0), Timestamp(5), 0.0)
+    assert fired == [] and state_layout.decode_group(blob)[0] == state_layout.GROUP_ON_TIME_FLAT
+    assert read_header(blob) == read_header(old)
+    fired, blob = panes.step(blob, [], Timestamp(5), Timestamp(10), 0.0)
+    assert [(sorted(f.value), f.windows, f.timestamp) for f in fired] == [
+        ([b"a", b"b", b"v"], (w,), w.max_timestamp())
+    ]
+    assert blob is None
+
+
+def test_a_damaged_flat_body_is_refused_naming_the_fix():
+    from sparkbeam.checkpoint import state_layout
+
+    panes = OnTimePanes(Windowing(window.FixedWindows(10)))
+    _, blob = panes.step(None, [_element(4)], Timestamp(0), Timestamp(1), 0.0)
+    header = len(blob) - len(state_layout.decode_group(blob)[1])
+    for cut in (len(blob) - 1, header + 5, header + 17):  # a value, a window head, a length
+        with pytest.raises(state_layout.StateLayoutError, match="new --checkpoint_dir"):
+            panes.step(blob[:cut], [], Timestamp(1), Timestamp(2), 0.0)
