@@ -86,7 +86,8 @@ def group_round(
             incoming.setdefault(key, []).append(element)
     group = _KeysOfOneTask(task, partition)
     stored = group.read_state()
-    for key in sorted(set(incoming) | set(stored)):
+    due = group.keep_idle(stored, incoming)
+    for key in sorted(incoming.keys() | due):
         group.step(key, stored.get(key), incoming.get(key, ()))
     yield from group.finish()
     yield from carried
@@ -132,13 +133,31 @@ class _KeysOfOneTask:
             task.url, task.pipeline, task.checkpoint_id, self.partition, task.parallelism, self.ns
         )
 
+    def keep_idle(self, stored: dict[bytes, bytes], incoming: dict) -> set[bytes]:
+        """Keys without new elements: those nothing is due for are kept as they are (their
+        state is not even decoded: only its header is read); the others are returned."""
+        due: set[bytes] = set()
+        watermark, now_ms = self.watermark_micros, self.now_ms
+        holds, timers = [], []
+        for key, blob in stored.items():
+            if key in incoming:
+                continue
+            wake, real_ms, hold = read_header(blob)
+            if wake > watermark and real_ms > now_ms:
+                holds.append(hold)
+                if real_ms != math.inf:
+                    timers.append(real_ms)
+            else:
+                due.add(key)
+        self.keys += len(holds)
+        self.hold = min(self.hold, min(holds, default=MAX_MICROS))
+        if timers:
+            earliest = min(timers)
+            self.next_ms = earliest if self.next_ms is None else min(self.next_ms, earliest)
+        return due
+
     def step(self, key: bytes, blob: bytes | None, chunks: Iterable[bytes]) -> None:
         """Run one key's trigger driver over its new elements and due timers; stage its state."""
-        if not chunks and blob is not None:
-            header = read_header(blob)
-            if header[0] > self.watermark_micros and header[1] > self.now_ms:
-                self._keep(header)  # nothing due for this key: its state is not even decoded
-                return
         elements = [
             wv.with_value(self.value_impl.encode(wv.value[1]))
             for chunk in chunks
