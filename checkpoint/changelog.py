@@ -43,6 +43,8 @@ class Op(IntEnum):
     DELETE = 2
 
 
+_OPS = {op.value: op for op in Op}  # a dict lookup: ``Op(value)`` costs ~0.6 us a record
+
 Record = tuple[Op, int, str, bytes, bytes]
 """(op, key group, namespace, key, value) -- value is ``b""`` for deletes."""
 
@@ -186,7 +188,10 @@ def iter_records(
             if ns is None:
                 ns = ns_cache[ns_b] = ns_b.decode()
             k_end = pos + ns_len + key_len
-            yield Op(op), kg, ns, data[pos + ns_len : k_end], data[k_end:stop]
+            known = _OPS.get(op)
+            if known is None:
+                raise CheckpointCorruptError(path, f"unknown record operation {op} at byte {pos}")
+            yield known, kg, ns, data[pos + ns_len : k_end], data[k_end:stop]
         pos = stop
 
 

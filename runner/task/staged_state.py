@@ -15,6 +15,9 @@ their checksums in the manifest), instead of replaying the whole state.
 
 from __future__ import annotations
 
+import hashlib
+import marshal
+import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -40,12 +43,17 @@ def _store(url: str):
 
 @dataclass
 class _Read:
-    """The state of one (namespace, key groups) as of a manifest's files."""
+    """The state of one (namespace, key groups) as of a manifest's files (by name: a file is
+    immutable and named by its content)."""
 
-    materialization: tuple
-    changelog: tuple
+    materialization: tuple[str, ...]
+    changelog: tuple[str, ...]
     state: dict[bytes, bytes]
     size: int  # bytes of keys and values
+
+
+def _names(entries) -> tuple[str, ...]:
+    return tuple(e.name for e in entries)
 
 
 _READS: OrderedDict[tuple, _Read] = OrderedDict()
@@ -67,14 +75,22 @@ def read_task_state(
     manifest = store.load_manifest(pipeline, checkpoint_id)
     groups = key_group_range(subtask, parallelism, manifest.max_key_groups)
     slot = (url, pipeline, namespace, groups.start, groups.stop)
+    materialization, changelog = _names(manifest.materialization), _names(manifest.changelog)
+
+    def extends(read: _Read | None) -> bool:
+        return (
+            read is not None
+            and read.materialization == materialization
+            and changelog[: len(read.changelog)] == read.changelog
+        )
+
     with _LOCK:
         last = _READS.pop(slot, None)  # re-inserted only once this read succeeded
-    seen = len(last.changelog) if last else 0
-    if last is None or not (
-        last.materialization == manifest.materialization
-        and manifest.changelog[:seen] == last.changelog
-    ):
-        last, seen = _Read(manifest.materialization, (), {}, 0), -1
+    if not extends(last):  # another Python worker of this executor may have read it
+        last = _shared_read(slot)
+    seen = len(last.changelog) if last is not None and extends(last) else -1
+    if last is None or seen < 0:
+        last = _Read(materialization, (), {}, 0)
     state, changed = last.state, {}
     size = last.size
 
@@ -103,10 +119,68 @@ def read_task_state(
     for value in changed.values():
         state_layout.check_value(value, namespace, where)
     if size <= READ_CACHE_BYTES:
+        read = _Read(materialization, changelog, state, size)
         with _LOCK:
-            _READS[slot] = _Read(manifest.materialization, manifest.changelog, state, size)
+            _READS[slot] = read
             _evict()
+        _share(slot, read)
     return state
+
+
+# --- the last read of a slot, shared by the executor's Python workers ----------------------
+# A round's task lands on any idle Python worker of the executor; one that did not read the
+# slot last round replayed the whole state. The last read is also written (marshal: ~3 ms for
+# 30,000 entries, ~7 ms to load) to a file in the executor's Spark local directory, which
+# Spark deletes when it stops; outside a Spark task nothing is shared.
+
+
+def _shared_dir() -> str | None:
+    local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]
+    return os.path.join(local, "sparkbeam-state-reads") if local else None
+
+
+def _shared_path(slot: tuple) -> str | None:
+    directory = _shared_dir()
+    if directory is None:
+        return None
+    return os.path.join(directory, hashlib.sha256(repr(slot).encode()).hexdigest()[:32])
+
+
+def _shared_read(slot: tuple) -> _Read | None:
+    path = _shared_path(slot)
+    if path is None:
+        return None
+    try:
+        with open(path, "rb") as f:
+            saved_slot, materialization, changelog, state, size = marshal.load(f)
+    except (OSError, EOFError, ValueError, TypeError):
+        return None  # none yet, or being replaced: read from the store
+    if saved_slot != list(slot):
+        return None
+    return _Read(tuple(materialization), tuple(changelog), state, size)
+
+
+def _share(slot: tuple, read: _Read) -> None:
+    path = _shared_path(slot)
+    if path is None:
+        return
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        partial = f"{path}.{os.getpid()}"
+        with open(partial, "wb") as f:
+            marshal.dump(
+                (
+                    list(slot),
+                    list(read.materialization),
+                    list(read.changelog),
+                    read.state,
+                    read.size,
+                ),
+                f,
+            )
+        os.replace(partial, path)  # whole or not at all, for a worker reading it now
+    except OSError:
+        pass  # sharing only saves a replay
 
 
 def _evict() -> None:

@@ -131,3 +131,40 @@ def test_a_read_skips_segments_of_other_key_groups(tmp_path, replays):
 
 def pipeline_dir_path(root: str) -> str:
     return os.path.join(root, pipeline_dir("p"))
+
+
+def test_another_worker_of_the_executor_builds_on_the_shared_read(tmp_path, replays, monkeypatch):
+    """A round's task may land on another Python worker: it loads the last read the executor's
+    workers shared (a file in Spark's local directory) and applies only the new changelog."""
+    shared = tmp_path / "spark-local"
+    monkeypatch.setattr(staged_state, "_shared_dir", lambda: str(shared))
+    root = str(tmp_path / "store")
+    store = open_store(root)
+    _commit(store, root, 0, {b"x": 0})
+    first = _commit(store, root, 1, {b"a": 1, b"b": 2, b"x": 9})  # rebased here (see above)
+    second = _commit(store, root, 2, {b"c": 3}, deletes=[b"a", b"x"])
+
+    def read(cid):
+        return staged_state.read_task_state(root, "p", cid, 0, 1, NS)
+
+    assert read(first) == {b"a": _value(1), b"b": _value(2), b"x": _value(9)}
+    assert replays == [first]
+    staged_state._READS.clear()  # another Python worker: nothing read in this process
+    assert read(second) == {b"b": _value(2), b"c": _value(3)}
+    assert replays == [first]  # built on the shared read: no whole replay
+    staged_state._READS.clear()
+    assert read(first) == {b"a": _value(1), b"b": _value(2), b"x": _value(9)}  # shared: second
+    assert replays == [first, first]  # which the older checkpoint does not extend: whole
+    (file,) = shared.glob("*")
+    file.write_bytes(b"damaged")
+    staged_state._READS.clear()
+    assert read(second) == {b"b": _value(2), b"c": _value(3)}  # a bad file: read whole
+    assert replays == [first, first, second]
+    store.close()
+
+
+def test_outside_a_spark_task_nothing_is_shared(monkeypatch):
+    monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
+    assert staged_state._shared_dir() is None
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", "/tmp/blockmgr-1,/tmp/blockmgr-2")
+    assert staged_state._shared_dir() == "/tmp/blockmgr-1/sparkbeam-state-reads"
