@@ -13,12 +13,12 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from sparkbeam.runner.streaming.group import (
-    OnTimePanes,
     TriggerPanes,
     dump_state,
     load_state,
     read_header,
 )
+from sparkbeam.runner.streaming.on_time_panes import OnTimePanes
 
 
 def _driver(lateness=0):

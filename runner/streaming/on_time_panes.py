@@ -1,0 +1,155 @@
+"""The default trigger's per-key state in a streaming GroupByKey: a flat buffer per window.
+
+``OnTimePanes`` is ``group``'s fast path for the common windowing (default trigger, no
+merging, no allowed lateness, end-of-window timestamps): each window fires once, ON_TIME, when
+the watermark reaches its end. Its state is the encoded values per window, kept flat
+(``GROUP_ON_TIME_FLAT``: per window its encoded bytes, end and values) and keyed by the
+encoded window, so a key's round builds no window objects and hashes none of Beam's.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from typing import Any
+
+from apache_beam.transforms import trigger
+from apache_beam.transforms.window import IntervalWindow, TimestampCombiner
+from apache_beam.utils import windowed_value
+from apache_beam.utils.windowed_value import WindowedValue
+
+from sparkbeam.checkpoint import state_layout
+from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec, window_coder_for
+
+_ON_TIME = windowed_value.PaneInfo(True, False, windowed_value.PaneInfoTiming.ON_TIME, 0, 0)
+_LATE = windowed_value.PaneInfo(True, False, windowed_value.PaneInfoTiming.LATE, 0, 0)
+
+
+class OnTimePanes:
+    """The default trigger without merging, lateness or a timestamp combiner: the common case.
+
+    Each window fires once, ON_TIME, when the watermark reaches its end, at its max
+    timestamp; data for a window ending exactly at the watermark fires at once as a LATE
+    pane, data behind it is dropped. That is what the general driver does
+    there too (same panes; a test compares them), at a fraction of its per-key cost: the
+    state is just the encoded values per window, kept flat (``GROUP_ON_TIME_FLAT``) and keyed
+    by the encoded window, so a key's step builds no window objects and hashes none of Beam's
+    (``IntervalWindow.__hash__`` reads two timestamps through Python properties); a task
+    encodes each distinct window once.
+    """
+
+    def __init__(self, windowing=None) -> None:
+        self.codec = trigger_state_codec(windowing)  # the tree-codec body of GROUP_ON_TIME
+        self.window_coder = window_coder_for(windowing)
+        self._windows: dict = {}  # window (or its micros) -> (encoded, end micros, window)
+        self._decoded: dict[bytes, Any] = {}  # encoded window -> window
+
+    @staticmethod
+    def applies(windowing) -> bool:
+        return (
+            windowing.triggerfn == trigger.DefaultTrigger()
+            and not windowing.windowfn.is_merging()
+            and windowing.timestamp_combiner == TimestampCombiner.OUTPUT_AT_EOW
+            and windowing.allowed_lateness == 0
+        )
+
+    def step(self, blob, elements, previous, watermark, now: float):
+        buffered = self._load(blob)  # encoded window -> [end micros, values]
+        late: dict[bytes, list] = {}
+        previous_us = previous.micros  # micros compare as ints; Timestamps compare in Python
+        for wv in elements:
+            for w in wv.windows:
+                encoded, end, _ = self._window(w)
+                if end > previous_us:
+                    entry = buffered.get(encoded)
+                    if entry is None:
+                        buffered[encoded] = [end, [wv.value]]
+                    else:
+                        entry[1].append(wv.value)
+                elif end == previous_us:  # at the watermark: a LATE pane at once, like Beam's
+                    late.setdefault(encoded, []).append(wv.value)
+                # else: behind the watermark, dropped (no allowed lateness)
+        fired = [self._pane(w, v, _LATE) for w, v in late.items()]
+        watermark_us = watermark.micros
+        due = sorted((end, w) for w, (end, _) in buffered.items() if end <= watermark_us)
+        fired += [self._pane(w, buffered.pop(w)[1], _ON_TIME) for _, w in due]
+        if not buffered:
+            return fired, None
+        first_end = min(end for end, _ in buffered.values())
+        return fired, state_layout.encode_group(
+            state_layout.GROUP_ON_TIME_FLAT,
+            first_end,
+            math.inf,
+            first_end - 2,  # the earliest window's max timestamp (end - 1 us), minus 1 us
+            _encode_flat(buffered),
+        )
+
+    def _window(self, w) -> tuple[bytes, int, Any]:
+        key = (w._start_micros, w._end_micros) if type(w) is IntervalWindow else w
+        known = self._windows.get(key)
+        if known is None:
+            known = self._windows[key] = (self.window_coder.encode(w), w.end.micros, w)
+        return known
+
+    def _pane(self, encoded: bytes, values: list, pane) -> WindowedValue:
+        w = self._decoded.get(encoded)
+        if w is None:
+            w = self._decoded[encoded] = self.window_coder.decode(encoded)
+        return WindowedValue(values, w.max_timestamp(), (w,), pane)
+
+    def _load(self, blob) -> dict[bytes, list]:
+        if blob is None:
+            return {}
+        kind, body = state_layout.decode_group(blob)
+        if kind == state_layout.GROUP_ON_TIME_FLAT:
+            return _decode_flat(body)
+        # A store written before the flat body: {window: [values]} through the tree codec.
+        return {
+            encoded: [end, values]
+            for w, values in self.codec.decode(body).items()
+            for encoded, end, _ in (self._window(w),)
+        }
+
+
+_FLAT_WINDOW = struct.Struct(">IqI")  # encoded window's length, its end micros, value count
+_FLAT_VALUE = struct.Struct(">I")
+
+
+def _encode_flat(buffered: dict[bytes, list]) -> bytes:
+    parts: list[bytes] = []
+    for encoded, (end, values) in buffered.items():
+        parts += (_FLAT_WINDOW.pack(len(encoded), end, len(values)), encoded)
+        for value in values:
+            parts += (_FLAT_VALUE.pack(len(value)), value)
+    return b"".join(parts)
+
+
+def _decode_flat(body: bytes) -> dict[bytes, list]:
+    try:
+        return _read_flat(body)
+    except struct.error:
+        pass
+    raise state_layout.StateLayoutError(
+        "A GroupByKey's buffered windows end past their bytes: the checkpoint is damaged; "
+        "start the job over with a new --checkpoint_dir."
+    )
+
+
+def _read_flat(body: bytes) -> dict[bytes, list]:
+    buffered: dict[bytes, list] = {}
+    at, size = 0, len(body)
+    while at < size:
+        length, end, count = _FLAT_WINDOW.unpack_from(body, at)
+        at += _FLAT_WINDOW.size
+        encoded = body[at : at + length]
+        at += length
+        values = []
+        for _ in range(count):
+            (n,) = _FLAT_VALUE.unpack_from(body, at)
+            at += _FLAT_VALUE.size
+            values.append(body[at : at + n])
+            at += n
+        buffered[encoded] = [end, values]
+    if at != size:
+        raise struct.error("past the end")
+    return buffered
