@@ -16,6 +16,7 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.runners.worker import bundle_processor
 
+from sparkbeam.translation.buffer_reads import read_stage
 from sparkbeam.translation.test_stream import TEST_STREAM_URN, expand_test_stream
 from sparkbeam.translation.text_reads import TEXT_READ_URN, expand_text_reads
 
@@ -55,19 +56,12 @@ def expand_reshuffle(stages, context):
             must_follow=stage.must_follow,
         )
         yield write
-        yield t.Stage(
+        yield read_stage(
             transform.unique_name + "/Read",
-            [
-                beam_runner_api_pb2.PTransform(
-                    unique_name=transform.unique_name + "/Read",
-                    outputs=transform.outputs,
-                    spec=beam_runner_api_pb2.FunctionSpec(
-                        urn=bundle_processor.DATA_INPUT_URN, payload=buffer_id
-                    ),
-                )
-            ],
-            downstream_side_inputs=stage.downstream_side_inputs,
-            must_follow=t.union(frozenset([write]), stage.must_follow),
+            transform.outputs,
+            buffer_id,
+            stage.downstream_side_inputs,
+            t.union(frozenset([write]), stage.must_follow),
         )
 
 

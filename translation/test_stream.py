@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations as t
-from apache_beam.runners.worker import bundle_processor
 
+from sparkbeam.translation.buffer_reads import read_stage
 from sparkbeam.translation.plan import BufferId
 
 TEST_STREAM_URN = common_urns.primitives.TEST_STREAM.urn
@@ -47,20 +47,12 @@ def expand_test_stream(stages, context):
         for tag, pcoll in sorted(transform.outputs.items()):
             context.length_prefix_pcoll_coders(pcoll)
             name = f"{transform.unique_name}/Read/{tag}"
-            yield t.Stage(
+            yield read_stage(
                 name,
-                [
-                    beam_runner_api_pb2.PTransform(
-                        unique_name=name,
-                        outputs={tag: pcoll},
-                        spec=beam_runner_api_pb2.FunctionSpec(
-                            urn=bundle_processor.DATA_INPUT_URN,
-                            payload=buffer_of(pcoll).encode("utf-8"),
-                        ),
-                    )
-                ],
-                downstream_side_inputs=stage.downstream_side_inputs,
-                must_follow=stage.must_follow,
+                {tag: pcoll},
+                buffer_of(pcoll).encode("utf-8"),
+                stage.downstream_side_inputs,
+                stage.must_follow,
             )
 
 

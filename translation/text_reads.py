@@ -25,8 +25,8 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import translations as t
-from apache_beam.runners.worker import bundle_processor
 
+from sparkbeam.translation.buffer_reads import read_stage
 from sparkbeam.translation.plan import BufferId
 
 TEXT_READ_URN = "sparkbeam:transform:text_read:v1"
@@ -124,18 +124,10 @@ def expand_text_reads(stages, context):
             continue
         transform = stage.transforms[0]
         (tag, pcoll) = t.only_element(transform.outputs.items())
-        yield t.Stage(
+        yield read_stage(
             transform.unique_name,
-            [
-                beam_runner_api_pb2.PTransform(
-                    unique_name=transform.unique_name,
-                    outputs={tag: pcoll},
-                    spec=beam_runner_api_pb2.FunctionSpec(
-                        urn=bundle_processor.DATA_INPUT_URN,
-                        payload=buffer_of(pcoll).encode("utf-8"),
-                    ),
-                )
-            ],
-            downstream_side_inputs=stage.downstream_side_inputs,
-            must_follow=stage.must_follow,
+            {tag: pcoll},
+            buffer_of(pcoll).encode("utf-8"),
+            stage.downstream_side_inputs,
+            stage.must_follow,
         )

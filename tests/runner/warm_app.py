@@ -47,7 +47,8 @@ def _daemon(_):
     yield argv[argv.index(b"-m") + 1].decode(), gc.get_freeze_count()
 
 
-def _children(parent: int, marker: bytes) -> list[int]:
+def children(parent: int, marker: bytes) -> list[int]:
+    """PIDs of ``parent``'s children whose command line contains ``marker``."""
     found = []
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
         try:
@@ -75,7 +76,7 @@ if __name__ == "__main__":
     ((module, frozen),) = session.sparkContext.parallelize([0], 1).mapPartitions(_daemon).collect()
     print("DAEMON_MODULE", module)  # which code forked the task's worker
     print("WORKER_FROZEN", frozen > 100_000)
-    print("ZYGOTES_LEFT", len(_children(os.getpid(), b"-m\x00sparkbeam.runner.spark.zygote")))
+    print("ZYGOTES_LEFT", len(children(os.getpid(), b"-m\x00sparkbeam.runner.spark.zygote")))
     from pyspark.sql import SparkSession
 
     print("SQL_SESSION_BUILT", SparkSession._instantiatedSession is not None)

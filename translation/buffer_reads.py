@@ -1,0 +1,32 @@
+"""A fused stage that only reads a buffer the runner fills: its consumers fuse with it.
+
+The phases that replace a transform by a runner-fed buffer (a Reshuffle's read side, each
+TestStream output, a runner-read ``ReadFromText``) all yield this stage, as Beam's
+``expand_gbk`` does for GroupByKey's read side.
+"""
+
+from __future__ import annotations
+
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.portability.fn_api_runner import translations as t
+from apache_beam.runners.worker import bundle_processor
+
+
+def read_stage(
+    name: str, outputs: dict, buffer: bytes, downstream_side_inputs, must_follow
+) -> t.Stage:
+    """A stage of one data-input transform ``name`` reading ``buffer`` into ``outputs``."""
+    return t.Stage(
+        name,
+        [
+            beam_runner_api_pb2.PTransform(
+                unique_name=name,
+                outputs=outputs,
+                spec=beam_runner_api_pb2.FunctionSpec(
+                    urn=bundle_processor.DATA_INPUT_URN, payload=buffer
+                ),
+            )
+        ],
+        downstream_side_inputs=downstream_side_inputs,
+        must_follow=must_follow,
+    )
