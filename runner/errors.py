@@ -3,6 +3,7 @@
 import logging
 import os
 import re
+import textwrap
 
 from sparkbeam.sdf.startpoints.errors import StartpointFailedError, startpoint_failure
 
@@ -52,6 +53,47 @@ class StageFailedError(RuntimeError):
         super().__init__("\n".join(lines))
 
 
+class PythonWorkerStartError(StageFailedError):
+    """An executor's Python worker failed before running any of the stage's code: the
+    executors' Python environment is broken, not the pipeline."""
+
+    def __init__(self, stage: str, worker_output: str, pythonpath: str | None) -> None:
+        RuntimeError.__init__(self)
+        self.stage, self.user_traceback, self.transform = stage, worker_output, None
+        where = f" (Beam stage {stage!r})" if stage != _UNKNOWN else ""
+        lines = [
+            f"Spark's Python worker did not start on an executor{where}: "
+            f"{last_error(worker_output)}"
+        ]
+        frames = user_frames(worker_output)
+        if frames:
+            lines.append("  Raised at (most recent call last):")
+            lines.extend("  " + ln for ln in frames)
+        if pythonpath:
+            lines.append(f"  The worker's PYTHONPATH: {pythonpath}")
+        lines.append(
+            "  What to do: the executors' Python (PYSPARK_PYTHON, spark.executorEnv.*) must "
+            "start and import apache_beam, pyspark and sparkbeam at the driver's versions; "
+            "fix or install them there and rerun. The full trace is logged at DEBUG."
+        )
+        self.args = ("\n".join(lines),)
+
+
+def python_worker_start_error(stage: str, text: str) -> PythonWorkerStartError | None:
+    """The error for Spark's "Error from python worker" block (a worker that did not start)."""
+    match = _WORKER_DID_NOT_START.search(text)
+    if match is None:
+        return None
+    output = textwrap.dedent(match.group(1))
+    pythonpath = match.group(2).strip() if match.group(2) else None
+    return PythonWorkerStartError(stage, output, pythonpath)
+
+
+# Spark's PythonWorkerFactory: the worker's output (indented), then its PYTHONPATH.
+_WORKER_DID_NOT_START = re.compile(
+    r"Error from python worker:\n((?:  .*\n?)+)(?:PYTHONPATH was:\n  (.*))?"
+)
+_UNKNOWN = "<unknown>"  # a failure no stage can be told for
 _STAGE_TAG = re.compile(r"\[(stage-\d+)\]")
 _STEP = re.compile(r"\[while running '([^']+)'\]")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
@@ -75,10 +117,13 @@ def run_guarded(stage_id: str | None, action, describe=None):
         text = str(e)
         _LOG.debug("Spark action failed:\n%s", text)
         match = _STAGE_TAG.search(text)
-        failed = match.group(1) if match else (stage_id or "<unknown>")
+        failed = match.group(1) if match else (stage_id or _UNKNOWN)
         transforms = (describe(failed) if describe is not None else "") or ""
         from sparkbeam.runner.spark.shipping import missing_module_error
 
+        worker = python_worker_start_error(failed, text)
+        if worker is not None:
+            raise worker from None
         user = user_traceback(text)
         startpoint = startpoint_failure(user)
         if startpoint is not None:  # not the user's DoFn: restoring cannot help

@@ -54,3 +54,44 @@ def test_a_failure_of_a_stage_with_no_known_transforms_still_names_the_stage():
     with pytest.raises(StageFailedError, match="OutOfMemoryError") as failed:
         run_guarded(None, aborted, {}.get)
     assert "<unknown>" in str(failed.value)
+
+
+# What Spark says when an executor's Python worker cannot even start (trimmed: Java frames).
+WORKER_DID_NOT_START = """An error occurred while calling z:org.apache.spark.api.python.PythonRDD.collectAndServe.
+: org.apache.spark.SparkException: Job aborted due to stage failure: Task 0 in stage 1.0 failed 1 times, most recent failure: Lost task 0.0 in stage 1.0 (TID 1) (192.0.2.2 executor driver): org.apache.spark.SparkException: 
+Error from python worker:
+  Fatal Python error: init_import_site: Failed to import the site module
+  Python runtime state: initialized
+  Traceback (most recent call last):
+    File "<frozen site>", line 548, in execsitecustomize
+    File "/opt/env/sitecustomize.py", line 2, in <module>
+      sys.exit("no beam here")
+  SystemExit: no beam here
+PYTHONPATH was:
+  /opt/spark/python/lib/pyspark.zip:/opt/env
+org.apache.spark.SparkException: EOFException occurred while reading the port number from sparkbeam.runner.spark.daemon's stdout.
+\tat org.apache.spark.api.python.PythonWorkerFactory.startDaemon(PythonWorkerFactory.scala:300)
+"""  # noqa: E501, W291
+
+
+def test_a_python_worker_that_did_not_start_is_named_as_such_not_as_user_code():
+    """Spark's "Error from python worker" block is the worker's own start-up failure: the
+    operator reads its last error, where it was raised and the worker's path, and is told to
+    fix the executors' Python, not the pipeline's code."""
+    import pytest
+
+    from sparkbeam.runner.errors import PythonWorkerStartError, StageFailedError, run_guarded
+
+    def failed():
+        raise RuntimeError(WORKER_DID_NOT_START)
+
+    with pytest.raises(PythonWorkerStartError) as info:
+        run_guarded("stage-1", failed, {"stage-1": "stage-1: Create/Map"}.get)
+    assert isinstance(info.value, StageFailedError)  # what callers already catch
+    first, *rest = str(info.value).splitlines()
+    assert "Python worker" in first and "did not start" in first
+    assert "SystemExit: no beam here" in first
+    text = "\n".join(rest)
+    assert '/opt/env/sitecustomize.py", line 2' in text
+    assert "/opt/spark/python/lib/pyspark.zip:/opt/env" in text
+    assert "PYTHONPATH was" not in first and "fix the user code" not in text

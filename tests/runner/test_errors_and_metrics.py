@@ -92,3 +92,26 @@ def test_streaming_without_checkpoint_dir_checkpoints_under_the_job_name(
 def _count_and_double(x):
     beam.metrics.Metrics.counter("test", "seen").inc()
     return x * 2
+
+
+def test_an_executor_python_that_cannot_start_is_reported_as_such(spark, tmp_path):
+    """The executors' Python fails at start-up (here: its PYTHONPATH shadows sparkbeam): the
+    error names the worker's failure and its PYTHONPATH, not a user transform."""
+    from sparkbeam.runner.errors import PythonWorkerStartError
+
+    (tmp_path / "sitecustomize.py").write_text("import sys\nsys.modules['sparkbeam'] = None\n")
+    environment = spark.sparkContext.environment  # what PySpark gives every Python worker
+    saved = environment.get("PYTHONPATH")
+    environment["PYTHONPATH"] = str(tmp_path)  # a new worker daemon, with this path
+    try:
+        with pytest.raises(PythonWorkerStartError) as info:
+            with _pipeline() as p:
+                _ = p | beam.Create([1, 2]) | "Inc" >> beam.Map(lambda x: x + 1)
+    finally:
+        if saved is None:
+            environment.pop("PYTHONPATH")
+        else:
+            environment["PYTHONPATH"] = saved
+    first, *rest = str(info.value).splitlines()
+    assert "did not start" in first and "No module named 'sparkbeam" in first, first
+    assert str(tmp_path) in "\n".join(rest)
