@@ -19,6 +19,7 @@ from typing import Any
 from sparkbeam.checkpoint import MemoryStorage, open_store
 from sparkbeam.runner import progress
 from sparkbeam.runner.batch.build_order import build_waves
+from sparkbeam.runner.batch.driver_stages import DriverStages
 from sparkbeam.runner.batch.durability import FINISHED, input_marker
 from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.batch.stage_rounds import StageRounds
@@ -89,6 +90,8 @@ class PlanExecutor:
         # (staged, final) files of committed task attempts, renamed when the run succeeds.
         self.sink_files: list[tuple[str, str]] = []
         self._restored_metadata: dict[str, dict] = {}
+        # Stages that only feed side inputs run on a local master's driver: no Spark job.
+        self.driver = DriverStages(plan, enabled=ctx.plane.local_master)
 
     def run(self) -> None:
         try:
@@ -210,11 +213,15 @@ class PlanExecutor:
     def _run_stage(self, stage: StagePlan, side_bc) -> None:
         state = self._state_for(stage.pipeline)
         completed = state.completed() if self.ctx.durable else frozenset()
-        if stage.is_sdf_process:
+        if self.driver.applies(stage):
+            rdds = [self._run_on_driver(stage, side_bc)]
+        elif stage.is_sdf_process:
+            self.driver.built_on_spark(stage)
             rdds = self._run_in_rounds(stage, side_bc, state, completed)
             if input_marker(stage.id) not in completed:  # round 0 read (and ran) its input
                 self._ran |= self.plan.upstream(stage.input_buffers)
         else:
+            self.driver.built_on_spark(stage)
             cache = self.edges.carriers.cache(stage.id)
             with self.plane.call_site(self._labels[stage.id]):
                 rdd = self.rdds.build(stage, self.edges.stage_input(stage), side_bc, 0, cache)
@@ -223,6 +230,16 @@ class PlanExecutor:
         for buffer in dict.fromkeys(stage.output_buffers):
             for rdd in rdds:
                 self.edges.add_writer(buffer, stage.id, rdd)
+
+    def _run_on_driver(self, stage: StagePlan, side_bc):
+        """Run the stage here, now (``driver_stages``); main-input readers get its data as a
+        one-partition dataset."""
+        run = self.rdds.task_body(stage, side_bc, 0)
+        rows = self.driver.rows(stage, self.ctx.plan_key)
+        records = self._guarded(stage, lambda: list(run(iter(rows))))
+        data, reports = self.driver.keep(stage, records)
+        self._absorb(stage, reports)
+        return self.plane.parallelize(data, 1)
 
     def _run_in_rounds(self, stage: StagePlan, side_bc, state, completed) -> list:
         """The stage's round loop, until nothing is pending; every round's output RDD."""
@@ -240,16 +257,19 @@ class PlanExecutor:
 
     def _side_inputs(self, stages: list[StagePlan]) -> dict:
         """Side input buffer -> its encoded chunks, for every stage given: one Spark job."""
-        buffers = list(dict.fromkeys(si.buffer for s in stages for si in s.side_inputs))
+        needed = dict.fromkeys(si.buffer for s in stages for si in s.side_inputs)
+        values = {b: self.driver.chunks[b] for b in needed if self.driver.has(b)}
+        buffers = [b for b in needed if b not in values]
         if not buffers:
-            return {}
+            return values
         label = "; ".join(
             f"{self._labels[s.id]} (side input {si.tag})" for s in stages for si in s.side_inputs
         )
         self.plane.describe_job(self.rdds.group, label)
         with self.plane.call_site(label):
             reads = {b: self.edges.read(b) for b in buffers}
-            values = read_together(self.plane, reads, lambda d: self._guarded(stages[0], d.collect))
+            collect = lambda d: self._guarded(stages[0], d.collect)  # noqa: E731
+            values.update(read_together(self.plane, reads, collect))
         self._ran |= self.plan.upstream(buffers)
         return values
 
@@ -265,15 +285,19 @@ class PlanExecutor:
         for r in reports:
             by_stage[r.stage].append(r)
         for stage, _ in self._lazy:
-            ledger = RoundLedger().absorb(by_stage.get(stage.id, []))
-            if ledger.residual_count():
-                raise NotImplementedError(
-                    f"Stage {stage.id} returned {ledger.residual_count()} residual(s) but is not "
-                    "a splittable-DoFn stage; this is a sparkbeam bug, please report it."
-                )
-            self.sink_files.extend(ledger.sink_files)
-            for infos in ledger.metrics.values():
-                self.ctx.metrics.add(stage.id, infos)
+            self._absorb(stage, by_stage.get(stage.id, []))
+
+    def _absorb(self, stage: StagePlan, reports: list) -> None:
+        """An ordinary stage's reports: its metrics and staged sink files (warnings re-issued)."""
+        ledger = RoundLedger().absorb(reports)
+        if ledger.residual_count():
+            raise NotImplementedError(
+                f"Stage {stage.id} returned {ledger.residual_count()} residual(s) but is not "
+                "a splittable-DoFn stage; this is a sparkbeam bug, please report it."
+            )
+        self.sink_files.extend(ledger.sink_files)
+        for infos in ledger.metrics.values():
+            self.ctx.metrics.add(stage.id, infos)
 
     def _reports(self):
         """The reports of every lazy stage nobody carries (with those they carry). A stage an

@@ -43,6 +43,16 @@ class StageRdds:
     def build(self, stage: StagePlan, input_rdd, side_bc, round_no: int, cache: bool = True):
         """The (lazy) RDD of one run of the stage over ``input_rdd``, persisted if ``cache``
         (its output is read more than once)."""
+        rdd = input_rdd.mapPartitions(self.task_body(stage, side_bc, round_no))
+        if not cache:
+            return rdd
+        rdd = self.ctx.plane.persist(rdd, f"{self.labels[stage.id]} (round {round_no})")
+        self.persisted.append(rdd)
+        return rdd
+
+    def task_body(self, stage: StagePlan, side_bc, round_no: int) -> _StageRun:
+        """What one task of the stage's run does with its rows (also run on the driver:
+        ``driver_stages``)."""
         ctx = self.ctx
         task = StageTask(
             ctx.plan_key, stage, residual_budget_s=self.residual_budget_s, splits=self.split_policy
@@ -50,16 +60,10 @@ class StageRdds:
         session = self.startpoints.get(stage.pipeline)
         assignment = session.assignment(stage.id) if session is not None else None
         durable = ctx.durable and stage.is_sdf_process
-        run = _StageRun(
+        return _StageRun(
             task, ctx.components, side_bc, assignment, round_no,
             ctx.url if durable else None, ctx.store.max_key_groups,
         )  # fmt: skip
-        rdd = input_rdd.mapPartitions(run)
-        if not cache:
-            return rdd
-        rdd = ctx.plane.persist(rdd, f"{self.labels[stage.id]} (round {round_no})")
-        self.persisted.append(rdd)
-        return rdd
 
     def unpersist(self) -> None:
         for rdd in self.persisted:

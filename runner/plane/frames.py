@@ -150,6 +150,8 @@ class FramePlane:
         # Job labels, pools and local properties: the SparkContext's on classic Spark.
         self.jobs = _ConnectJobs() if connect else RddPlane(spark)
         self._broadcast = ArtifactBroadcaster(spark) if connect else None
+        # Over Connect the driver's host is not known to share anything with the server's.
+        self.local_master = not connect and self.jobs.local_master
 
     def default_parallelism(self) -> int:
         if self.connect:

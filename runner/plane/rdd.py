@@ -21,6 +21,8 @@ class RddPlane:
 
     def __init__(self, spark) -> None:
         self.sc = spark.sparkContext
+        # Tasks run on the driver's host, in its Python (``batch.driver_stages``).
+        self.local_master = session_conf.is_local_master(self.sc.master)
 
     def default_parallelism(self) -> int:
         return self.sc.defaultParallelism

@@ -19,6 +19,13 @@ import tempfile
 POOL = "sparkbeam"
 DAEMON_MODULE = "sparkbeam.runner.spark.daemon"  # the warm Python worker daemon
 
+
+def is_local_master(master: str | None) -> bool:
+    """Whether ``master`` runs the executor in the driver's JVM (``local``, ``local[N]``...):
+    its Python workers share the driver's host, interpreter and files."""
+    return master is not None and (master == "local" or master.startswith("local["))
+
+
 # JVM loggers whose warnings repeat, with Java frames, what sparkbeam reports in one line.
 _QUIET_JVM = {
     "org.apache.spark.executor.Executor": "OFF",  # "Exception in task ..." + frames

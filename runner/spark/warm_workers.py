@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 
-from sparkbeam.runner.spark import labels
+from sparkbeam.runner.spark import labels, session_conf
 
 _LOG = logging.getLogger(__name__)
 GROUP = "sparkbeam-warm-up"  # its job's group in the Spark UI and status tracker
@@ -24,7 +24,7 @@ DESCRIPTION = "sparkbeam: start the Python workers (Beam imported once per worke
 
 def wanted(master: str | None) -> bool:
     """Whether a session on ``master`` gets a warm-up job (``local``, ``local[N]``...)."""
-    return master is not None and (master == "local" or master.startswith("local["))
+    return session_conf.is_local_master(master)
 
 
 def start(sc) -> threading.Thread:
