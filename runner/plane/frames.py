@@ -150,8 +150,9 @@ class FramePlane:
         # Job labels, pools and local properties: the SparkContext's on classic Spark.
         self.jobs = _ConnectJobs() if connect else RddPlane(spark)
         self._broadcast = ArtifactBroadcaster(spark) if connect else None
-        # Over Connect the driver's host is not known to share anything with the server's.
-        self.local_master = not connect and self.jobs.local_master
+        # Tasks run on the driver's host, in a Python with its packages (``batch.driver_stages``):
+        # a local master, over Connect one whose server listens on this host.
+        self.local_master = _local_server(spark) if connect else self.jobs.local_master
 
     def default_parallelism(self) -> int:
         if self.connect:
@@ -196,6 +197,15 @@ class FramePlane:
 
     def call_site(self, label: str):
         return self.jobs.call_site(label)
+
+
+def _local_server(spark) -> bool:
+    """Whether a Connect session's server runs a local master on this host."""
+    from sparkbeam.runner.spark.session_conf import is_local_master
+
+    if spark.client.host not in ("localhost", "127.0.0.1", "::1"):
+        return False
+    return is_local_master(spark.conf.get("spark.master", None))
 
 
 class _ConnectJobs:

@@ -65,6 +65,19 @@ def test_spark_remote_session_runs_a_query_on_the_server(connect_server):
 @pytest.mark.spark
 @pytest.mark.slow
 @pytest.mark.connect
+def test_a_local_server_runs_side_input_feeders_on_the_driver(connect_server):
+    """The server listens on 127.0.0.1 with a local master: it shares the driver's host, so
+    stages that only feed side inputs run on the driver (``batch.driver_stages``)."""
+    from sparkbeam.runner.plane.frames import FramePlane
+
+    assert "127.0.0.1" in connect_server.url
+    spark = get_or_create_session(remote_options(connect_server.url))
+    assert FramePlane(spark, connect=True).local_master
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
 def test_sessions_on_a_server_are_stopped_before_it_is(connect_server):
     """An open client retries its exit-time cleanup against a stopped server for minutes
     (a test process hung at exit that way); a closed one gives up at once."""
