@@ -211,25 +211,29 @@ class PlanExecutor:
         return frozenset(done)
 
     def _run_stage(self, stage: StagePlan, side_bc) -> None:
-        state = self._state_for(stage.pipeline)
-        completed = state.completed() if self.ctx.durable else frozenset()
         if self.driver.applies(stage):
             rdds = [self._run_on_driver(stage, side_bc)]
-        elif stage.is_sdf_process:
-            self.driver.built_on_spark(stage)
-            rdds = self._run_in_rounds(stage, side_bc, state, completed)
-            if input_marker(stage.id) not in completed:  # round 0 read (and ran) its input
-                self._ran |= self.plan.upstream(stage.input_buffers)
         else:
             self.driver.built_on_spark(stage)
+            rdds = self._build_on_spark(stage, side_bc)
+        for buffer in dict.fromkeys(stage.output_buffers):
+            for rdd in rdds:
+                self.edges.add_writer(buffer, stage.id, rdd)
+
+    def _build_on_spark(self, stage: StagePlan, side_bc) -> list:
+        """An ordinary stage's lazy RDD, or an SDF stage's rounds (run now) and their RDDs."""
+        if not stage.is_sdf_process:
             cache = self.edges.carriers.cache(stage.id)
             with self.plane.call_site(self._labels[stage.id]):
                 rdd = self.rdds.build(stage, self.edges.stage_input(stage), side_bc, 0, cache)
             self._lazy.append((stage, rdd))
-            rdds = [rdd]
-        for buffer in dict.fromkeys(stage.output_buffers):
-            for rdd in rdds:
-                self.edges.add_writer(buffer, stage.id, rdd)
+            return [rdd]
+        state = self._state_for(stage.pipeline)
+        completed = state.completed() if self.ctx.durable else frozenset()
+        rdds = self._run_in_rounds(stage, side_bc, state, completed)
+        if input_marker(stage.id) not in completed:  # round 0 read (and ran) its input
+            self._ran |= self.plan.upstream(stage.input_buffers)
+        return rdds
 
     def _run_on_driver(self, stage: StagePlan, side_bc):
         """Run the stage here, now (``driver_stages``); main-input readers get its data as a
@@ -256,7 +260,8 @@ class PlanExecutor:
         return job.outputs
 
     def _side_inputs(self, stages: list[StagePlan]) -> dict:
-        """Side input buffer -> its encoded chunks, for every stage given: one Spark job."""
+        """Side input buffer -> its encoded chunks, for every stage given: one Spark job for
+        those that stages run on the driver did not write."""
         needed = dict.fromkeys(si.buffer for s in stages for si in s.side_inputs)
         values = {b: self.driver.chunks[b] for b in needed if self.driver.has(b)}
         buffers = [b for b in needed if b not in values]
