@@ -131,3 +131,17 @@ def test_a_failing_driver_stage_names_the_step_and_the_user_frame(spark):
     assert "Refuse" in message
     assert "ValueError: no side input from 1" in message
     assert "_refuse" in message
+
+
+@pytest.mark.spark
+def test_a_driver_stage_output_read_as_side_and_as_main_input(spark):
+    """A ``Create`` read both as a side input and as a main input: the main-input reader on
+    Spark gets the driver stage's output as a dataset."""
+    p = _pipeline()
+    nums = p | "Nums" >> beam.Create([1, 2, 3])
+    total = beam.pvalue.AsSingleton(nums | beam.CombineGlobally(sum).without_defaults())
+    listed = beam.pvalue.AsList(nums)
+    shifted = nums | beam.Map(lambda x, all_: x + len(all_), listed)
+    both = shifted | beam.Map(lambda x, t: (x, t), total)
+    assert_that(both, equal_to([(4, 6), (5, 6), (6, 6)]))
+    p.run().wait_until_finish()
