@@ -294,9 +294,17 @@ def probe_master(master: str) -> None:
     )
 
 
+_PYSPARK_PYTHON = "spark.pyspark.python"
+
+
 def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, str]):
     """Build the session: sparkbeam's defaults under what spark-submit or the user set."""
-    # Executors' Python must be this interpreter: it has Beam and sparkbeam.
+    user_conf = dict(options.spark_conf_pairs())
+    # Executors' Python: --spark_conf spark.pyspark.python (PySpark reads only the environment
+    # variable; spark-submit sets it from its conf), else PYSPARK_PYTHON, else this interpreter:
+    # it has Beam and sparkbeam.
+    if user_conf.get(_PYSPARK_PYTHON):
+        os.environ["PYSPARK_PYTHON"] = user_conf[_PYSPARK_PYTHON]
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     settings = {}
@@ -306,7 +314,7 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
         settings["spark.app.name"] = app_name
     defaults = session_conf.default_conf(options.shuffle_parallelism())
     settings.update({k: v for k, v in defaults.items() if k not in submitted})
-    settings.update(options.spark_conf_pairs())
+    settings.update(user_conf)
     where = master or submitted.get("spark.master", "?")
     try:
         from pyspark import SparkConf, SparkContext

@@ -223,3 +223,29 @@ def test_a_jvm_that_does_not_start_leaves_no_zygote(tmp_path):
     assert "ZYGOTES 0" in done.stdout, done.stdout
     assert "ZYGOTE_ENV None" in done.stdout
     assert not list((tmp_path / "tmp").glob("sparkbeam-zygote-*"))  # its socket directory too
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_spark_conf_pyspark_python_is_the_workers_python(tmp_path):
+    """``--spark_conf spark.pyspark.python=...`` names the executors' Python (PySpark itself
+    reads only ``PYSPARK_PYTHON``, which this process sets otherwise). In a subprocess: the
+    worker Python is fixed when a SparkContext starts."""
+    used = tmp_path / "used"
+    wrapper = tmp_path / "python"
+    wrapper.write_text(f'#!/bin/sh\necho "$@" >> {used}\nexec {sys.executable} "$@"\n')
+    wrapper.chmod(0o755)
+    code = (
+        "import sys, apache_beam as beam\n"
+        "from apache_beam.testing.util import assert_that, equal_to\n"
+        "with beam.Pipeline(argv=['--runner=SparkCheckpointRunner', '--spark_master_url=local[1]',"
+        f" '--spark_conf=spark.pyspark.python={wrapper}']) as p:\n"
+        "    out = p | beam.Create([1, 2]) | beam.Map(lambda x: x * 10)\n"
+        "    assert_that(out, equal_to([10, 20]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), cwd=ROOT, capture_output=True, text=True,
+        timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "sparkbeam.runner.spark.daemon" in used.read_text()  # the JVM started it
