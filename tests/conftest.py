@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
+import tempfile
 
 import pytest
 
@@ -39,6 +41,21 @@ def get_test_session():
         .config("spark.default.parallelism", "2")
         .getOrCreate()
     )
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_empty_beam_temp_dirs():
+    """Beam makes a temporary directory for every ``Pipeline`` and removes it only when the
+    pipeline runs: the pipelines tests build only to translate left hundreds of empty ones in
+    /tmp per suite. Nothing writes into them, so the empty ones made meanwhile go at the end."""
+    pattern = os.path.join(tempfile.gettempdir(), "beam-pipeline-temp*")
+    before = set(glob.glob(pattern))
+    yield
+    for path in set(glob.glob(pattern)) - before:
+        try:
+            os.rmdir(path)  # empty ones only
+        except OSError:
+            pass
 
 
 @pytest.fixture(scope="session")
