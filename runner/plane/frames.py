@@ -32,6 +32,7 @@ from sparkbeam.runner.plane import NO_SIDE_INPUTS
 from sparkbeam.runner.plane.rdd import RddPlane
 from sparkbeam.runner.plane.shipped import ArtifactBroadcaster
 from sparkbeam.runner.plane.spark_hash import target_values
+from sparkbeam.runner.spark.session_conf import is_local_master
 
 # A StructType, not DDL text: a process with a classic and a Connect session parses DDL
 # through whichever JVM is active; a StructType needs no parser.
@@ -152,7 +153,9 @@ class FramePlane:
         self._broadcast = ArtifactBroadcaster(spark) if connect else None
         # Tasks run on the driver's host, in a Python with its packages (``batch.driver_stages``):
         # a local master, over Connect one whose server listens on this host.
-        self.local_master = _local_server(spark) if connect else self.jobs.local_master
+        self.local_master = (
+            _local_server(spark) if connect else is_local_master(spark.sparkContext.master)
+        )
 
     def default_parallelism(self) -> int:
         if self.connect:
@@ -201,8 +204,6 @@ class FramePlane:
 
 def _local_server(spark) -> bool:
     """Whether a Connect session's server runs a local master on this host."""
-    from sparkbeam.runner.spark.session_conf import is_local_master
-
     if spark.client.host not in ("localhost", "127.0.0.1", "::1"):
         return False
     return is_local_master(spark.conf.get("spark.master", None))
