@@ -42,6 +42,7 @@ from sparkbeam.translation.plan import (
 from sparkbeam.translation.requirements import check_requirements
 from sparkbeam.translation.test_stream import test_stream_sources
 from sparkbeam.translation.text_reads import mark_text_reads
+from sparkbeam.translation.window_into import mark_window_into
 
 _FAKE_ENDPOINT = endpoints_pb2.ApiServiceDescriptor(url="in-process")
 _SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
@@ -188,6 +189,7 @@ class _PlanBuilder:
                 transform.spec.payload = _grpc_port(coder)
             else:
                 names.append(transform.unique_name)
+                mark_window_into(transform)
                 is_sdf = is_sdf or urn == _SDF_PROCESS_URN
                 if urn in t.PAR_DO_URNS:
                     side_inputs.extend(self._side_inputs(transform))

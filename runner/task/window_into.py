@@ -1,0 +1,111 @@
+"""The operation behind ``WINDOW_INTO_URN``: Beam's standard WindowFns without a DoFn per element.
+
+Same windows as the SDK's ``WindowInto`` DoFn (``bundle_processor.create_assign_windows``),
+which runs once per input window and emits the element with its timestamp, the windows its
+timestamp falls in, and no pane: computed here from integer microseconds, and each window
+object made once per task (a round's elements fall in few windows). Registered with Beam's
+``BeamTransformFactory`` on import (``stage_worker`` imports it), so the SDK's bundle
+processor builds it like any of its own operations, counters and state sampling included.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners.worker import bundle_processor, operations
+from apache_beam.runners.worker.bundle_processor import BeamTransformFactory
+from apache_beam.transforms import window
+from apache_beam.transforms.core import Windowing
+from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
+
+from sparkbeam.translation.window_into import WINDOW_INTO_URN
+
+_CACHED_STARTS = 4096  # distinct window starts kept per operation
+
+
+class _Spec:
+    """What ``Operation.setup`` reads from a spec: the output coders."""
+
+    def __init__(self, output_coder) -> None:
+        self.output_coders = [output_coder]
+
+
+class WindowIntoOperation(operations.Operation):
+    def __init__(self, name_context, output_coder, counter_factory, state_sampler, assign) -> None:
+        super().__init__(name_context, _Spec(output_coder), counter_factory, state_sampler)
+        self.assign = assign
+
+    def process(self, o: WindowedValue) -> None:
+        with self.scoped_process_state:
+            windows = self.assign(o.timestamp)
+            for _ in o.windows:  # like the SDK's DoFn: one output per input window
+                self.output(WindowedValue(o.value, o.timestamp, windows))
+
+
+def assigner(windowfn) -> Callable[[Timestamp], tuple] | None:
+    """timestamp -> windows for a standard WindowFn (the SDK's arithmetic); None for others."""
+    kind = type(windowfn)
+    if kind is window.GlobalWindows:
+        only = (window.GlobalWindow(),)
+        return lambda ts: only
+    if kind is window.Sessions:
+        gap = windowfn.gap_size.micros
+        return lambda ts: (_interval(ts.micros, ts.micros + gap),)
+    if kind is window.FixedWindows:
+        size, offset = windowfn.size.micros, windowfn.offset.micros
+        fixed = _ByStart(lambda start: (_interval(start, start + size),))
+
+        def assign_fixed(ts: Timestamp) -> tuple:
+            t = ts.micros
+            return fixed[t - (t - offset) % size]
+
+        return assign_fixed
+    if kind is window.SlidingWindows:
+        size, offset, period = windowfn.size.micros, windowfn.offset.micros, windowfn.period.micros
+        one = _ByStart(lambda start: _interval(start, start + size))
+
+        def assign_sliding(ts: Timestamp) -> tuple:
+            t = ts.micros
+            start = t - (t - offset) % period
+            return tuple(one[s] for s in range(start, t - size, -period))
+
+        return assign_sliding
+    return None
+
+
+class _ByStart(dict):
+    """Window objects by start micros, each made once (a bounded number kept)."""
+
+    def __init__(self, make: Callable[[int], object]) -> None:
+        super().__init__()
+        self.make = make
+
+    def __missing__(self, start: int):
+        if len(self) >= _CACHED_STARTS:
+            self.clear()
+        made = self[start] = self.make(start)
+        return made
+
+
+def _interval(start: int, end: int) -> window.IntervalWindow:
+    return window.IntervalWindow(Timestamp(micros=start), Timestamp(micros=end))
+
+
+@BeamTransformFactory.register_urn(WINDOW_INTO_URN, beam_runner_api_pb2.WindowingStrategy)
+def create_window_into(factory, transform_id, transform_proto, parameter, consumers):
+    windowing = Windowing.from_runner_api(parameter, factory.context)
+    assign = assigner(windowing.windowfn)
+    if assign is None:  # translation marks only standard WindowFns; keep Beam's for others
+        return bundle_processor.create_assign_windows(
+            factory, transform_id, transform_proto, parameter, consumers
+        )
+    op = WindowIntoOperation(
+        bundle_processor.common.NameContext(transform_proto.unique_name, transform_id),
+        factory.get_only_output_coder(transform_proto),
+        factory.counter_factory,
+        factory.state_sampler,
+        assign,
+    )
+    return factory.augment_oldstyle_op(op, transform_proto.unique_name, consumers)
