@@ -74,6 +74,16 @@ def replay(
     replay_changelog(storage, directory, manifest.changelog, put, delete, key_groups, cache)
 
 
+def may_hold(entry: FileEntry, key_groups: KeyGroupRange | None) -> bool:
+    """Whether a changelog segment may hold records of ``key_groups`` (None: all of them);
+    a segment that did not record its range may hold any."""
+    return (
+        key_groups is None
+        or entry.kg_stop <= entry.kg_start
+        or key_groups.overlaps(entry.kg_start, entry.kg_stop)
+    )
+
+
 def replay_changelog(
     storage: Storage,
     directory: str,
@@ -85,11 +95,7 @@ def replay_changelog(
 ) -> None:
     """Apply changelog ``entries`` in order (a manifest's, or the tail a reader has not seen)."""
     for entry in entries:
-        if (
-            key_groups is not None
-            and entry.kg_stop > entry.kg_start
-            and not key_groups.overlaps(entry.kg_start, entry.kg_stop)
-        ):
+        if not may_hold(entry, key_groups):
             continue  # another subtask's segment (a task's segment holds only its key groups)
         path = f"{directory}/{entry.name}"
         data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)

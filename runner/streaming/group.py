@@ -41,7 +41,11 @@ from sparkbeam.runner.task.records import (
     OutputRecord,
     is_report_key,
 )
-from sparkbeam.runner.task.staged_state import read_task_state, staged_writer_for_task
+from sparkbeam.runner.task.staged_state import (
+    keep_staged,
+    read_task_state,
+    staged_writer_for_task,
+)
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.translation.plan import Edge
 
@@ -120,17 +124,24 @@ class _KeysOfOneTask:
         self.now = clock.now_seconds(task.clock_micros)
         self.watermark_micros, self.now_ms = task.input_watermark, self.now * 1000.0
         self.out = create_OutputStream()
+        self.stored: dict[bytes, bytes] = {}
+        self.changes: dict[bytes, bytes | None] = {}  # what the writer staged; None: deleted
         self.hold, self.keys = MAX_MICROS, 0
         self.next_ms: float | None = None  # the earliest processing-time timer, ms
 
     def read_state(self) -> dict[bytes, bytes]:
         """This task's keys' state as of the previous round's checkpoint."""
         task = self.task
-        if task.checkpoint_id is None:
-            return {}
-        return read_task_state(
-            task.url, task.pipeline, task.checkpoint_id, self.partition, task.parallelism, self.ns
-        )
+        if task.checkpoint_id is not None:
+            self.stored = read_task_state(
+                task.url,
+                task.pipeline,
+                task.checkpoint_id,
+                self.partition,
+                task.parallelism,
+                self.ns,
+            )
+        return self.stored
 
     def keep_idle(self, stored: dict[bytes, bytes], incoming: dict) -> set[bytes]:
         """Keys without new elements: those nothing is due for are kept as they are (their
@@ -175,9 +186,11 @@ class _KeysOfOneTask:
         if new is None:
             if blob is not None:
                 self.writer.delete(self.ns, key)
+                self.changes[key] = None
             return
         if new != blob:
             self.writer.put(self.ns, key, new)
+            self.changes[key] = new
         self._keep(read_header(new))
 
     def _keep(self, header: tuple[int, float, int]) -> None:
@@ -194,7 +207,14 @@ class _KeysOfOneTask:
         data = self.out.get()
         if data:
             yield OutputRecord(edge_id, data)
-        yield CommitRecord(commit_stage(edge_id), self.writer.finish())
+        staged = self.writer.finish()
+        task = self.task
+        if task.checkpoint_id is not None:  # the state just staged is the next round's read
+            keep_staged(
+                task.url, task.pipeline, self.partition, task.parallelism, task.max_key_groups,
+                self.ns, self.stored, self.changes, staged.files,
+            )  # fmt: skip
+        yield CommitRecord(commit_stage(edge_id), staged)
         yield GroupReport(edge_id, self.partition, self.keys, self.hold, self.next_ms)
 
 

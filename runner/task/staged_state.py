@@ -10,22 +10,25 @@ once per process, not once per round, and the last state it read per
 (namespace, key groups): the next round's read applies only the changelog
 segments committed since, when the checkpoint extends the one it read (same
 materialization, its changelog a prefix; files are immutable and named with
-their checksums in the manifest), instead of replaying the whole state.
+their checksums in the manifest), instead of replaying the whole state. A task that staged
+changes keeps its read with them applied (``keep_staged``): when the next checkpoint names
+exactly the files this attempt staged, that is the next read, with no replay at all. Another
+Python worker of the executor, which runs the slot next more often than not, catches up from
+what the workers share (``shared_reads``: whole reads now and then, a delta per round).
 """
 
 from __future__ import annotations
 
-import hashlib
-import marshal
-import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import key_group_range, open_staged_writer, open_store, state_layout
+from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.checkpoint.reader import replay, replay_changelog
+from sparkbeam.checkpoint.reader import may_hold, replay, replay_changelog
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
+from sparkbeam.runner.task import shared_reads
 
 _LOCK = threading.Lock()
 _STORES: dict[str, object] = {}
@@ -50,6 +53,9 @@ class _Read:
     changelog: tuple[str, ...]
     state: dict[bytes, bytes]
     size: int  # bytes of keys and values
+    staged: tuple[str, ...] | None = None
+    """Files an attempt staged whose changes ``state`` already holds (``keep_staged``); they
+    count as read once a manifest names them all after ``changelog``."""
 
 
 def _names(entries) -> tuple[str, ...]:
@@ -58,6 +64,7 @@ def _names(entries) -> tuple[str, ...]:
 
 _READS: OrderedDict[tuple, _Read] = OrderedDict()
 READ_CACHE_BYTES = 256 << 20  # per worker process; a larger state is read whole every round
+CATCH_UP_SHARE = 10_000  # records replayed from the store after which a read is shared whole
 
 
 def read_task_state(
@@ -70,117 +77,184 @@ def read_task_state(
 ) -> dict[bytes, bytes]:
     """{key: value} of ``namespace`` in the key groups ``subtask`` owns at ``parallelism``.
 
-    The caller must not change the dict: this process keeps it for the next round's read."""
+    The caller must not change the dict (but may hand it to ``keep_staged``): this process
+    keeps it for the next round's read."""
     store = _store(url)
     manifest = store.load_manifest(pipeline, checkpoint_id)
     groups = key_group_range(subtask, parallelism, manifest.max_key_groups)
     slot = (url, pipeline, namespace, groups.start, groups.stop)
-    materialization, changelog = _names(manifest.materialization), _names(manifest.changelog)
-
-    def extends(read: _Read | None) -> bool:
-        return (
-            read is not None
-            and read.materialization == materialization
-            and changelog[: len(read.changelog)] == read.changelog
-        )
-
     with _LOCK:
         last = _READS.pop(slot, None)  # re-inserted only once this read succeeded
-    if not extends(last):  # another Python worker of this executor may have read it
-        last = _shared_read(slot)
-    seen = len(last.changelog) if last is not None and extends(last) else -1
-    if last is None or seen < 0:
-        last = _Read(materialization, (), {}, 0)
-    state, changed = last.state, {}
-    size = last.size
-
-    def put(ns: str, key: bytes, value: bytes, kg: int) -> None:
-        nonlocal size
-        if ns == namespace:
-            old = state.get(key)
-            size += len(value) - (len(old) if old is not None else -len(key))
-            state[key] = changed[key] = value
-
-    def delete(ns: str, key: bytes, kg: int) -> None:
-        nonlocal size
-        if ns == namespace:
-            old = state.pop(key, None)
-            if old is not None:
-                size -= len(key) + len(old)
-            changed.pop(key, None)
-
-    directory, cache = pipeline_dir(pipeline), store._segment_cache
-    if seen < 0:  # nothing to build on: the whole state
-        replay(store.storage, directory, manifest, put, delete, groups, cache)
-    else:
-        tail = manifest.changelog[seen:]
-        replay_changelog(store.storage, directory, tail, put, delete, groups, cache)
+    tail = _Tail.of(last, manifest, groups)
+    if (tail is None or tail.rest) and shared_reads.changed(slot):
+        # Another Python worker of this executor read this slot since: its read may be later.
+        loaded = shared_reads.load(slot)
+        shared = _Tail.of(_Read(*loaded) if loaded else None, manifest, groups)
+        if shared is not None and (tail is None or len(shared.rest) < len(tail.rest)):
+            tail = shared
+    read = _Apply(store, pipeline, namespace, groups, slot)
+    if tail is None or not read.extend(tail):
+        read.whole(manifest)
     where = f"checkpoint {checkpoint_id} of pipeline {pipeline!r} in store {url!r}"
-    for value in changed.values():
+    for value in read.changed.values():
         state_layout.check_value(value, namespace, where)
-    if size <= READ_CACHE_BYTES:
-        read = _Read(materialization, changelog, state, size)
-        with _LOCK:
-            _READS[slot] = read
-            _evict()
-        _share(slot, read)
-    return state
+    if read.size <= READ_CACHE_BYTES:
+        kept = _Read(_names(manifest.materialization), _names(manifest.changelog), *read.result)
+        _keep(slot, kept)
+        if read.replayed >= CATCH_UP_SHARE:  # a long way from the last whole read shared
+            shared_reads.save(slot, kept.materialization, kept.changelog, *read.result, None)
+    return read.state
 
 
-# --- the last read of a slot, shared by the executor's Python workers ----------------------
-# A round's task lands on any idle Python worker of the executor; one that did not read the
-# slot last round replayed the whole state. The last read is also written (marshal: ~3 ms for
-# 30,000 entries, ~7 ms to load) to a file in the executor's Spark local directory, which
-# Spark deletes when it stops; outside a Spark task nothing is shared.
+@dataclass(frozen=True)
+class _Tail:
+    """What a kept read lacks of a manifest: ``unchecked`` files come before the last file
+    the read's attempt staged and must not change the namespace (if one does, an attempt's
+    changes would apply out of order: read whole); ``rest`` is applied on top."""
+
+    base: _Read
+    unchecked: tuple[FileEntry, ...]
+    rest: tuple[FileEntry, ...]
+
+    @classmethod
+    def of(cls, read: _Read | None, manifest, groups) -> _Tail | None:
+        """None when ``read`` cannot be built on: another materialization or changelog, or its
+        staged files not all committed after its changelog (another attempt, or not yet)."""
+        if read is None or read.materialization != _names(manifest.materialization):
+            return None
+        seen = len(read.changelog)
+        if _names(manifest.changelog[:seen]) != read.changelog:
+            return None
+        staged = set(read.staged or ())
+        tail = [e for e in manifest.changelog[seen:] if may_hold(e, groups) or e.name in staged]
+        if read.staged is None:
+            return cls(read, (), tuple(tail))
+        at = [i for i, e in enumerate(tail) if e.name in staged]
+        if len(at) != len(staged):
+            return None
+        last = at[-1] if at else -1
+        before = tuple(e for e in tail[:last] if e.name not in staged)
+        return cls(read, before, tuple(tail[last + 1 :]))
 
 
-def _shared_dir() -> str | None:
-    local = os.environ.get("SPARK_LOCAL_DIRS", "").split(",")[0]
-    return os.path.join(local, "sparkbeam-state-reads") if local else None
+class _Apply:
+    """One read's replay into a state dict: puts and deletes of ``namespace`` only; a segment
+    another worker of the executor staged is applied from its delta when there is one."""
+
+    def __init__(self, store, pipeline: str, namespace: str, groups, slot: tuple) -> None:
+        self.store, self.directory = store, pipeline_dir(pipeline)
+        self.namespace, self.groups, self.slot = namespace, groups, slot
+        self.state: dict[bytes, bytes] = {}
+        self.changed: dict[bytes, bytes] = {}
+        self.size = 0
+        self.replayed = 0  # records of the namespace replayed from the store (not deltas)
+
+    @property
+    def result(self) -> tuple[dict[bytes, bytes], int]:
+        return self.state, self.size
+
+    def extend(self, tail: _Tail) -> bool:
+        """Build on a kept read; False (and nothing kept) if an unchecked file changes it."""
+        self.state, self.size = tail.base.state, tail.base.size
+        found = []
+
+        def touched(ns: str, key: bytes, *_: object) -> None:
+            if ns == self.namespace:
+                found.append(key)
+
+        self._replay(tail.unchecked, touched, touched)
+        if found:  # only the stage's own tasks write its namespace: not expected
+            return False
+        for entry in tail.rest:
+            delta = shared_reads.load_delta(self.slot, entry.name)
+            if delta is None:
+                self._replay((entry,), self._counted(self._put), self._counted(self._delete))
+            else:
+                self._apply(delta)
+        return True
+
+    def whole(self, manifest) -> None:
+        self.state, self.changed, self.size = {}, {}, 0
+        cache = self.store._segment_cache
+        storage = self.store.storage
+        replay(storage, self.directory, manifest, self._put, self._delete, self.groups, cache)
+        self.replayed = CATCH_UP_SHARE
+
+    def _counted(self, change):
+        def counted(ns: str, *args) -> None:
+            if ns == self.namespace:
+                self.replayed += 1
+            change(ns, *args)
+
+        return counted
+
+    def _replay(self, entries, put, delete) -> None:
+        if entries:
+            cache = self.store._segment_cache
+            storage = self.store.storage
+            replay_changelog(storage, self.directory, entries, put, delete, self.groups, cache)
+
+    def _apply(self, delta: dict[bytes, bytes | None]) -> None:
+        for key, value in delta.items():
+            if value is None:
+                self._delete(self.namespace, key, 0)
+            else:
+                self._put(self.namespace, key, value, 0)
+
+    def _put(self, ns: str, key: bytes, value: bytes, kg: int) -> None:
+        if ns == self.namespace:
+            old = self.state.get(key)
+            self.size += len(value) - (len(old) if old is not None else -len(key))
+            self.state[key] = self.changed[key] = value
+
+    def _delete(self, ns: str, key: bytes, kg: int) -> None:
+        if ns == self.namespace:
+            old = self.state.pop(key, None)
+            if old is not None:
+                self.size -= len(key) + len(old)
+            self.changed.pop(key, None)
 
 
-def _shared_path(slot: tuple) -> str | None:
-    directory = _shared_dir()
-    if directory is None:
-        return None
-    return os.path.join(directory, hashlib.sha256(repr(slot).encode()).hexdigest()[:32])
-
-
-def _shared_read(slot: tuple) -> _Read | None:
-    path = _shared_path(slot)
-    if path is None:
-        return None
-    try:
-        with open(path, "rb") as f:
-            saved_slot, materialization, changelog, state, size = marshal.load(f)
-    except (OSError, EOFError, ValueError, TypeError):
-        return None  # none yet, or being replaced: read from the store
-    if saved_slot != list(slot):
-        return None
-    return _Read(tuple(materialization), tuple(changelog), state, size)
-
-
-def _share(slot: tuple, read: _Read) -> None:
-    path = _shared_path(slot)
-    if path is None:
+def keep_staged(
+    url: str,
+    pipeline: str,
+    subtask: int,
+    parallelism: int,
+    max_key_groups: int,
+    namespace: str,
+    state: dict[bytes, bytes],
+    changes: dict[bytes, bytes | None],
+    staged: tuple[FileEntry, ...],
+) -> None:
+    """After a task staged ``changes`` (None: deleted) to ``namespace`` in the files ``staged``:
+    apply them to ``state``, the dict ``read_task_state`` returned it, and keep that as this
+    slot's read, valid for the checkpoint that commits this attempt (the files' names are
+    unique to it). Not kept if the read was not (too large)."""
+    groups = key_group_range(subtask, parallelism, max_key_groups)
+    slot = (url, pipeline, namespace, groups.start, groups.stop)
+    with _LOCK:
+        read = _READS.pop(slot, None)
+    if read is None or read.state is not state:
         return
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        partial = f"{path}.{os.getpid()}"
-        with open(partial, "wb") as f:
-            marshal.dump(
-                (
-                    list(slot),
-                    list(read.materialization),
-                    list(read.changelog),
-                    read.state,
-                    read.size,
-                ),
-                f,
-            )
-        os.replace(partial, path)  # whole or not at all, for a worker reading it now
-    except OSError:
-        pass  # sharing only saves a replay
+    size = read.size
+    for key, value in changes.items():
+        old = state.pop(key, None)
+        if old is not None:
+            size -= len(key) + len(old)
+        if value is not None:
+            state[key] = value
+            size += len(key) + len(value)
+    if size <= READ_CACHE_BYTES:
+        kept = _Read(read.materialization, read.changelog, state, size, _names(staged))
+        _keep(slot, kept)
+    if len(staged) == 1:  # for the worker that runs this slot next (a segment, one delta)
+        shared_reads.save_delta(slot, staged[0].name, changes)
+
+
+def _keep(slot: tuple, read: _Read) -> None:
+    with _LOCK:
+        _READS[slot] = read
+        _evict()
 
 
 def _evict() -> None:

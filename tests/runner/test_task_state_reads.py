@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,7 @@ from sparkbeam.checkpoint import (
     state_layout,
 )
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.runner.task import staged_state
+from sparkbeam.runner.task import shared_reads, staged_state
 from sparkbeam.runner.task.grouping import partition_for_key
 
 NS = state_layout.gbk("ref_PCollection_x")
@@ -129,6 +130,12 @@ def test_a_read_skips_segments_of_other_key_groups(tmp_path, replays):
     store.close()
 
 
+def _another_worker() -> None:
+    """What another Python worker process has: nothing read or shared by it."""
+    staged_state._READS.clear()
+    shared_reads._SEEN.clear()
+
+
 def pipeline_dir_path(root: str) -> str:
     return os.path.join(root, pipeline_dir("p"))
 
@@ -137,7 +144,7 @@ def test_another_worker_of_the_executor_builds_on_the_shared_read(tmp_path, repl
     """A round's task may land on another Python worker: it loads the last read the executor's
     workers shared (a file in Spark's local directory) and applies only the new changelog."""
     shared = tmp_path / "spark-local"
-    monkeypatch.setattr(staged_state, "_shared_dir", lambda: str(shared))
+    monkeypatch.setattr(shared_reads, "shared_dir", lambda: str(shared))
     root = str(tmp_path / "store")
     store = open_store(root)
     _commit(store, root, 0, {b"x": 0})
@@ -149,22 +156,226 @@ def test_another_worker_of_the_executor_builds_on_the_shared_read(tmp_path, repl
 
     assert read(first) == {b"a": _value(1), b"b": _value(2), b"x": _value(9)}
     assert replays == [first]
-    staged_state._READS.clear()  # another Python worker: nothing read in this process
+    _another_worker()
     assert read(second) == {b"b": _value(2), b"c": _value(3)}
     assert replays == [first]  # built on the shared read: no whole replay
-    staged_state._READS.clear()
-    assert read(first) == {b"a": _value(1), b"b": _value(2), b"x": _value(9)}  # shared: second
-    assert replays == [first, first]  # which the older checkpoint does not extend: whole
-    (file,) = shared.glob("*")
+    _another_worker()
+    assert read(first) == {b"a": _value(1), b"b": _value(2), b"x": _value(9)}  # shared: first
+    assert replays == [first]  # a whole read is shared, not every read built on it
+    (file,) = shared.glob("*/whole")
     file.write_bytes(b"damaged")
-    staged_state._READS.clear()
+    _another_worker()
     assert read(second) == {b"b": _value(2), b"c": _value(3)}  # a bad file: read whole
-    assert replays == [first, first, second]
+    assert replays == [first, second]
     store.close()
 
 
 def test_outside_a_spark_task_nothing_is_shared(monkeypatch):
     monkeypatch.delenv("SPARK_LOCAL_DIRS", raising=False)
-    assert staged_state._shared_dir() is None
+    assert shared_reads.shared_dir() is None
     monkeypatch.setenv("SPARK_LOCAL_DIRS", "/tmp/blockmgr-1,/tmp/blockmgr-2")
-    assert staged_state._shared_dir() == "/tmp/blockmgr-1/sparkbeam-state-reads"
+    assert shared_reads.shared_dir() == "/tmp/blockmgr-1/sparkbeam-state-reads"
+
+
+def _stage(root: str, round_no: int, puts: dict, deletes=(), attempt: int = 0):
+    writer = open_staged_writer(root, "p", "gbk:x", round_no, 0, attempt)
+    changes: dict = {}
+    for key, n in puts.items():
+        writer.put(NS, key, _value(n))
+        changes[key] = _value(n)
+    for key in deletes:
+        writer.delete(NS, key)
+        changes[key] = None
+    return writer.finish(), changes
+
+
+def _keep(root: str, state: dict, changes: dict, message) -> None:
+    staged_state.keep_staged(root, "p", 0, 1, 128, NS, state, changes, message.files)
+
+
+def test_the_state_a_task_staged_is_its_next_read_once_committed(tmp_path, replays, monkeypatch):
+    """No replay of the task's own changes: the read it kept with them applied is the next
+    checkpoint's state when that checkpoint commits this attempt's files."""
+    monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
+    applied = []
+    real = staged_state.replay_changelog
+    monkeypatch.setattr(
+        staged_state,
+        "replay_changelog",
+        lambda storage, d, entries, *a: (
+            applied.append(len(entries)) or real(storage, d, entries, *a)
+        ),
+    )
+    root = str(tmp_path)
+    store = open_store(root)
+    _commit(store, root, 0, {b"x": 0})
+    first = _commit(store, root, 1, {b"a": 1, b"b": 2})  # rebased here (see above)
+    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    message, changes = _stage(root, 2, {b"b": 3, b"c": 4}, deletes=[b"a"])
+    _keep(root, state, changes, message)
+    second = store.pipeline("p").checkpoint(
+        fingerprint="f", parallelism=1, commit_messages=[message]
+    )
+    applied.clear()
+    got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
+    assert got == {b"x": _value(0), b"b": _value(3), b"c": _value(4)}
+    assert replays == [first] and applied == []  # nothing replayed: the kept read is it
+    store.close()
+
+
+def test_a_kept_state_of_an_attempt_not_committed_is_not_read(tmp_path, replays, monkeypatch):
+    monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
+    root = str(tmp_path)
+    store = open_store(root)
+    _commit(store, root, 0, {b"x": 0})
+    first = _commit(store, root, 1, {b"a": 1})
+    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    lost, changes = _stage(root, 2, {b"a": 7, b"lost": 8}, attempt=0)
+    _keep(root, state, changes, lost)
+    # The same checkpoint read again (a retried task) is not the kept state either.
+    assert staged_state.read_task_state(root, "p", first, 0, 1, NS) == {
+        b"x": _value(0),
+        b"a": _value(1),
+    }
+    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    _keep(root, state, changes, lost)
+    won, _ = _stage(root, 2, {b"a": 9}, attempt=1)  # the driver committed another attempt
+    second = store.pipeline("p").checkpoint(fingerprint="f", parallelism=1, commit_messages=[won])
+    got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
+    assert got == {b"x": _value(0), b"a": _value(9)}
+    assert replays == [first, first, second]
+    store.close()
+
+
+def test_a_task_without_changes_keeps_its_read(tmp_path, replays, monkeypatch):
+    monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
+    root = str(tmp_path)
+    store = open_store(root)
+    _commit(store, root, 0, {b"x": 0})
+    first = _commit(store, root, 1, {b"a": 1})
+    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    message, changes = _stage(root, 2, {})
+    assert message.files == ()
+    _keep(root, state, changes, message)
+    second = store.pipeline("p").checkpoint(
+        fingerprint="f", parallelism=1, commit_messages=[message]
+    )
+    assert staged_state.read_task_state(root, "p", second, 0, 1, NS) == {
+        b"x": _value(0),
+        b"a": _value(1),
+    }
+    assert replays == [first]
+    store.close()
+
+
+def test_another_worker_builds_on_the_shared_kept_state(tmp_path, replays, monkeypatch):
+    shared = tmp_path / "spark-local"
+    monkeypatch.setattr(shared_reads, "shared_dir", lambda: str(shared))
+    root = str(tmp_path / "store")
+    store = open_store(root)
+    _commit(store, root, 0, {b"x": 0})
+    first = _commit(store, root, 1, {b"a": 1})
+    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    message, changes = _stage(root, 2, {b"b": 2}, deletes=[b"x"])
+    _keep(root, state, changes, message)
+    second = store.pipeline("p").checkpoint(
+        fingerprint="f", parallelism=1, commit_messages=[message]
+    )
+    _another_worker()
+    got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
+    assert got == {b"a": _value(1), b"b": _value(2)}
+    assert replays == [first]
+    store.close()
+
+
+def test_a_kept_state_takes_later_rounds_of_its_slot_on_top(tmp_path, replays, monkeypatch):
+    """This worker kept round 2; round 3 of the same task ran on another worker: its files
+    come after ours in the changelog and are applied on top, without a whole replay."""
+    monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
+    root = str(tmp_path)
+    store = open_store(root)
+    _commit(store, root, 0, {b"x": 0})
+    first = _commit(store, root, 1, {b"a": 1})
+    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    message, changes = _stage(root, 2, {b"a": 2, b"b": 2})
+    _keep(root, state, changes, message)
+    store.pipeline("p").checkpoint(fingerprint="f", parallelism=1, commit_messages=[message])
+    third = _commit(store, root, 3, {b"b": 3, b"c": 3}, deletes=[b"x"])
+    got = staged_state.read_task_state(root, "p", third, 0, 1, NS)
+    assert got == {b"a": _value(2), b"b": _value(3), b"c": _value(3)}
+    assert replays == [first]
+    store.close()
+
+
+def test_a_change_ordered_before_the_kept_attempts_files_means_a_whole_read(
+    tmp_path, replays, monkeypatch
+):
+    """Only a stage's own tasks write its namespace; should another file change it before
+    this attempt's, the kept state (changes applied in the other order) is not used."""
+    monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
+    root = str(tmp_path)
+    store = open_store(root)
+    _commit(store, root, 0, {b"x": 0})
+    first = _commit(store, root, 1, {b"a": 1})
+    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    mine, changes = _stage(root, 2, {b"b": 3})
+    _keep(root, state, changes, mine)
+    other = open_staged_writer(root, "p", "gbk:a", 2, 0, 0)  # commits sort it before "gbk:x"
+    other.put(NS, b"b", _value(5))
+    st = store.pipeline("p")
+    second = st.checkpoint(fingerprint="f", parallelism=1, commit_messages=[mine, other.finish()])
+    names = [e.name for e in store.load_manifest("p", second).changelog]
+    assert names.index(mine.files[0].name) > max(i for i, n in enumerate(names) if "gbk%3Aa" in n)
+    got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
+    assert got == {b"x": _value(0), b"a": _value(1), b"b": _value(3)}
+    assert replays == [first, second]
+    store.close()
+
+
+def test_a_worker_catches_up_from_the_delta_another_worker_left(tmp_path, monkeypatch):
+    """Round 2 ran here, round 3 on another worker of the executor: round 4 here applies the
+    delta that worker left for round 3's segment instead of replaying the segment."""
+    monkeypatch.setattr(staged_state, "_READS", type(staged_state._READS)())
+    monkeypatch.setattr(shared_reads, "_SEEN", {})
+    monkeypatch.setattr(shared_reads, "shared_dir", lambda: str(tmp_path / "spark-local"))
+    applied = []
+    real = staged_state.replay_changelog
+    monkeypatch.setattr(
+        staged_state,
+        "replay_changelog",
+        lambda storage, d, entries, *a: (
+            applied.append(len(entries)) or real(storage, d, entries, *a)
+        ),
+    )
+    root = str(tmp_path / "store")
+    store = open_store(root)
+    _commit(store, root, 0, {b"x": 0})
+    checkpoint = _commit(store, root, 1, {b"a": 1})
+    workers: dict = {}  # worker -> (its _READS, its _SEEN)
+
+    def become(worker: str) -> None:
+        reads, seen = workers.get(worker, ({}, {}))
+        staged_state._READS.clear()  # a copy: a read extends its state dict in place
+        staged_state._READS.update({k: replace(r, state=dict(r.state)) for k, r in reads.items()})
+        shared_reads._SEEN.clear()
+        shared_reads._SEEN.update(seen)
+
+    for round_no, worker in ((2, "here"), (3, "other")):
+        become(worker)
+        state = staged_state.read_task_state(root, "p", checkpoint, 0, 1, NS)
+        message, changes = _stage(root, round_no, {b"r%d" % round_no: round_no})
+        _keep(root, state, changes, message)
+        workers[worker] = (dict(staged_state._READS), dict(shared_reads._SEEN))
+        st = store.pipeline("p")
+        checkpoint = st.checkpoint(fingerprint="f", parallelism=1, commit_messages=[message])
+    expected = {b"x": _value(0), b"a": _value(1), b"r2": _value(2), b"r3": _value(3)}
+    become("here")  # kept round 2
+    applied.clear()
+    assert staged_state.read_task_state(root, "p", checkpoint, 0, 1, NS) == expected
+    assert applied == []  # round 3's changes came from the other worker's delta
+    for delta in (tmp_path / "spark-local").glob("*/delta-*"):
+        delta.unlink()
+    become("here")
+    assert staged_state.read_task_state(root, "p", checkpoint, 0, 1, NS) == expected
+    assert applied == [1]  # without it: round 3's segment replayed
+    store.close()
