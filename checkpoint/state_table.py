@@ -68,32 +68,55 @@ class StateTable(ABC):
 
 
 class MemoryStateTable(StateTable):
-    """A dict ``(namespace, key) -> (key group, value)``."""
+    """Per namespace a dict ``key -> (key group, value)``: one namespace's entries (the sink's
+    pending files each round) are read without walking every other's (a GroupByKey's keys)."""
 
     def __init__(self, max_key_groups: int):
         super().__init__(max_key_groups)
-        self._data: dict[tuple[str, bytes], tuple[int, bytes]] = {}
+        self._data: dict[str, dict[bytes, tuple[int, bytes]]] = {}
+        self._count = 0
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
-        hit = self._data.get((namespace, key))
+        hit = self._data.get(namespace, {}).get(key)
         return None if hit is None else hit[1]
 
     def put(self, namespace: str, key: bytes, value: bytes, kg: int | None = None) -> None:
-        self._data[(namespace, key)] = (self.key_group(key) if kg is None else kg, value)
+        entries = self._data.get(namespace)
+        if entries is None:
+            entries = self._data[namespace] = {}
+        if key not in entries:
+            self._count += 1
+        entries[key] = (self.key_group(key) if kg is None else kg, value)
 
     def delete(self, namespace: str, key: bytes, kg: int | None = None) -> None:
-        self._data.pop((namespace, key), None)
+        entries = self._data.get(namespace)
+        if entries is not None and entries.pop(key, None) is not None:
+            self._count -= 1
+            if not entries:
+                del self._data[namespace]
 
     def snapshot(self, key_groups: KeyGroupRange | None = None) -> Iterator[Entry]:
-        for (ns, key), (kg, value) in list(self._data.items()):
+        for ns, entries in list(self._data.items()):
+            for key, (kg, value) in list(entries.items()):
+                if key_groups is None or kg in key_groups:
+                    yield kg, ns, key, value
+
+    def items(
+        self, namespace: str | None = None, key_groups: KeyGroupRange | None = None
+    ) -> Iterator[tuple[str, bytes, bytes]]:
+        if namespace is None:
+            yield from super().items(None, key_groups)
+            return
+        for key, (kg, value) in list(self._data.get(namespace, {}).items()):
             if key_groups is None or kg in key_groups:
-                yield kg, ns, key, value
+                yield namespace, key, value
 
     def clear(self) -> None:
         self._data.clear()
+        self._count = 0
 
     def __len__(self) -> int:
-        return len(self._data)
+        return self._count
 
 
 _PREFIX = struct.Struct(">HH")  # key group, namespace length
