@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-from sparkbeam.checkpoint.changelog import ChangelogWriter, Op, iter_records, read_segment
+from sparkbeam.checkpoint.changelog import ChangelogWriter, Op, read_segment
 from sparkbeam.checkpoint.errors import CheckpointConflictError
 from sparkbeam.checkpoint.ids import CheckpointId, FileEntry
 from sparkbeam.checkpoint.manifest import Manifest, encode_manifest, manifest_name
@@ -33,8 +33,8 @@ SWEEP_EVERY = 16
 COMPACT_MAX_ENTRIES = 50_000
 """Up to this many entries, the snapshot that gives a checkpoint its fallback is one segment."""
 
-Staged = list[tuple[CommitMessage, list[tuple]]]
-"""The commit messages of one checkpoint, each with the records of its staged files."""
+Staged = list[tuple[CommitMessage, list[tuple[str, bytes]]]]
+"""The commit messages of one checkpoint, each with its staged files (path, verified bytes)."""
 
 
 class CheckpointChain:
@@ -80,8 +80,9 @@ class CheckpointChain:
         Step 1. STARTED: check the commit messages (one attempt per (stage, round, partition))
                 and read + verify all their staged files before anything is applied.
         Step 2. Flush the driver's changelog buffer: its changes precede the staged ones.
-        Step 3. Apply the staged changes to the working table and append their files to the
-                chain, in (stage, round, partition) order.
+        Step 3. Apply the staged changes to the working state (``PipelineStore.apply``: a
+                message that counts its entries is applied when its namespace is next read)
+                and append their files to the chain, in (stage, round, partition) order.
         Step 4. Materialize if ``materialization_interval_s`` has passed; else, if no
                 retained checkpoint would share no file with this one, compact the state into
                 new files so that the previous checkpoint is its fallback (`retention`).
@@ -126,11 +127,11 @@ class CheckpointChain:
                 seen[msg.task] = msg
         staged = []
         for task in sorted(seen):
-            msg, records = seen[task], []
+            msg, segments = seen[task], []
             for f in msg.files:
                 path = f"{self.work.directory}/{f.name}"
-                records.extend(iter_records(read_segment(self.store.storage, path, f), path))
-            staged.append((msg, records))
+                segments.append((path, read_segment(self.store.storage, path, f)))
+            staged.append((msg, segments))
         return staged
 
     def _check_message(self, msg: CommitMessage, other: CommitMessage | None) -> None:
@@ -157,8 +158,8 @@ class CheckpointChain:
 
     def _apply_staged(self, staged: Staged) -> None:
         """Step 3: the staged changes into the working state, their files into the chain."""
-        for msg, records in staged:
-            self.work.apply(msg, records)
+        for msg, segments in staged:
+            self.work.apply(msg, segments)
             self.files.extend(msg.files)
             self.committed_tasks[msg.task] = msg.attempt
             self.rounds_done[msg.stage] = max(msg.round, self.rounds_done.get(msg.stage, -1))
@@ -228,6 +229,7 @@ class CheckpointChain:
         base = ChangelogWriter(
             self.store.storage, self.work.directory, "base", 1 << 62, name_prefix="changelog/"
         )
+        self.work.settle()
         for kg, ns, key, value in self.work.table.snapshot():
             base.append(Op.PUT, kg, ns, key, value)
         entry = base.flush()
@@ -238,6 +240,7 @@ class CheckpointChain:
 
     def materialize(self) -> None:
         """Write a full snapshot now; later checkpoints name it instead of the older changelog."""
+        self.work.settle()
         subdir, entries = write_materialization(
             self.store.storage,
             f"{self.work.directory}/materializations",

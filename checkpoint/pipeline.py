@@ -11,10 +11,11 @@ per-subtask reads (`store`) -- and the file formats (`changelog`, `manifest`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkbeam.checkpoint import restore as restore_protocol
-from sparkbeam.checkpoint.changelog import ChangelogWriter, Op
+from sparkbeam.checkpoint.changelog import ChangelogWriter, Op, iter_records
 from sparkbeam.checkpoint.commit import CheckpointChain
 from sparkbeam.checkpoint.errors import StoreClosedError
 from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
@@ -27,6 +28,22 @@ from sparkbeam.checkpoint.state_table import make_state_table
 
 if TYPE_CHECKING:
     from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore
+
+DEFERRED_BYTES = 64 << 20
+"""Staged bytes a driver keeps unapplied at most (``PipelineStore.apply``)."""
+
+
+@dataclass(eq=False)
+class _Deferred:
+    """One task attempt's committed changes to one namespace, not yet in the table."""
+
+    namespace: str
+    segments: list[tuple[str, bytes]]
+    entries_delta: int
+
+    @property
+    def size(self) -> int:
+        return sum(len(data) for _, data in self.segments)
 
 
 class PipelineStore:
@@ -48,6 +65,9 @@ class PipelineStore:
         )
         """The driver's changes since the last commit, flushed into the chain's segments."""
         self.chain = CheckpointChain(store, self)
+        self._deferred: list[_Deferred] = []
+        """Committed staged changes not yet in ``table``, in commit order (``apply``)."""
+        self._deferred_ns: set[str] = set()
         self._completed: set[str] = set()
         self._positions: dict[str, bytes] = {}
         self._closed = False
@@ -58,11 +78,13 @@ class PipelineStore:
             raise StoreClosedError(f"Pipeline {self.pipeline_id!r} of {self._store.url!r}")
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
+        self.settle(namespace)
         return self.table.get(namespace, key)
 
     def put(self, namespace: str, key: bytes, value: bytes) -> None:
         self._check_open()
         check_key(namespace, key, value)
+        self.settle(namespace)
         kg = key_group(key, self.max_key_groups)
         self.table.put(namespace, key, value, kg)
         self.chain.add(self.log.append(Op.PUT, kg, namespace, key, value))
@@ -70,16 +92,18 @@ class PipelineStore:
     def delete(self, namespace: str, key: bytes) -> None:
         self._check_open()
         check_key(namespace, key)
+        self.settle(namespace)
         kg = key_group(key, self.max_key_groups)
         self.table.delete(namespace, key, kg)
         self.chain.add(self.log.append(Op.DELETE, kg, namespace, key, b""))
 
     def items(self, namespace: str | None = None) -> Iterator[tuple[str, bytes, bytes]]:
         """(namespace, key, value) of the working state, optionally of one namespace."""
+        self.settle(namespace)
         return self.table.items(namespace)
 
     def __len__(self) -> int:
-        return len(self.table)
+        return len(self.table) + sum(d.entries_delta for d in self._deferred)
 
     def mark_completed(self, marker: str) -> None:
         """Record finished work (a root input, a bounded restriction) in the next checkpoint."""
@@ -96,15 +120,41 @@ class PipelineStore:
     def source_positions(self) -> dict[str, bytes]:
         return dict(self._positions)
 
-    def apply(self, msg: CommitMessage, records: Iterable[tuple]) -> None:
-        """A task attempt's staged changes, markers and positions (commit step 3)."""
-        for op, kg, ns, key, value in records:
-            if op is Op.PUT:
-                self.table.put(ns, key, value, kg)
-            else:
-                self.table.delete(ns, key, kg)
+    def apply(self, msg: CommitMessage, segments: list[tuple[str, bytes]]) -> None:
+        """A task attempt's staged changes (its verified segments), markers and positions
+        (commit step 3). Changes to one namespace whose entry count the task reported wait
+        until the driver reads that namespace, snapshots or counts the state (``settle``):
+        the driver seldom reads a GroupByKey's state, and parsing it costs ~1.3 us a record
+        on the commit's path."""
+        if msg.entries_delta is not None and len(msg.namespaces) == 1:
+            (namespace,) = msg.namespaces
+            self._deferred.append(_Deferred(namespace, segments, msg.entries_delta))
+            self._deferred_ns.add(namespace)
+            if sum(d.size for d in self._deferred) > DEFERRED_BYTES:
+                self.settle()
+        else:
+            self._apply_segments(segments)
         self._completed.update(msg.completed)
         self._positions.update(msg.source_positions)
+
+    def settle(self, namespace: str | None = None) -> None:
+        """Apply the deferred changes of ``namespace`` (None: all), in commit order."""
+        if not self._deferred or (namespace is not None and namespace not in self._deferred_ns):
+            return
+        due = [d for d in self._deferred if namespace is None or d.namespace == namespace]
+        self._deferred = [d for d in self._deferred if d not in due]
+        self._deferred_ns = {d.namespace for d in self._deferred}
+        for d in due:
+            self._apply_segments(d.segments)
+
+    def _apply_segments(self, segments: list[tuple[str, bytes]]) -> None:
+        put, delete = self.table.put, self.table.delete
+        for path, data in segments:
+            for op, kg, ns, key, value in iter_records(data, path):
+                if op is Op.PUT:
+                    put(ns, key, value, kg)
+                else:
+                    delete(ns, key, kg)
 
     def load(self, manifest: Manifest) -> None:
         """Replace the working state with ``manifest``'s (the last step of a restore)."""
@@ -112,6 +162,7 @@ class PipelineStore:
             self.table.close()
             self.max_key_groups = manifest.max_key_groups
             self.table = make_state_table(self._store.state_backend, self.max_key_groups)
+        self._deferred, self._deferred_ns = [], set()
         self.table.clear()
         try:
             storage = self._store.storage

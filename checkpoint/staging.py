@@ -44,6 +44,12 @@ class CommitMessage:
     completed: frozenset[str] = frozenset()
     source_positions: tuple[tuple[str, bytes], ...] = ()
     max_key_groups: int = DEFAULT_MAX_KEY_GROUPS
+    namespaces: frozenset[str] = frozenset()
+    """The namespaces its files change."""
+    entries_delta: int | None = None
+    """Entries its changes add to the state (new keys put minus existing keys deleted), when
+    the writer knows (it read the state it changed): lets the driver count the state without
+    applying the changes, which it then does only when it reads the namespace."""
 
     @property
     def task(self) -> tuple[str, int, int]:
@@ -94,6 +100,7 @@ class StagedWriter:
             name_prefix=staged_prefix(stage, round, partition, attempt),
         )
         self._files: list[FileEntry] = []
+        self._namespaces: set[str] = set()
         self._completed: set[str] = set()
         self._positions: dict[str, bytes] = {}
         self._finished = False
@@ -112,6 +119,7 @@ class StagedWriter:
                 f"StagedWriter for {self.pipeline_id!r} stage {self.stage!r} partition "
                 f"{self.partition} attempt {self.attempt} is finished; open a new one."
             )
+        self._namespaces.add(namespace)
         entry = self._log.append(op, key_group(key, self.max_key_groups), namespace, key, value)
         if entry is not None:
             self._files.append(entry)
@@ -122,8 +130,10 @@ class StagedWriter:
     def set_source_position(self, name: str, value: bytes) -> None:
         self._positions[name] = bytes(value)
 
-    def finish(self) -> CommitMessage:
-        """Write what is buffered and describe it; the driver commits or ignores it."""
+    def finish(self, entries_delta: int | None = None) -> CommitMessage:
+        """Write what is buffered and describe it; the driver commits or ignores it.
+
+        ``entries_delta``: see `CommitMessage` (only a writer that read what it changed knows)."""
         entry = self._log.flush()
         if entry is not None:
             self._files.append(entry)
@@ -138,6 +148,8 @@ class StagedWriter:
             completed=frozenset(self._completed),
             source_positions=tuple(sorted(self._positions.items())),
             max_key_groups=self.max_key_groups,
+            namespaces=frozenset(self._namespaces),
+            entries_delta=entries_delta,
         )
 
 

@@ -126,6 +126,7 @@ class _KeysOfOneTask:
         self.out = create_OutputStream()
         self.stored: dict[bytes, bytes] = {}
         self.changes: dict[bytes, bytes | None] = {}  # what the writer staged; None: deleted
+        self.entries_delta = 0  # keys the staged changes add to the state (the commit counts)
         self.hold, self.keys = MAX_MICROS, 0
         self.next_ms: float | None = None  # the earliest processing-time timer, ms
 
@@ -187,10 +188,12 @@ class _KeysOfOneTask:
             if blob is not None:
                 self.writer.delete(self.ns, key)
                 self.changes[key] = None
+                self.entries_delta -= 1
             return
         if new != blob:
             self.writer.put(self.ns, key, new)
             self.changes[key] = new
+            self.entries_delta += blob is None
         self._keep(read_header(new))
 
     def _keep(self, header: tuple[int, float, int]) -> None:
@@ -207,7 +210,7 @@ class _KeysOfOneTask:
         data = self.out.get()
         if data:
             yield OutputRecord(edge_id, data)
-        staged = self.writer.finish()
+        staged = self.writer.finish(self.entries_delta)
         task = self.task
         if task.checkpoint_id is not None:  # the state just staged is the next round's read
             keep_staged(
