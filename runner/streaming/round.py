@@ -160,8 +160,9 @@ class RoundBuilder:
             run = functools.partial(run_stateful, task, spec, components, side_bc)
             return self._keyed_input(stage, spec).mapPartitionsWithIndex(run)
         inputs = [
-            self.read(buffer, stage.id, transform).map(functools.partial(_tag, transform))
+            source.map(functools.partial(_tag, transform))
             for transform, buffer in stage.inputs
+            if (source := self._source(buffer, stage.id, transform)) is not None
         ]
         rows = [(d.transform, d.element) for d in self.due.get(stage.id, ())]
         held = stage.side_inputs and not ready(stage, inp.side_values, self.marks)
@@ -185,14 +186,21 @@ class RoundBuilder:
     def read(self, buffer: BufferId, consumer: str | None, transform: str | None = None):
         """What ``consumer``'s input ``transform`` reads from ``buffer``: data chunks, plus the
         reports it carries. ``consumer=None``: a side input (data only)."""
+        source = self._source(buffer, consumer, transform)
+        return self.plane.empty() if source is None else source
+
+    def _source(self, buffer: BufferId, consumer: str | None, transform: str | None = None):
+        """``read``, or None when nothing can be read this round (an Impulse done, a buffer no
+        live stage writes): a round's inputs leave those out rather than union empty datasets
+        (each costs the driver Spark calls)."""
         edge = self.plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
             if self.inp.impulse_done:
-                return self.plane.empty()
+                return None
             return self.plane.parallelize([ENCODED_IMPULSE_VALUE], 1)
         if edge.kind == EdgeKind.TEST_STREAM:
             rows = self.inp.fed.get(buffer)
-            return self.plane.parallelize(rows, 1) if rows else self.plane.empty()
+            return self.plane.parallelize(rows, 1) if rows else None
         if edge.kind == EdgeKind.GROUP:
             grouped = self._group(edge)
             first = self._readers.get(buffer, [None])[0]  # its reports go to the first reader
@@ -206,8 +214,10 @@ class RoundBuilder:
             for s in self.stages
             if buffer in s.output_buffers and s.id in self._outs
         ]
+        if not writers:
+            return None
         source = self._union(writers)
-        if edge.kind == EdgeKind.MATERIALIZE or not writers:
+        if edge.kind == EdgeKind.MATERIALIZE:
             return source
         if edge.kind == EdgeKind.RESHUFFLE:
             key, comps = self.inp.plan_key, self.inp.components
@@ -290,11 +300,12 @@ class RoundBuilder:
         All inputs are keyed first and shuffled together: partition index = subtask."""
         key, comps = self.inp.plan_key, self.inp.components
         keyed = [
-            self.read(buffer, stage.id, transform).mapPartitionsWithIndex(
+            source.mapPartitionsWithIndex(
                 functools.partial(_keyed_rows, comps, key, stage, transform)
             )
             for transform, buffer in stage.inputs
             if self.plan.edge(buffer).kind != EdgeKind.IMPULSE
+            and (source := self._source(buffer, stage.id, transform)) is not None
         ]
         partitioner = functools.partial(
             grouping.partition_for_key,
