@@ -34,7 +34,6 @@ from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming.on_time_panes import OnTimePanes
 from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
 from sparkbeam.runner.task import clock
-from sparkbeam.runner.task.grouping import split_elements
 from sparkbeam.runner.task.records import (
     CommitRecord,
     GroupReport,
@@ -169,10 +168,11 @@ class _KeysOfOneTask:
 
     def step(self, key: bytes, blob: bytes | None, chunks: Iterable[bytes]) -> None:
         """Run one key's trigger driver over its new elements and due timers; stage its state."""
+        encode_value, write = self.value_impl.encode, self.write_impl
         elements = [
-            wv.with_value(self.value_impl.encode(wv.value[1]))
+            wv.with_value(encode_value(wv.value[1]))
             for chunk in chunks
-            for wv, _ in split_elements(chunk, self.write_impl)
+            for wv in write.decode_all(chunk)
         ]
         fired, new = self.panes.step(blob, elements, self.previous, self.watermark, self.now)
         if fired:

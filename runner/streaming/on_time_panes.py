@@ -43,6 +43,7 @@ class OnTimePanes:
         self.window_coder = window_coder_for(windowing)
         self._windows: dict = {}  # window (or its micros) -> (encoded, end micros, window)
         self._decoded: dict[bytes, Any] = {}  # encoded window -> window
+        self._marks: tuple | None = None  # (previous, watermark, their micros)
 
     @staticmethod
     def applies(windowing) -> bool:
@@ -56,7 +57,7 @@ class OnTimePanes:
     def step(self, blob, elements, previous, watermark, now: float):
         buffered = self._load(blob)  # encoded window -> [end micros, values]
         late: dict[bytes, list] = {}
-        previous_us = previous.micros  # micros compare as ints; Timestamps compare in Python
+        previous_us, watermark_us = self._micros(previous, watermark)
         for wv in elements:
             for w in wv.windows:
                 encoded, end, _ = self._window(w)
@@ -70,7 +71,6 @@ class OnTimePanes:
                     late.setdefault(encoded, []).append(wv.value)
                 # else: behind the watermark, dropped (no allowed lateness)
         fired = [self._pane(w, v, _LATE) for w, v in late.items()]
-        watermark_us = watermark.micros
         due = sorted((end, w) for w, (end, _) in buffered.items() if end <= watermark_us)
         fired += [self._pane(w, buffered.pop(w)[1], _ON_TIME) for _, w in due]
         if not buffered:
@@ -83,6 +83,12 @@ class OnTimePanes:
             first_end - 2,  # the earliest window's max timestamp (end - 1 us), minus 1 us
             _encode_flat(buffered),
         )
+
+    def _micros(self, previous, watermark) -> tuple[int, int]:
+        """Both watermarks in micros (ints compare in C; Timestamps in Python), once a task."""
+        if self._marks is None or self._marks[0] is not previous or self._marks[1] is not watermark:
+            self._marks = (previous, watermark, previous.micros, watermark.micros)
+        return self._marks[2], self._marks[3]
 
     def _window(self, w) -> tuple[bytes, int, Any]:
         key = (w._start_micros, w._end_micros) if type(w) is IntervalWindow else w
