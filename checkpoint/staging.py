@@ -113,12 +113,33 @@ class StagedWriter:
         check_key(namespace, key)
         self._append(Op.DELETE, namespace, key, b"")
 
-    def _append(self, op: Op, namespace: str, key: bytes, value: bytes) -> None:
+    def write_all(self, namespace: str, changes: dict[bytes, bytes | None]) -> None:
+        """``put`` each key's new value, ``delete`` each key mapped to None: one call for a
+        task's changes to one namespace (a GroupByKey's keys), in the dict's order."""
+        check_key(namespace, b"")
+        self._check_open()
+        if changes:
+            self._namespaces.add(namespace)
+        append, files, max_key_groups = self._log.append, self._files, self.max_key_groups
+        for key, value in changes.items():
+            if type(key) is not bytes or not (value is None or type(value) is bytes):
+                check_key(namespace, key, value)  # raises, naming what is wrong
+            if value is None:
+                entry = append(Op.DELETE, key_group(key, max_key_groups), namespace, key, b"")
+            else:
+                entry = append(Op.PUT, key_group(key, max_key_groups), namespace, key, value)
+            if entry is not None:
+                files.append(entry)
+
+    def _check_open(self) -> None:
         if self._finished:
             raise RuntimeError(
                 f"StagedWriter for {self.pipeline_id!r} stage {self.stage!r} partition "
                 f"{self.partition} attempt {self.attempt} is finished; open a new one."
             )
+
+    def _append(self, op: Op, namespace: str, key: bytes, value: bytes) -> None:
+        self._check_open()
         self._namespaces.add(namespace)
         entry = self._log.append(op, key_group(key, self.max_key_groups), namespace, key, value)
         if entry is not None:

@@ -124,7 +124,7 @@ class _KeysOfOneTask:
         self.watermark_micros, self.now_ms = task.input_watermark, self.now * 1000.0
         self.out = create_OutputStream()
         self.stored: dict[bytes, bytes] = {}
-        self.changes: dict[bytes, bytes | None] = {}  # what the writer staged; None: deleted
+        self.changes: dict[bytes, bytes | None] = {}  # staged at the end; None: deleted
         self.entries_delta = 0  # keys the staged changes add to the state (the commit counts)
         self.hold, self.keys = MAX_MICROS, 0
         self.next_ms: float | None = None  # the earliest processing-time timer, ms
@@ -186,12 +186,10 @@ class _KeysOfOneTask:
                 )
         if new is None:
             if blob is not None:
-                self.writer.delete(self.ns, key)
                 self.changes[key] = None
                 self.entries_delta -= 1
             return
         if new != blob:
-            self.writer.put(self.ns, key, new)
             self.changes[key] = new
             self.entries_delta += blob is None
         self._keep(read_header(new))
@@ -210,6 +208,7 @@ class _KeysOfOneTask:
         data = self.out.get()
         if data:
             yield OutputRecord(edge_id, data)
+        self.writer.write_all(self.ns, self.changes)
         staged = self.writer.finish(self.entries_delta)
         task = self.task
         if task.checkpoint_id is not None:  # the state just staged is the next round's read
