@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 import struct
-from typing import Any
 
 from apache_beam.transforms import trigger
 from apache_beam.transforms.window import IntervalWindow, TimestampCombiner
@@ -41,8 +40,8 @@ class OnTimePanes:
     def __init__(self, windowing=None) -> None:
         self.codec = trigger_state_codec(windowing)  # the tree-codec body of GROUP_ON_TIME
         self.window_coder = window_coder_for(windowing)
-        self._windows: dict = {}  # window (or its micros) -> (encoded, end micros, window)
-        self._decoded: dict[bytes, Any] = {}  # encoded window -> window
+        self._windows: dict = {}  # window (or its micros) -> (encoded, end micros)
+        self._decoded: dict[bytes, tuple] = {}  # encoded window -> (max timestamp, (window,))
         self._marks: tuple | None = None  # (previous, watermark, their micros)
 
     @staticmethod
@@ -55,27 +54,36 @@ class OnTimePanes:
         )
 
     def step(self, blob, elements, previous, watermark, now: float):
-        buffered = self._load(blob)  # encoded window -> [end micros, values]
-        late: dict[bytes, list] = {}
         previous_us, watermark_us = self._micros(previous, watermark)
+        buffered = self._load(blob)  # encoded window -> [end micros, values]
+        late: dict[bytes, list] | None = None
+        window = self._window
         for wv in elements:
+            value = wv.value
             for w in wv.windows:
-                encoded, end, _ = self._window(w)
+                encoded, end = window(w)
                 if end > previous_us:
                     entry = buffered.get(encoded)
                     if entry is None:
-                        buffered[encoded] = [end, [wv.value]]
+                        buffered[encoded] = [end, [value]]
                     else:
-                        entry[1].append(wv.value)
+                        entry[1].append(value)
                 elif end == previous_us:  # at the watermark: a LATE pane at once, like Beam's
-                    late.setdefault(encoded, []).append(wv.value)
+                    late = late if late is not None else {}
+                    late.setdefault(encoded, []).append(value)
                 # else: behind the watermark, dropped (no allowed lateness)
-        fired = [self._pane(w, v, _LATE) for w, v in late.items()]
-        due = sorted((end, w) for w, (end, _) in buffered.items() if end <= watermark_us)
-        fired += [self._pane(w, buffered.pop(w)[1], _ON_TIME) for _, w in due]
-        if not buffered:
+        fired = [self._pane(w, v, _LATE) for w, v in late.items()] if late else []
+        due, first_end = [], None
+        for encoded, (end, _) in buffered.items():
+            if end <= watermark_us:
+                due.append((end, encoded))
+            elif first_end is None or end < first_end:
+                first_end = end
+        if due:
+            due.sort()
+            fired += [self._pane(w, buffered.pop(w)[1], _ON_TIME) for _, w in due]
+        if first_end is None:
             return fired, None
-        first_end = min(end for end, _ in buffered.values())
         return fired, state_layout.encode_group(
             state_layout.GROUP_ON_TIME_FLAT,
             first_end,
@@ -90,22 +98,26 @@ class OnTimePanes:
             self._marks = (previous, watermark, previous.micros, watermark.micros)
         return self._marks[2], self._marks[3]
 
-    def _window(self, w) -> tuple[bytes, int, Any]:
+    def _window(self, w) -> tuple[bytes, int]:
+        """(encoded window, end micros), made once a task per window."""
         key = (w._start_micros, w._end_micros) if type(w) is IntervalWindow else w
         known = self._windows.get(key)
         if known is None:
-            known = self._windows[key] = (self.window_coder.encode(w), w.end.micros, w)
+            known = self._windows[key] = (self.window_coder.encode(w), w.end.micros)
         return known
 
     def _pane(self, encoded: bytes, values: list, pane) -> WindowedValue:
-        w = self._decoded.get(encoded)
-        if w is None:
-            w = self._decoded[encoded] = self.window_coder.decode(encoded)
-        return WindowedValue(values, w.max_timestamp(), (w,), pane)
+        known = self._decoded.get(encoded)
+        if known is None:
+            w = self.window_coder.decode(encoded)
+            known = self._decoded[encoded] = (w.max_timestamp(), (w,))
+        return WindowedValue(values, known[0], known[1], pane)
 
     def _load(self, blob) -> dict[bytes, list]:
         if blob is None:
             return {}
+        if blob[0] == state_layout.V1 and blob[1] == state_layout.GROUP_ON_TIME_FLAT:
+            return _decode_flat(blob[state_layout.GROUP_HEADER_SIZE :])
         kind, body = state_layout.decode_group(blob)
         if kind == state_layout.GROUP_ON_TIME_FLAT:
             return _decode_flat(body)
@@ -113,7 +125,7 @@ class OnTimePanes:
         return {
             encoded: [end, values]
             for w, values in self.codec.decode(body).items()
-            for encoded, end, _ in (self._window(w),)
+            for encoded, end in (self._window(w),)
         }
 
 
