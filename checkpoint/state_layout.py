@@ -253,6 +253,7 @@ def decode_staging_dir(key: bytes, value: bytes, where: str = "") -> str:
 
 # gbk/<buffer>: version, kind, header (next event-time wake, next processing timer, hold).
 _GROUP = struct.Struct(">BBqdq")
+GROUP_HEADER = _GROUP  # (version, kind, wake, real_ms, hold): unchecked reads of many headers
 GROUP_HEADER_SIZE = _GROUP.size
 GROUP_TRIGGER = 0  # Beam's GeneralTriggerDriver state
 GROUP_ON_TIME = 1  # the OnTimePanes buffer: {window: [encoded values]} (tree codec; read only)

@@ -148,21 +148,23 @@ class _KeysOfOneTask:
         state is not even decoded: only its header is read); the others are returned."""
         due: set[bytes] = set()
         watermark, now_ms = self.watermark_micros, self.now_ms
-        holds, timers = [], []
+        unpack = state_layout.GROUP_HEADER.unpack_from  # values were checked as they were read
+        kept, hold, earliest = 0, MAX_MICROS, math.inf
         for key, blob in stored.items():
             if key in incoming:
                 continue
-            wake, real_ms, hold = read_header(blob)
+            _, _, wake, real_ms, key_hold = unpack(blob)
             if wake > watermark and real_ms > now_ms:
-                holds.append(hold)
-                if real_ms != math.inf:
-                    timers.append(real_ms)
+                kept += 1
+                if key_hold < hold:
+                    hold = key_hold
+                if real_ms < earliest:
+                    earliest = real_ms
             else:
                 due.add(key)
-        self.keys += len(holds)
-        self.hold = min(self.hold, min(holds, default=MAX_MICROS))
-        if timers:
-            earliest = min(timers)
+        self.keys += kept
+        self.hold = min(self.hold, hold)
+        if earliest != math.inf:
             self.next_ms = earliest if self.next_ms is None else min(self.next_ms, earliest)
         return due
 
