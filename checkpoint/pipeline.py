@@ -141,11 +141,10 @@ class PipelineStore:
         """Apply the deferred changes of ``namespace`` (None: all), in commit order."""
         if not self._deferred or (namespace is not None and namespace not in self._deferred_ns):
             return
-        due = [d for d in self._deferred if namespace is None or d.namespace == namespace]
-        self._deferred = [d for d in self._deferred if d not in due]
-        self._deferred_ns = {d.namespace for d in self._deferred}
-        for d in due:
+        for d in [d for d in self._deferred if namespace is None or d.namespace == namespace]:
             self._apply_segments(d.segments)
+            self._deferred.remove(d)  # only once applied (applying again gives the same state)
+        self._deferred_ns = {d.namespace for d in self._deferred}
 
     def _apply_segments(self, segments: list[tuple[str, bytes]]) -> None:
         put, delete = self.table.put, self.table.delete
