@@ -47,11 +47,17 @@ def get_test_session():
 def _no_empty_beam_temp_dirs():
     """Beam makes a temporary directory for every ``Pipeline`` and removes it only when the
     pipeline runs: the pipelines tests build only to translate left hundreds of empty ones in
-    /tmp per suite. Nothing writes into them, so the empty ones made meanwhile go at the end."""
-    pattern = os.path.join(tempfile.gettempdir(), "beam-pipeline-temp*")
-    before = set(glob.glob(pattern))
+    /tmp per suite; and every DirectRunner run leaves an empty ``beam-temp*`` (the tests that
+    compare with it). Nothing writes into them, so the empty ones made meanwhile go at the end."""
+    names = ("beam-pipeline-temp*", "beam-temp*")
+    patterns = [os.path.join(tempfile.gettempdir(), name) for name in names]
+
+    def made():
+        return {path for pattern in patterns for path in glob.glob(pattern)}
+
+    before = made()
     yield
-    for path in set(glob.glob(pattern)) - before:
+    for path in made() - before:
         try:
             os.rmdir(path)  # empty ones only
         except OSError:
