@@ -177,6 +177,29 @@ def test_outside_a_spark_task_nothing_is_shared(monkeypatch):
     assert shared_reads.shared_dir() == "/tmp/blockmgr-1/sparkbeam-state-reads"
 
 
+@pytest.fixture
+def applied(monkeypatch):
+    """The number of changelog entries each tail replay applied (the real function runs)."""
+    counts = []
+    real = staged_state.replay_changelog
+
+    def counting(storage, directory, entries, *args):
+        counts.append(len(entries))
+        return real(storage, directory, entries, *args)
+
+    monkeypatch.setattr(staged_state, "replay_changelog", counting)
+    return counts
+
+
+def _first_read(tmp_path, puts: dict):
+    """A store whose second checkpoint holds ``puts`` (the first: x=0), and its read here."""
+    root = str(tmp_path)
+    store = open_store(root)
+    _commit(store, root, 0, {b"x": 0})
+    first = _commit(store, root, 1, puts)  # rebased here (see above)
+    return root, store, first, staged_state.read_task_state(root, "p", first, 0, 1, NS)
+
+
 def _stage(root: str, round_no: int, puts: dict, deletes=(), attempt: int = 0):
     writer = open_staged_writer(root, "p", "gbk:x", round_no, 0, attempt)
     changes: dict = {}
@@ -193,24 +216,13 @@ def _keep(root: str, state: dict, changes: dict, message) -> None:
     staged_state.keep_staged(root, "p", 0, 1, 128, NS, state, changes, message.files)
 
 
-def test_the_state_a_task_staged_is_its_next_read_once_committed(tmp_path, replays, monkeypatch):
+def test_the_state_a_task_staged_is_its_next_read_once_committed(
+    tmp_path, replays, applied, monkeypatch
+):
     """No replay of the task's own changes: the read it kept with them applied is the next
     checkpoint's state when that checkpoint commits this attempt's files."""
     monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
-    applied = []
-    real = staged_state.replay_changelog
-    monkeypatch.setattr(
-        staged_state,
-        "replay_changelog",
-        lambda storage, d, entries, *a: (
-            applied.append(len(entries)) or real(storage, d, entries, *a)
-        ),
-    )
-    root = str(tmp_path)
-    store = open_store(root)
-    _commit(store, root, 0, {b"x": 0})
-    first = _commit(store, root, 1, {b"a": 1, b"b": 2})  # rebased here (see above)
-    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    root, store, first, state = _first_read(tmp_path, {b"a": 1, b"b": 2})
     message, changes = _stage(root, 2, {b"b": 3, b"c": 4}, deletes=[b"a"])
     _keep(root, state, changes, message)
     second = store.pipeline("p").checkpoint(
@@ -225,11 +237,7 @@ def test_the_state_a_task_staged_is_its_next_read_once_committed(tmp_path, repla
 
 def test_a_kept_state_of_an_attempt_not_committed_is_not_read(tmp_path, replays, monkeypatch):
     monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
-    root = str(tmp_path)
-    store = open_store(root)
-    _commit(store, root, 0, {b"x": 0})
-    first = _commit(store, root, 1, {b"a": 1})
-    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    root, store, first, state = _first_read(tmp_path, {b"a": 1})
     lost, changes = _stage(root, 2, {b"a": 7, b"lost": 8}, attempt=0)
     _keep(root, state, changes, lost)
     # The same checkpoint read again (a retried task) is not the kept state either.
@@ -249,11 +257,7 @@ def test_a_kept_state_of_an_attempt_not_committed_is_not_read(tmp_path, replays,
 
 def test_a_task_without_changes_keeps_its_read(tmp_path, replays, monkeypatch):
     monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
-    root = str(tmp_path)
-    store = open_store(root)
-    _commit(store, root, 0, {b"x": 0})
-    first = _commit(store, root, 1, {b"a": 1})
-    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    root, store, first, state = _first_read(tmp_path, {b"a": 1})
     message, changes = _stage(root, 2, {})
     assert message.files == ()
     _keep(root, state, changes, message)
@@ -292,11 +296,7 @@ def test_a_kept_state_takes_later_rounds_of_its_slot_on_top(tmp_path, replays, m
     """This worker kept round 2; round 3 of the same task ran on another worker: its files
     come after ours in the changelog and are applied on top, without a whole replay."""
     monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
-    root = str(tmp_path)
-    store = open_store(root)
-    _commit(store, root, 0, {b"x": 0})
-    first = _commit(store, root, 1, {b"a": 1})
-    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    root, store, first, state = _first_read(tmp_path, {b"a": 1})
     message, changes = _stage(root, 2, {b"a": 2, b"b": 2})
     _keep(root, state, changes, message)
     store.pipeline("p").checkpoint(fingerprint="f", parallelism=1, commit_messages=[message])
@@ -313,11 +313,7 @@ def test_a_change_ordered_before_the_kept_attempts_files_means_a_whole_read(
     """Only a stage's own tasks write its namespace; should another file change it before
     this attempt's, the kept state (changes applied in the other order) is not used."""
     monkeypatch.setattr(shared_reads, "shared_dir", lambda: None)
-    root = str(tmp_path)
-    store = open_store(root)
-    _commit(store, root, 0, {b"x": 0})
-    first = _commit(store, root, 1, {b"a": 1})
-    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    root, store, first, state = _first_read(tmp_path, {b"a": 1})
     mine, changes = _stage(root, 2, {b"b": 3})
     _keep(root, state, changes, mine)
     other = open_staged_writer(root, "p", "gbk:a", 2, 0, 0)  # commits sort it before "gbk:x"
@@ -332,21 +328,12 @@ def test_a_change_ordered_before_the_kept_attempts_files_means_a_whole_read(
     store.close()
 
 
-def test_a_worker_catches_up_from_the_delta_another_worker_left(tmp_path, monkeypatch):
+def test_a_worker_catches_up_from_the_delta_another_worker_left(tmp_path, applied, monkeypatch):
     """Round 2 ran here, round 3 on another worker of the executor: round 4 here applies the
     delta that worker left for round 3's segment instead of replaying the segment."""
     monkeypatch.setattr(staged_state, "_READS", type(staged_state._READS)())
     monkeypatch.setattr(shared_reads, "_SEEN", {})
     monkeypatch.setattr(shared_reads, "shared_dir", lambda: str(tmp_path / "spark-local"))
-    applied = []
-    real = staged_state.replay_changelog
-    monkeypatch.setattr(
-        staged_state,
-        "replay_changelog",
-        lambda storage, d, entries, *a: (
-            applied.append(len(entries)) or real(storage, d, entries, *a)
-        ),
-    )
     root = str(tmp_path / "store")
     store = open_store(root)
     _commit(store, root, 0, {b"x": 0})
