@@ -30,6 +30,9 @@ from sparkbeam.translation.buffer_reads import read_stage
 from sparkbeam.translation.plan import BufferId
 
 TEXT_READ_URN = "sparkbeam:transform:text_read:v1"
+# The data input of a stage reading a ``text:`` buffer (``runner.task.text_lines``): its chunks
+# are lines, not encoded windowed values.
+TEXT_LINES_INPUT_URN = "sparkbeam:runner:text_lines_input:v1"
 BUFFER_KIND = "text"
 _READ_URN = common_urns.deprecated_primitives.READ.urn
 

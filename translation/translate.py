@@ -41,7 +41,7 @@ from sparkbeam.translation.plan import (
 )
 from sparkbeam.translation.requirements import check_requirements
 from sparkbeam.translation.test_stream import test_stream_sources
-from sparkbeam.translation.text_reads import mark_text_reads
+from sparkbeam.translation.text_reads import TEXT_LINES_INPUT_URN, mark_text_reads
 from sparkbeam.translation.window_into import mark_window_into
 
 _FAKE_ENDPOINT = endpoints_pb2.ApiServiceDescriptor(url="in-process")
@@ -178,8 +178,9 @@ class _PlanBuilder:
                 coder = self.context.data_channel_coders[pcoll]
                 inputs.append((transform.unique_name, buffer))
                 input_coders.append((transform.unique_name, self.safe(coder)))
-                if self.edges[buffer].kind == EdgeKind.TEXT:  # the user's Read, for labels
-                    names.append(transform.unique_name)
+                if self.edges[buffer].kind == EdgeKind.TEXT:
+                    names.append(transform.unique_name)  # the user's Read, for labels
+                    transform.spec.urn = TEXT_LINES_INPUT_URN
                 transform.spec.payload = _grpc_port(coder)
             elif urn == bundle_processor.DATA_OUTPUT_URN:
                 pcoll = t.only_element(transform.inputs.values())

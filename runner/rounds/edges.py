@@ -116,9 +116,8 @@ class EdgeBuilder:
         partitions = text_partitions(read, self.plane.default_parallelism())
         if not partitions:
             return self.plane.empty()
-        key, comps, coder = self.plan_key, self.components, edge.read_coder
         return self.plane.parallelize(partitions, len(partitions)).mapPartitions(
-            lambda parts: text_lines.read_ranges(comps.value, key, coder, itertools.chain(*parts))
+            lambda parts: text_lines.read_ranges(itertools.chain(*parts))
         )
 
     def _shuffle(self, edge, source):

@@ -22,7 +22,7 @@ from apache_beam.runners.worker import data_plane, sdk_worker
 from apache_beam.runners.worker.bundle_processor import DATA_INPUT_URN
 from apache_beam.runners.worker.statecache import StateCache
 
-from sparkbeam.runner.task import window_into  # noqa: F401  (registers WINDOW_INTO_URN)
+from sparkbeam.runner.task import text_lines, window_into  # noqa: F401  (register their URNs)
 from sparkbeam.runner.task.bundle_splits import SplitOutcome
 from sparkbeam.runner.task.user_state import UserStateServicer
 from sparkbeam.translation.plan import StagePlan

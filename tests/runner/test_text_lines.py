@@ -12,13 +12,9 @@ import random
 
 import pytest
 from apache_beam import coders
-from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.io import source_test_utils
 from apache_beam.io.filesystem import CompressionTypes
 from apache_beam.io.textio import _TextSource
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import MIN_TIMESTAMP
-from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
 
 from sparkbeam.runner.rounds.text_ranges import MIN_RANGE_BYTES, text_partitions
 from sparkbeam.runner.task import text_lines
@@ -91,19 +87,3 @@ def test_many_small_files_share_a_few_partitions(tmp_path):
     partitions = text_partitions(read, parallelism=2)
     assert len(partitions) == 1  # 50 KB in all: one task, not one per file
     assert sorted(r[0] for r in partitions[0]) == sorted(str(p) for p in tmp_path.iterdir())
-
-
-def test_chunks_decode_to_the_lines_as_beams_read_emits_them():
-    coder = coders.WindowedValueCoder(coders.StrUtf8Coder())
-    impl = coder.get_impl()
-    lines = [b"", b"a", "\u00e9t\u00e9".encode(), b"z" * 20_000]
-    chunk = text_lines._encoder(impl)(lines)
-    decoded = []
-    stream = create_InputStream(chunk)
-    while stream.size() > 0:
-        decoded.append(impl.decode_from_stream(stream, True))
-    assert [d.value for d in decoded] == [x.decode() for x in lines]
-    for d in decoded:  # where Beam's Read puts every line: the Impulse's window and time
-        assert (d.timestamp, d.windows, d.pane_info) == (
-            MIN_TIMESTAMP, (GlobalWindow(),), PANE_INFO_UNKNOWN
-        )  # fmt: skip

@@ -15,6 +15,9 @@ import pytest
 from apache_beam.io import source_test_utils
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils.timestamp import MIN_TIMESTAMP
+from apache_beam.utils.windowed_value import PANE_INFO_UNKNOWN
 
 from sparkbeam.runner import SparkCheckpointRunner
 from sparkbeam.runner.rounds import text_ranges
@@ -52,6 +55,21 @@ def test_the_runner_reads_beams_lines(spark, files, monkeypatch, plane):
         assert_that(lines, equal_to(expected))
         counts = lines | beam.combiners.Count.Globally()
         assert_that(counts, equal_to([len(expected)]), label="CheckCount")
+        placed = lines | beam.Map(_where) | "CountPlaces" >> beam.combiners.Count.PerElement()
+        assert_that(placed, equal_to([(_where_read_puts_lines, len(expected))]), label="Where")
+
+
+# Where Beam's Read puts every line: the Impulse's window and time, no pane.
+_where_read_puts_lines = repr((MIN_TIMESTAMP, GlobalWindow(), PANE_INFO_UNKNOWN, str))
+
+
+def _where(
+    line,
+    ts=beam.DoFn.TimestampParam,
+    w=beam.DoFn.WindowParam,
+    pane=beam.DoFn.PaneInfoParam,
+):
+    return repr((ts, w, pane, type(line)))  # a deterministic key
 
 
 def _text_edges(build) -> list:
