@@ -7,9 +7,11 @@ offset-style splittable DoFn. Each call emits the records that are due by now (r
 its emission and ``key`` cycling over ``--keys`` keys, sets its watermark to now and
 defers the rest by ``--delay_s``. Then ``FixedWindows(--window_s)`` -> GroupByKey ->
 one line per (key, window): ``key window_start count min_t sum_t`` ->
-``sparkbeam.io.WriteToFilesOnCheckpoint``. In ``--streaming`` the GroupByKey's state (per
-key: buffered values and trigger state) lives in the checkpoint store, and a round's files
-become visible only after the round's checkpoint commits.
+``sparkbeam.io.WriteToFilesOnCheckpoint`` (``--grouping state``: the same lines from a
+stateful DoFn instead -- three combining states and an event-time timer at the window's end).
+In ``--streaming`` the GroupByKey's state (per key: buffered values and trigger state; or the
+DoFn's user state and timers) lives in the checkpoint store, and a round's files become
+visible only after the round's checkpoint commits.
 
 Two workloads, each in a fresh subprocess of this Python (``--child ...``):
 
@@ -115,16 +117,90 @@ def build(p, args: argparse.Namespace, call_log: str, out: str) -> None:
 
     n = args.records
     sizes = [n // shards + (1 if s < n % shards else 0) for s in range(shards)]
-    _ = (
+    windowed = (
         p
         | beam.Create(list(enumerate(sizes)))
         | "Start" >> beam.MapTuple(lambda s, size: (s, size, time.time()))  # at run time
         | "Source" >> beam.ParDo(KeyedSource())
         | beam.WindowInto(window.FixedWindows(args.window_s))
-        | beam.GroupByKey()
-        | beam.ParDo(line)
-        | WriteToFilesOnCheckpoint(os.path.join(out, "part"))
     )
+    if args.grouping == "state":
+        lines = windowed | beam.ParDo(_StatefulLines())
+    else:
+        lines = windowed | beam.GroupByKey() | beam.ParDo(line)
+    _ = lines | WriteToFilesOnCheckpoint(os.path.join(out, "part"))
+
+
+def _stateful_lines_dofn():
+    """``--grouping state``: the GroupByKey's line from user state and an event-time timer
+    at the window's end (per key and window: a count, the least and the sum of ``t``)."""
+    import operator
+
+    import apache_beam as beam
+    from apache_beam.coders import FloatCoder, VarIntCoder
+    from apache_beam.transforms.timeutil import TimeDomain
+    from apache_beam.transforms.userstate import CombiningValueStateSpec, TimerSpec, on_timer
+
+    class Scalar(beam.CombineFn):
+        """A combine whose accumulator is the value itself (so a scalar coder encodes it)."""
+
+        def __init__(self, fn, zero):
+            self.fn, self.zero = fn, zero
+
+        def create_accumulator(self):
+            return self.zero
+
+        def add_input(self, acc, value):
+            return self.fn(acc, value)
+
+        def merge_accumulators(self, accs):
+            out = self.zero
+            for acc in accs:
+                out = self.fn(out, acc)
+            return out
+
+        def extract_output(self, acc):
+            return acc
+
+    class StatefulLines(beam.DoFn):
+        COUNT = CombiningValueStateSpec("count", VarIntCoder(), Scalar(operator.add, 0))
+        LEAST = CombiningValueStateSpec("least", FloatCoder(), Scalar(min, float("inf")))
+        TOTAL = CombiningValueStateSpec("total", FloatCoder(), Scalar(operator.add, 0.0))
+        END = TimerSpec("end", TimeDomain.WATERMARK)
+
+        def process(
+            self,
+            kv,
+            win=beam.DoFn.WindowParam,
+            count=beam.DoFn.StateParam(COUNT),
+            least=beam.DoFn.StateParam(LEAST),
+            total=beam.DoFn.StateParam(TOTAL),
+            end=beam.DoFn.TimerParam(END),
+        ):
+            _, t = kv
+            count.add(1)
+            least.add(t)
+            total.add(t)
+            end.set(win.max_timestamp())
+
+        @on_timer(END)
+        def flush(
+            self,
+            key=beam.DoFn.KeyParam,
+            win=beam.DoFn.WindowParam,
+            count=beam.DoFn.StateParam(COUNT),
+            least=beam.DoFn.StateParam(LEAST),
+            total=beam.DoFn.StateParam(TOTAL),
+        ):
+            yield f"{key} {int(win.start)} {count.read()} {least.read():.3f} {total.read():.3f}"
+            for state in (count, least, total):
+                state.clear()
+
+    return StatefulLines
+
+
+def _StatefulLines():  # noqa: N802 - builds the DoFn where Beam is imported (the child)
+    return _stateful_lines_dofn()()
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -173,7 +249,8 @@ def _run_child(workload: str, system: str, args: argparse.Namespace, tmp: str) -
     rate = args.rate if workload == "latency" else 0.0
     cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, "--child_system",
            system, "--rate", str(rate), "--master", args.master]  # fmt: skip
-    for flag in ("keys", "records", "shards", "per_call", "delay_s", "window_s", "interval_s"):
+    for flag in ("keys", "records", "shards", "per_call", "delay_s", "window_s", "interval_s",
+                 "grouping"):  # fmt: skip
         cmd += [f"--{flag}", str(getattr(args, flag))]
     for k, v in paths.items():
         cmd += [f"--{k}", v]
@@ -316,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
     add("--delay_s", type=float, default=0.1, help="defer_remainder delay. Default: %(default)s")
     add("--poll_s", type=float, default=0.02, help="Output poll interval. Default: %(default)s")
     add("--master", default="local[2]", help="Default: %(default)s")
+    add("--grouping", choices=("gbk", "state"), default="gbk",
+        help="Per (key, window): a GroupByKey, or a stateful DoFn with an event-time timer "
+             "(user state and timers in the checkpoint store). Default: %(default)s")  # fmt: skip
     add("--quick", action="store_true", help="Smoke run: 2,000 keys, 20,000 records.")
     add("--json", default=None, help="Also write all rows to this file.")
     for internal in ("child", "child_system", "call_log", "result", "out", "ckpt"):

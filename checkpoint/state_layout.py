@@ -13,7 +13,7 @@ them is a small explicit format whose first byte is its version.
 | ``pushback/<stage>`` | ``round/partition/seq`` | `encode_row` v1 (transform, chunk) |
 | ``gbk/<buffer>`` | encoded key | `encode_group` v1 (header + trigger state tree) |
 | ``user-state/<stage>`` | SDK-encoded user key | `encode_user_state` v1 (Fn API cells) |
-| ``user-timers/<stage>`` | SDK-encoded user key | `encode_user_timers` v1 (Beam timers) |
+| ``user-timers/<stage>`` | SDK-encoded user key | `encode_user_timers` v2 (summary, timers) |
 | ``side-input/<buffer>`` | ``round/...`` | `encode_side_input` v1 (Beam-encoded chunk) |
 | ``sink-pending`` | final path (UTF-8) | `encode_sink_pending` v1 (staged path, UTF-8) |
 | ``sink-staging-dirs`` | directory (UTF-8) | `encode_staging_dir` v1 (the version byte) |
@@ -32,15 +32,17 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparkbeam.checkpoint.errors import StateLayoutError
 
-LAYOUT_VERSION = 3
+LAYOUT_VERSION = 4
 # 1: before this module (pickled GroupByKey and user state): refused if it holds such state.
 # 2: side-input chunks, pending sink files and staging directories stored raw: `upgrade`d.
+# 3: user-timers values v1 only (no summary): read as they are.
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
+V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read)
 
 # Namespaces.
 SDF_RESIDUAL_PREFIX = "sdf-residual/"
@@ -153,12 +155,17 @@ def upgrade(state, metadata: dict) -> int:
     return len(raw)
 
 
-def _check(value: bytes, namespace: str, where: str) -> None:
-    if not value or value[0] != V1:
+_TIMER_VERSIONS = (V1, V2)
+
+
+def _check(value: bytes, namespace: str, where: str, versions: tuple[int, ...] = (V1,)) -> None:
+    if not value or value[0] not in versions:
         found = f"0x{value[0]:02x}" if value else "none (empty value)"
+        readable = " or ".join(str(v) for v in versions)
         raise StateLayoutError(
             f"A value in namespace {namespace!r}{' of ' + where if where else ''} has version "
-            f"byte {found}; this sparkbeam reads version {V1} (state layout {LAYOUT_VERSION}). "
+            f"byte {found}; this sparkbeam reads version {readable} (state layout "
+            f"{LAYOUT_VERSION}). "
             "The checkpoint was written by another sparkbeam version or is damaged: finish the "
             "job with the version that wrote it, or start it over with a new --checkpoint_dir."
         )
@@ -166,7 +173,9 @@ def _check(value: bytes, namespace: str, where: str) -> None:
 
 def check_value(value: bytes, namespace: str, where: str = "") -> None:
     """Raise `StateLayoutError` unless ``value`` of a versioned namespace is readable."""
-    if namespace.startswith(VERSIONED_PREFIXES):
+    if namespace.startswith(USER_TIMERS_PREFIX):
+        _check(value, namespace, where, _TIMER_VERSIONS)
+    elif namespace.startswith(VERSIONED_PREFIXES):
         _check(value, namespace, where)
 
 
@@ -279,19 +288,29 @@ def decode_group(value: bytes, namespace: str = GBK_PREFIX) -> tuple[int, bytes]
 
 # user-state/<stage> and user-timers/<stage>.
 _U32 = struct.Struct(">I")
+_TIMER_SUMMARY = struct.Struct(">Iqqq")
+NO_TIME = 2**63 - 1  # a summary's time when the key has no such timer
 
 
-def _pack_blobs(blobs: Iterable[bytes]) -> bytes:
+class TimerSummary(NamedTuple):
+    """What a round needs of one key's timers without decoding them (micros)."""
+
+    count: int
+    event_fire: int  # the earliest event-time timer's firing time
+    hold: int  # the earliest output-timestamp hold of its event-time timers
+    processing_fire: int  # the earliest processing-time timer's firing time
+
+
+def _pack_blobs(blobs: Iterable[bytes], head: bytes = bytes([V1])) -> bytes:
     blobs = list(blobs)
-    parts = [bytes([V1]), _U32.pack(len(blobs))]
+    parts = [head, _U32.pack(len(blobs))]
     for blob in blobs:
         parts += [_U32.pack(len(blob)), blob]
     return b"".join(parts)
 
 
-def _unpack_blobs(value: bytes, namespace: str, where: str) -> list[bytes]:
-    _check(value, namespace, where)
-    (count,), pos, out = _U32.unpack_from(value, 1), 5, []
+def _unpack_blobs(value: bytes, start: int = 1) -> list[bytes]:
+    (count,), pos, out = _U32.unpack_from(value, start), start + 4, []
     for _ in range(count):
         (n,) = _U32.unpack_from(value, pos)
         out.append(value[pos + 4 : pos + 4 + n])
@@ -305,20 +324,34 @@ def encode_user_state(cells: dict[bytes, bytes]) -> bytes:
 
 
 def decode_user_state(value: bytes, namespace: str = USER_STATE_PREFIX, where: str = ""):
-    blobs = _unpack_blobs(value, namespace, where)
+    _check(value, namespace, where)
+    blobs = _unpack_blobs(value)
     return dict(zip(blobs[::2], blobs[1::2]))
 
 
-def encode_user_timers(timers: Iterable[tuple[str, str, bytes]]) -> bytes:
-    """One user key's timers: (transform, timer family, Beam-encoded timer) each."""
+def encode_user_timers(timers: Iterable[tuple[str, str, bytes]], summary: TimerSummary) -> bytes:
+    """One user key's timers: (transform, timer family, Beam-encoded timer) each, after their
+    summary (so a round reads when the key is due and what it holds without Beam)."""
     parts = []
     for transform, family, data in timers:
         parts += [transform.encode("utf-8"), family.encode("utf-8"), data]
-    return _pack_blobs(parts)
+    return _pack_blobs(parts, bytes([V2]) + _TIMER_SUMMARY.pack(*summary))
+
+
+def user_timers_summary(
+    value: bytes, namespace: str = USER_TIMERS_PREFIX, where: str = ""
+) -> TimerSummary | None:
+    """The summary of one key's timers; None for a v1 value (decode its timers instead)."""
+    if value and value[0] == V2:
+        return TimerSummary._make(_TIMER_SUMMARY.unpack_from(value, 1))
+    _check(value, namespace, where, _TIMER_VERSIONS)
+    return None
 
 
 def decode_user_timers(value: bytes, namespace: str = USER_TIMERS_PREFIX, where: str = ""):
-    blobs = _unpack_blobs(value, namespace, where)
+    _check(value, namespace, where, _TIMER_VERSIONS)
+    start = 1 if value[0] == V1 else 1 + _TIMER_SUMMARY.size
+    blobs = _unpack_blobs(value, start)
     return [
         (blobs[i].decode("utf-8"), blobs[i + 1].decode("utf-8"), blobs[i + 2])
         for i in range(0, len(blobs), 3)

@@ -340,7 +340,7 @@ def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, it
 
 def run_stateful(task: StageTask, spec: StatefulRound, components, side_bc, index: int, pairs):
     carried: list = []
-    keyed = KeyedState(spec, task.plan_key, task.stage, index)
+    keyed = KeyedState.for_task(spec, task.plan_key, task.stage, index)
     rows = split_carried((row for _, row in pairs), carried)
     records = run_stage_partition(task, components.value, side_bc.value, rows, keyed_state=keyed)
     yield from sink_files.collect_sink_files(records, task.stage.id, spec.round_no)

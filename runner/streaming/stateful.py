@@ -34,6 +34,8 @@ from sparkbeam.runner.task.staged_state import read_task_state, staged_writer_fo
 from sparkbeam.runner.task.user_state import user_key
 
 _PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
+_NO_TIME = state_layout.NO_TIME
+_MAX_HOLD = timestamp.MAX_TIMESTAMP.micros
 
 
 @dataclass(frozen=True)
@@ -51,32 +53,82 @@ class StatefulRound:
 
 
 class KeyedState:
-    """One task's user state and timers: loaded before its input, staged after."""
+    """One task's user state and timers: loaded as its keys are touched, staged after.
 
-    def __init__(self, spec: StatefulRound, plan_key: str, stage, subtask: int) -> None:
+    A round costs what its keys touch, not what the stage stores: a key's state cells go into
+    the state servicer when the SDK first asks for them; a key's timers are decoded when one
+    is due (its stored summary says when) or when the stage sets or clears a timer of that
+    key; only those keys are compared and staged after. The others' summaries give the
+    task's pending count, hold and next processing-time timer."""
+
+    def __init__(
+        self,
+        spec: StatefulRound,
+        stage_id: str,
+        key_impl,
+        subtask: int,
+        state_in: dict[bytes, bytes],
+        timers_in: dict[bytes, bytes],
+    ) -> None:
         self.spec = spec
-        stage_id = self.stage_id = stage.id
-        # Timers carry the decoded key: encode it as the SDK's state requests do.
-        self.key_impl = _encoders(plan_key, stage, stage.inputs[0][0])[1]
+        self.stage_id = stage_id
+        self.key_impl = key_impl  # timers carry the decoded key: encoded as state requests do
         self.subtask = subtask
         self.state_ns = state_layout.user_state(stage_id)
         self.timer_ns = state_layout.user_timers(stage_id)
-        self.state_in: dict[bytes, bytes] = {}
-        self.timers_in: dict[bytes, bytes] = {}
-        if spec.checkpoint_id is not None:
-            args = (spec.url, spec.pipeline, spec.checkpoint_id, subtask, spec.parallelism)
-            self.state_in = read_task_state(*args, self.state_ns)
-            self.timers_in = read_task_state(*args, self.timer_ns)
+        self.state_in, self.timers_in = state_in, timers_in  # read-only (shared reads)
         self.watermark = timestamp.Timestamp(micros=spec.input_watermark)
         self.now = timestamp.Timestamp.of(clock.now_seconds(spec.clock_micros))
+        self.waiting: dict[bytes, state_layout.TimerSummary] = {}  # stored, not decoded
+        self.timers_loaded: set[bytes] = set()
+        self._timers = None
+
+    @classmethod
+    def for_task(cls, spec: StatefulRound, plan_key: str, stage, subtask: int) -> KeyedState:
+        """The state and timers of the key groups of ``subtask``, as the last round left them."""
+        key_impl = _encoders(plan_key, stage, stage.inputs[0][0])[1]
+        state_in: dict[bytes, bytes] = {}
+        timers_in: dict[bytes, bytes] = {}
+        if spec.checkpoint_id is not None:
+            args = (spec.url, spec.pipeline, spec.checkpoint_id, subtask, spec.parallelism)
+            state_in = read_task_state(*args, state_layout.user_state(stage.id))
+            timers_in = read_task_state(*args, state_layout.user_timers(stage.id))
+        return cls(spec, stage.id, key_impl, subtask, state_in, timers_in)
 
     def load(self, servicer, timers) -> None:
-        """Put the stored cells into the state servicer and the timers into the task's."""
-        for blob in self.state_in.values():
-            servicer.restore_cells(state_layout.decode_user_state(blob, self.state_ns))
-        for blob in self.timers_in.values():
-            for transform, family, data in state_layout.decode_user_timers(blob, self.timer_ns):
-                timers.add((transform, family), [data])
+        """Hand the stored cells to the state servicer (restored as asked for); put the timers
+        of the keys with a due timer into the task's, the rest when their key sets one."""
+        state_ns = self.state_ns
+        servicer.restore_lazily(
+            self.state_in, lambda blob: state_layout.decode_user_state(blob, state_ns)
+        )
+        self._timers = timers
+        event_due, processing_due = self.watermark.micros, self.now.micros
+        summary_of = state_layout.user_timers_summary
+        for key, blob in self.timers_in.items():
+            summary = summary_of(blob, self.timer_ns)
+            if (
+                summary is None  # written before summaries: decode to know
+                or summary.event_fire <= event_due
+                or summary.processing_fire <= processing_due
+            ):
+                self._load_timers(key)
+            else:
+                self.waiting[key] = summary
+        timers.before_change = self._before_timer_change
+
+    def _before_timer_change(self, user_key) -> None:
+        key = self.key_impl.encode_nested(user_key)
+        if key in self.waiting:
+            del self.waiting[key]
+            self._load_timers(key)
+
+    def _load_timers(self, key: bytes) -> None:
+        self.timers_loaded.add(key)
+        for transform, family, data in state_layout.decode_user_timers(
+            self.timers_in[key], self.timer_ns
+        ):
+            self._timers.add((transform, family), [data])
 
     def pop_due(self, timers) -> dict | None:
         """The timers due at the earliest due firing time, encoded; None when none is due."""
@@ -97,43 +149,70 @@ class KeyedState:
         return {k: [out.get()] for k, out in fired.items()}
 
     def finish(self, servicer, timers) -> Iterator:
-        """Stage the changed entries; yield the commit message and the report."""
-        cells: dict[bytes, dict] = {}
+        """Stage what changed of the keys this task touched; yield the commit and the report."""
+        touched: dict[bytes, dict] = {key: {} for key in servicer.restored}
         for cell in servicer.touched:  # every cell restored or written is noted there
             data = servicer.read_cell(cell)
+            cells = touched.setdefault(user_key(cell), {})
             if data:
-                cells.setdefault(user_key(cell), {})[cell] = data
-        pending: dict[bytes, list] = {}
-        hold, next_ms, count = timestamp.MAX_TIMESTAMP.micros, None, 0
-        for (family_key, *_), timer in timers.pending.items():
-            coder = timers.coders[family_key]
-            key = self.key_impl.encode_nested(timer.user_key)
-            pending.setdefault(key, []).append((*family_key, coder.encode(timer)))
-            count += 1
-            if timers.domains[family_key] == _PROCESSING:
-                ms = timer.fire_timestamp.micros / 1000.0
-                next_ms = ms if next_ms is None else min(next_ms, ms)
-            else:
-                hold = min(hold, timer.hold_timestamp.micros)
+                cells[cell] = data
+        state_out = {k: state_layout.encode_user_state(c) for k, c in touched.items() if c}
+        timers_out, (count, hold, next_micros) = self._pending_timers(timers)
         spec = self.spec
         writer = staged_writer_for_task(
             spec.url, spec.pipeline, self.stage_id, spec.round_no, spec.max_key_groups
         )
-        state_out = {k: state_layout.encode_user_state(c) for k, c in cells.items()}
-        timers_out = {k: state_layout.encode_user_timers(v) for k, v in pending.items()}
-        for ns, before, after in (
-            (self.state_ns, self.state_in, state_out),
-            (self.timer_ns, self.timers_in, timers_out),
+        for ns, before, after, keys in (
+            (self.state_ns, self.state_in, state_out, touched.keys()),
+            (self.timer_ns, self.timers_in, timers_out, self.timers_loaded | timers_out.keys()),
         ):
-            for key, blob in after.items():
+            for key in keys:
+                blob = after.get(key)
+                if blob is None:
+                    if key in before:
+                        writer.delete(ns, key)
+                    continue
                 self._check_owned(key)
                 if before.get(key) != blob:
                     writer.put(ns, key, blob)
-            for key in before.keys() - after.keys():
-                writer.delete(ns, key)
         yield CommitRecord(self.stage_id, writer.finish())
-        keys = len({*state_out, *timers_out})
+        with_state = (self.state_in.keys() | state_out.keys()) - {
+            k for k in touched if k not in state_out
+        }
+        with_timers = (self.timers_in.keys() | timers_out.keys()) - {
+            k for k in self.timers_loaded if k not in timers_out
+        }
+        keys = len(with_state | with_timers)
+        next_ms = None if next_micros == _NO_TIME else next_micros / 1000.0
         yield KeyedStateReport(self.stage_id, self.subtask, keys, count, hold, next_ms)
+
+    def _pending_timers(self, timers) -> tuple[dict[bytes, bytes], tuple[int, int, int]]:
+        """The loaded keys' timers as stored values; (count, hold, next processing-time
+        firing) over all the task's timers, the waiting ones by their summaries."""
+        by_key: dict[bytes, list] = {}
+        for (family_key, *_), timer in timers.pending.items():
+            key = self.key_impl.encode_nested(timer.user_key)
+            by_key.setdefault(key, []).append((family_key, timer))
+        out = {}
+        count = sum(s.count for s in self.waiting.values())
+        hold = min((s.hold for s in self.waiting.values()), default=_MAX_HOLD)
+        next_fire = min((s.processing_fire for s in self.waiting.values()), default=_NO_TIME)
+        for key, pending in by_key.items():
+            event_fire = key_hold = processing_fire = _NO_TIME
+            encoded = []
+            for family_key, timer in pending:
+                encoded.append((*family_key, timers.coders[family_key].encode(timer)))
+                if timers.domains[family_key] == _PROCESSING:
+                    processing_fire = min(processing_fire, timer.fire_timestamp.micros)
+                else:
+                    event_fire = min(event_fire, timer.fire_timestamp.micros)
+                    key_hold = min(key_hold, timer.hold_timestamp.micros)
+            summary = state_layout.TimerSummary(len(pending), event_fire, key_hold, processing_fire)
+            out[key] = state_layout.encode_user_timers(encoded, summary)
+            count += len(pending)
+            hold = min(hold, key_hold)
+            next_fire = min(next_fire, processing_fire)
+        return out, (count, min(hold, _MAX_HOLD), next_fire)
 
     def _check_owned(self, key: bytes) -> None:
         owner = partition_for_key(key, self.spec.parallelism, self.spec.max_key_groups)

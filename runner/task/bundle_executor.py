@@ -16,7 +16,7 @@ import itertools
 import time
 import traceback
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,7 +100,7 @@ class _TaskLoop:
         self.worker = worker
         self.task = task
         self.metrics: list = []
-        self.timers = _PendingTimers(task)
+        self.timers = PendingTimers.of_task(task)
         self.outputs = dict(task.stage.outputs)
         self.local: list[ResidualRecord] = []
         self.deadline_ms = time.time() * 1000.0 + task.residual_budget_s * 1000.0
@@ -231,7 +231,7 @@ def _bundles(rows: Iterable[tuple[str, bytes]], limit: int) -> Iterator[dict[str
         yield inputs
 
 
-class _PendingTimers:
+class PendingTimers:
     """Timers set by the stage, deduplicated per (key, tag, window), fired in order.
 
     Batch semantics: once all input is processed the input watermark is at
@@ -240,21 +240,33 @@ class _PendingTimers:
     fire when the wall clock reaches them.
     """
 
-    def __init__(self, task: StageTask) -> None:
-        context = plan_context(task.plan_key)
-        self.coders = {
-            (t.transform, t.family): context.coders[t.coder].get_impl() for t in task.stage.timers
-        }
-        self.domains = {(t.transform, t.family): t.time_domain for t in task.stage.timers}
+    def __init__(self, coders: dict[tuple[str, str], Any], domains: dict[tuple[str, str], int]):
+        self.coders = coders  # (transform, family) -> the family's timer coder impl
+        self.domains = domains  # (transform, family) -> its TimeDomain
         self.pending: dict[tuple, Any] = {}
+        # Called with a timer's user key before the timer is set or cleared (streaming: loads
+        # the key's stored timers first, so a new timer replaces or clears a stored one).
+        self.before_change: Callable[[Any], None] | None = None
+
+    @classmethod
+    def of_task(cls, task: StageTask) -> PendingTimers:
+        context = plan_context(task.plan_key)
+        timers = task.stage.timers
+        return cls(
+            {(t.transform, t.family): context.coders[t.coder].get_impl() for t in timers},
+            {(t.transform, t.family): t.time_domain for t in timers},
+        )
 
     def __bool__(self) -> bool:
         return bool(self.pending)
 
     def add(self, family_key: tuple[str, str], chunks: list[bytes]) -> None:
         coder = self.coders[family_key]
+        before_change = self.before_change
         for chunk in chunks:
             for timer in coder.decode_all(chunk):
+                if before_change is not None:
+                    before_change(timer.user_key)
                 key = (family_key, timer.user_key, timer.dynamic_timer_tag, timer.windows[0])
                 if timer.clear_bit:
                     self.pending.pop(key, None)

@@ -10,6 +10,8 @@ to ``sparkbeam.runner.streaming.stateful`` and ``sparkbeam.checkpoint.state_layo
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
 
@@ -36,19 +38,49 @@ def user_key(cell: bytes) -> bytes:
 
 
 class UserStateServicer(worker_handlers.StateServicer):
-    """A ``StateServicer`` that notes each user-state cell the SDK appends to or clears."""
+    """A ``StateServicer`` that notes each user-state cell the SDK appends to or clears.
+
+    A key's stored cells (``restore_lazily``) are put back when the SDK first asks for any
+    state of that key, so a round costs what its keys touch, not what the stage stores."""
 
     def __init__(self) -> None:
         super().__init__()
         self.touched: set[bytes] = set()
+        self.restored: set[bytes] = set()  # user keys whose stored cells are back
+        self._stored: dict[bytes, bytes] = {}
+        self._decode: Callable[[bytes], dict[bytes, bytes]] | None = None
+
+    def restore_lazily(
+        self, stored: dict[bytes, bytes], decode: Callable[[bytes], dict[bytes, bytes]]
+    ) -> None:
+        """``stored``: {user key: its cells' value}, restored through ``decode`` when asked
+        for (``stored`` is not changed)."""
+        self._stored, self._decode = stored, decode
+
+    def _restore_key_of(self, state_key) -> None:
+        kind = state_key.WhichOneof("type")
+        if kind not in USER_STATE_TYPES:
+            return
+        key = getattr(state_key, kind).key
+        if key in self.restored or key not in self._stored:
+            return
+        self.restored.add(key)
+        assert self._decode is not None
+        self.restore_cells(self._decode(self._stored[key]))
+
+    def get_raw(self, state_key, continuation_token=None):
+        self._restore_key_of(state_key)
+        return super().get_raw(state_key, continuation_token)
 
     def append_raw(self, state_key, data):
+        self._restore_key_of(state_key)
         cell = cell_key(state_key)
         if cell is not None:
             self.touched.add(cell)
         return super().append_raw(state_key, data)
 
     def clear(self, state_key):
+        self._restore_key_of(state_key)
         cell = cell_key(state_key)
         if cell is not None:
             self.touched.add(cell)
