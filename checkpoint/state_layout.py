@@ -295,7 +295,7 @@ NO_TIME = 2**63 - 1  # a summary's time when the key has no such timer
 class TimerSummary(NamedTuple):
     """What a round needs of one key's timers without decoding them (micros)."""
 
-    count: int
+    timers: int
     event_fire: int  # the earliest event-time timer's firing time
     hold: int  # the earliest output-timestamp hold of its event-time timers
     processing_fire: int  # the earliest processing-time timer's firing time

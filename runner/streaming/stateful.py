@@ -81,7 +81,6 @@ class KeyedState:
         self.now = timestamp.Timestamp.of(clock.now_seconds(spec.clock_micros))
         self.waiting: dict[bytes, state_layout.TimerSummary] = {}  # stored, not decoded
         self.timers_loaded: set[bytes] = set()
-        self._timers = None
 
     @classmethod
     def for_task(cls, spec: StatefulRound, plan_key: str, stage, subtask: int) -> KeyedState:
@@ -102,7 +101,6 @@ class KeyedState:
         servicer.restore_lazily(
             self.state_in, lambda blob: state_layout.decode_user_state(blob, state_ns)
         )
-        self._timers = timers
         event_due, processing_due = self.watermark.micros, self.now.micros
         summary_of = state_layout.user_timers_summary
         for key, blob in self.timers_in.items():
@@ -112,23 +110,24 @@ class KeyedState:
                 or summary.event_fire <= event_due
                 or summary.processing_fire <= processing_due
             ):
-                self._load_timers(key)
+                self._load_timers(key, timers)
             else:
                 self.waiting[key] = summary
-        timers.before_change = self._before_timer_change
 
-    def _before_timer_change(self, user_key) -> None:
-        key = self.key_impl.encode_nested(user_key)
-        if key in self.waiting:
-            del self.waiting[key]
-            self._load_timers(key)
+        def before_change(user_key) -> None:
+            key = self.key_impl.encode_nested(user_key)
+            if key in self.waiting:
+                del self.waiting[key]
+                self._load_timers(key, timers)
 
-    def _load_timers(self, key: bytes) -> None:
+        timers.before_change = before_change
+
+    def _load_timers(self, key: bytes, timers) -> None:
         self.timers_loaded.add(key)
         for transform, family, data in state_layout.decode_user_timers(
             self.timers_in[key], self.timer_ns
         ):
-            self._timers.add((transform, family), [data])
+            timers.add((transform, family), [data])
 
     def pop_due(self, timers) -> dict | None:
         """The timers due at the earliest due firing time, encoded; None when none is due."""
@@ -162,11 +161,11 @@ class KeyedState:
         writer = staged_writer_for_task(
             spec.url, spec.pipeline, self.stage_id, spec.round_no, spec.max_key_groups
         )
-        for ns, before, after, keys in (
+        for ns, before, after, changed in (
             (self.state_ns, self.state_in, state_out, touched.keys()),
             (self.timer_ns, self.timers_in, timers_out, self.timers_loaded | timers_out.keys()),
         ):
-            for key in keys:
+            for key in changed:
                 blob = after.get(key)
                 if blob is None:
                     if key in before:
@@ -194,7 +193,7 @@ class KeyedState:
             key = self.key_impl.encode_nested(timer.user_key)
             by_key.setdefault(key, []).append((family_key, timer))
         out = {}
-        count = sum(s.count for s in self.waiting.values())
+        count = sum(s.timers for s in self.waiting.values())
         hold = min((s.hold for s in self.waiting.values()), default=_MAX_HOLD)
         next_fire = min((s.processing_fire for s in self.waiting.values()), default=_NO_TIME)
         for key, pending in by_key.items():
