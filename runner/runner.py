@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import gc
 import logging
 import shutil
 import tempfile
@@ -64,6 +65,7 @@ class SparkCheckpointRunner(PipelineRunner):
 
     def run_pipeline(self, pipeline, options: PipelineOptions) -> PipelineResult:
         progress.make_visible()
+        skip_last_collection_at_exit()
         # 1. Check what sparkbeam can be asked for (one-line errors, before any Spark).
         check_option_values(options)
         RuntimeValueProvider.set_runtime_options({})
@@ -87,6 +89,23 @@ class SparkCheckpointRunner(PipelineRunner):
         executor = run_batch(spark, plan, options, store, fs_options)
         # 4. The result, with metrics merged from every stage.
         return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)
+
+
+_SKIPPING_LAST_COLLECTION = False
+
+
+def skip_last_collection_at_exit() -> None:
+    """Have the heap frozen at exit, so CPython's last full collection skips it.
+
+    CPython ends with a full garbage collection of everything still alive; a driver holds
+    Beam, PySpark, py4j and the plan, and that collection was 0.3-0.5 s of every run's wall
+    time (measured on the word count's driver). At exit it only finds cycles the OS reclaims
+    anyway: CPython promises no ``__del__`` then, and ``weakref.finalize`` and ``atexit``
+    work as before. Handlers registered earlier (``logging``'s flush) still run after it."""
+    global _SKIPPING_LAST_COLLECTION
+    if not _SKIPPING_LAST_COLLECTION:
+        atexit.register(gc.freeze)
+        _SKIPPING_LAST_COLLECTION = True
 
 
 def use_test_stream_mode(plan, options: PipelineOptions) -> None:
