@@ -45,11 +45,20 @@ class StageFailedError(RuntimeError):
         if frames:
             lines.append("  User traceback (most recent call last):")
             lines.extend("  " + ln for ln in frames)
-        what = f"the code of {self.transform!r}" if self.transform else "the user code above"
-        lines.append(
-            f"  What to do: fix {what} and rerun; the full trace is logged at DEBUG "
-            "(logging.getLogger('sparkbeam').setLevel(logging.DEBUG))."
-        )
+        debug = "(logging.getLogger('sparkbeam').setLevel(logging.DEBUG))"
+        if self.transform or frames:
+            what = f"the code of {self.transform!r}" if self.transform else "the user code above"
+            lines.append(
+                f"  What to do: fix {what} and rerun; the full trace is logged at DEBUG {debug}."
+            )
+        else:
+            lines.append(
+                "  What to do: no frame of your code is in the trace: Beam's or sparkbeam's code "
+                "failed running the stage, most often on a coder that does not fit its values "
+                "(e.g. a CombiningValueStateSpec's coder must encode the combiner's "
+                f"accumulator). Check the stage's coders and state specs; the full trace is "
+                f"logged at DEBUG {debug}. If they are right, report it with that trace."
+            )
         super().__init__("\n".join(lines))
 
 

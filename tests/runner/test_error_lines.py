@@ -95,3 +95,26 @@ def test_a_python_worker_that_did_not_start_is_named_as_such_not_as_user_code():
     assert '/opt/env/sitecustomize.py", line 2' in text
     assert "/opt/spark/python/lib/pyspark.zip:/opt/env" in text
     assert "PYTHONPATH was" not in first and "fix the user code" not in text
+
+
+# A user's state spec whose coder does not fit its accumulator fails in Beam's commit of the
+# stage's state: no frame of the user's code is in the trace (trimmed).
+NO_USER_FRAME = """Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/apache_beam/runners/worker/bundle_processor.py", line 1358, in process_bundle
+    op.finish()
+  File "apache_beam/runners/worker/operations.py", line 988, in apache_beam.runners.worker.operations.DoOperation.finish
+  File "/venv/lib/python3.11/site-packages/apache_beam/runners/worker/sdk_worker.py", line 1269, in extend
+    coder.encode_to_stream(element, out, True)
+  File "apache_beam/coders/coder_impl.py", line 1044, in apache_beam.coders.coder_impl.VarIntCoderImpl.encode_to_stream
+TypeError: an integer is required
+"""  # noqa: E501
+
+
+def test_a_failure_with_no_user_frame_does_not_point_at_user_code_above():
+    from sparkbeam.runner.errors import StageFailedError
+
+    message = str(StageFailedError("stage-3", NO_USER_FRAME, "stage-3: ParDo + Write"))
+    assert "Error: TypeError: an integer is required" in message
+    assert "above" not in message  # nothing of the user's is above
+    assert "no frame of your code" in message
+    assert "coders" in message  # where such an error usually comes from
