@@ -58,6 +58,8 @@ class UserStateServicer(worker_handlers.StateServicer):
         self._stored, self._decode = stored, decode
 
     def _restore_key_of(self, state_key) -> None:
+        if not self._stored:  # batch, or nothing stored: no request needs a lookup
+            return
         kind = state_key.WhichOneof("type")
         if kind not in USER_STATE_TYPES:
             return
