@@ -24,7 +24,15 @@ Two workloads, each in a fresh subprocess of this Python (``--child ...``):
     after the source's last call are left out (they fire early, when the source ends).
     Checkpoint duration per round: ``RoundLoop.round_times`` (the round's Spark job,
     which includes the tasks staging their state changes and files, then the driver's
-    commit: manifest, state, sink-file renames).
+    commit: manifest, state, sink-file renames). The baseline, ``spark-streaming``: the same
+    windowed count in Spark's own Structured Streaming, a stateful micro-batch per
+    ``--interval_s`` over ``--rate`` rows/s of Spark's ``rate`` source (key ``value %
+    keys``, event time = the row's timestamp), ``--shards`` shuffle partitions, the RocksDB
+    state store with changelog checkpointing (``--spark_store``), a zero-delay watermark,
+    append mode into Spark's exactly-once text sink: its "round" is a batch with input
+    (Spark job = ``addBatch``, commit = the rest of ``triggerExecution``: offsets, planning,
+    write-ahead and commit logs). The systems run ``--repeat`` times, interleaved; each
+    system's table is its median run, and the ratio is of the medians.
 (b) ``throughput``: the same records, all due at once (a backlog; each call emits at most
     ``--per_call``, so a streaming round takes ``shards * per_call`` records), run as
       * ``streaming``       -- ``--streaming``, every round a checkpoint;
@@ -60,6 +68,8 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SYSTEMS = ("streaming", "sparkbeam-batch", "direct")
+LATENCY_SYSTEMS = ("streaming", "spark-streaming")
+STATE_STORES = {"rocksdb": "RocksDBStateStoreProvider", "hdfs": "HDFSBackedStateStoreProvider"}
 
 
 # --------------------------------------------------------------------------- child
@@ -204,7 +214,92 @@ def _StatefulLines():  # noqa: N802 - builds the DoFn where Beam is imported (th
     return _stateful_lines_dofn()()
 
 
+def _spark_streaming_child(args: argparse.Namespace) -> None:
+    """The baseline: the same windowed count as Spark's own Structured Streaming stateful
+    micro-batch (RocksDB state store with changelog checkpointing, exactly-once text sink),
+    ``--rate`` rows/s from Spark's ``rate`` source, one trigger per ``--interval_s``."""
+    from datetime import datetime
+
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as F
+
+    provider = "org.apache.spark.sql.execution.streaming.state." + STATE_STORES[args.spark_store]
+    spark = (
+        SparkSession.builder.master(args.master)
+        .config("spark.sql.shuffle.partitions", str(args.shards))  # = sparkbeam's parallelism
+        .config("spark.sql.streaming.stateStore.providerClass", provider)
+        .config("spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled", "true")
+        .config("spark.sql.streaming.numRecentProgressUpdates", "100000")
+        .config("spark.ui.enabled", "false")
+        .getOrCreate()
+    )
+    t = F.col("timestamp").cast("double")
+    lines = (
+        spark.readStream.format("rate")
+        .option("rowsPerSecond", int(args.rate))
+        .option("numPartitions", args.shards)
+        .load()
+        .withWatermark("timestamp", "0 seconds")
+        # Rows past the last still move the watermark: the filter names the event time too,
+        # so the optimizer keeps it above the watermark (``value < records`` alone is pushed
+        # below it, and the watermark stops with the last record).
+        .where(F.when(F.col("value") < args.records, F.col("timestamp")).isNotNull())
+        .withColumn("key", F.format_string("k%06d", F.col("value") % args.keys))
+        .groupBy(F.window("timestamp", f"{args.window_s} seconds"), "key")
+        .agg(F.count("*").alias("n"), F.min(t).alias("least"), F.sum(t).alias("total"))
+        .select(
+            F.format_string(
+                "%s %d %d %.3f %.3f",
+                "key", F.col("window.start").cast("long"), "n", "least", "total",
+            ).alias("value")
+        )
+    )  # fmt: skip
+    t0 = time.time()
+    query = (
+        lines.writeStream.format("text")
+        .option("path", args.out)
+        .option("checkpointLocation", args.ckpt)
+        .outputMode("append")
+        .trigger(processingTime=f"{args.interval_s} seconds")
+        .start()
+    )
+    # Rows are due for records / rate s; the last window closes once the watermark passes it.
+    last_end = t0 + args.records / args.rate + args.window_s
+    deadline = last_end + 120
+    while time.time() < deadline and _watermark(query.lastProgress) <= last_end:
+        time.sleep(args.interval_s / 4)
+    query.stop()
+    t1 = time.time()
+    with open(args.call_log, "w") as f:  # the source's span, as the Beam source logs it
+        f.write(f"{t0} {t0 + args.records / args.rate} {args.records}\n")
+    rounds = []
+    for p in query.recentProgress:
+        if not p.numInputRows:
+            continue
+        d = p.durationMs
+        started = datetime.fromisoformat(p.timestamp.replace("Z", "+00:00")).timestamp()
+        job = d.get("addBatch", 0) / 1000.0  # the batch's Spark job, state store commit included
+        rounds.append(
+            {"round_no": p.batchId, "started": started, "job_s": job,
+             "commit_s": d["triggerExecution"] / 1000.0 - job}
+        )  # fmt: skip
+    with open(args.result, "w") as f:
+        json.dump({"run_start": t0, "run_end": t1, "rounds": rounds}, f)
+    spark.stop()
+
+
+def _watermark(progress) -> float:
+    """A Structured Streaming progress's event-time watermark, epoch seconds (0: none yet)."""
+    from datetime import datetime
+
+    mark = progress and progress.eventTime.get("watermark")
+    return datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp() if mark else 0.0
+
+
 def _child(args: argparse.Namespace) -> None:
+    if args.child_system == "spark-streaming":
+        _spark_streaming_child(args)
+        return
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -253,7 +348,7 @@ def _run_child(
     cmd = [sys.executable, os.path.abspath(__file__), "--child", workload, "--child_system",
            system, "--rate", str(rate), "--master", args.master]  # fmt: skip
     for flag in ("keys", "records", "shards", "per_call", "delay_s", "window_s", "interval_s",
-                 "grouping"):  # fmt: skip
+                 "grouping", "spark_store"):  # fmt: skip
         cmd += [f"--{flag}", str(getattr(args, flag))]
     for k, v in paths.items():
         cmd += [f"--{k}", v]
@@ -329,7 +424,8 @@ def _check_output(out: str, seen: dict[str, float], args, last_call: float) -> d
 
 def _print_latency(r: dict, args) -> None:
     print(
-        f"\n(a) latency: {args.records:,} records at {args.rate:,.0f}/s over {args.keys:,} keys, "
+        f"\n(a) latency, {r['system']}: {args.records:,} records at {args.rate:,.0f}/s over "
+        f"{args.keys:,} keys, "
         f"{args.window_s:g} s windows, --checkpoint_interval_s={args.interval_s:g}, "
         f"load {r['load']:.2f}"
     )
@@ -357,25 +453,47 @@ def _print_latency(r: dict, args) -> None:
     print(f"mean event -> visible over all records: {r['event_mean']:.3f} s; {r['check']}")
 
 
+def _latency(args, tmp: str) -> list[dict]:
+    """Every latency system ``--repeat`` times, interleaved (a change in the machine's speed
+    hits all of them); each system's median run, then the ratio of the medians."""
+    systems = args.latency_systems.split(",")
+    runs: dict[str, list[dict]] = {s: [] for s in systems}
+    for run in range(args.repeat):
+        for system in systems:
+            print(f"running latency on {system} ...", flush=True)
+            runs[system].append(_run_child("latency", system, args, tmp, run))
+    medians = {s: _print_latency_runs(rs, args) for s, rs in runs.items()}
+    base = medians.get("spark-streaming")
+    if base and medians.get("streaming"):
+        print(
+            f"\nround (job + commit) p50, median of runs: sparkbeam {medians['streaming']:.3f} s, "
+            f"Spark Structured Streaming {base:.3f} s: {medians['streaming'] / base:.2f}x"
+        )
+    return [r for rs in runs.values() for r in rs]
+
+
 def _round_p50(r: dict) -> float:
     return _pct([x["job_s"] + x["commit_s"] for x in r["round_times"]], 0.5)
 
 
-def _print_latency_runs(runs: list[dict], args) -> None:
-    """One run: its table. Several: the table of the median run, then every run's round p50
-    (a run's p50 moves by ~0.05 s with the machine; compare medians of runs)."""
+def _print_latency_runs(runs: list[dict], args) -> float | None:
+    """The table of the median run (by round p50), then every run's round p50 (a run's p50
+    moves by ~0.05 s with the machine: compare medians of runs); returns the median."""
     ok = [r for r in runs if not r.get("failed")]
-    if len(runs) == 1 or not ok:
+    if not ok:
         _print_latency(runs[0], args)
-        return
+        return None
     by_p50 = sorted(ok, key=_round_p50)
     _print_latency(by_p50[len(by_p50) // 2], args)
+    if len(runs) == 1:
+        return _round_p50(ok[0])
     print(
         f"round (job + commit) p50 of {len(runs)} runs: "
         + " ".join(f"{_round_p50(r):.3f}" for r in ok)
         + f"; median {_round_p50(by_p50[len(by_p50) // 2]):.3f} s"
         + (f"; {len(runs) - len(ok)} FAILED" if len(ok) < len(runs) else "")
     )
+    return _round_p50(by_p50[len(by_p50) // 2])
 
 
 def _print_throughput(rows: list[dict], args) -> None:
@@ -407,6 +525,9 @@ def main(argv: list[str] | None = None) -> int:
     add = parser.add_argument
     add("--workloads", default="latency,throughput", help="Default: %(default)s")
     add("--systems", default=",".join(SYSTEMS), help="Throughput systems. Default: %(default)s")
+    add("--latency_systems", default=",".join(LATENCY_SYSTEMS),
+        help="Latency systems: sparkbeam --streaming, Spark's own Structured Streaming. "
+             "Default: %(default)s")  # fmt: skip
     add("--keys", type=int, default=100_000, help="Default: %(default)s")
     add("--records", type=int, default=200_000, help="Default: %(default)s")
     add("--rate", type=float, default=10_000, help="Latency run, records/s. Default: %(default)s")
@@ -420,6 +541,9 @@ def main(argv: list[str] | None = None) -> int:
     add("--grouping", choices=("gbk", "state"), default="gbk",
         help="Per (key, window): a GroupByKey, or a stateful DoFn with an event-time timer "
              "(user state and timers in the checkpoint store). Default: %(default)s")  # fmt: skip
+    add("--spark_store", choices=sorted(STATE_STORES), default="rocksdb",
+        help="spark-streaming's state store (rocksdb: with changelog checkpointing). "
+             "Default: %(default)s")  # fmt: skip
     add("--repeat", type=int, default=1,
         help="Latency runs (each a fresh process); the table shows the median run. "
              "Default: %(default)s")  # fmt: skip
@@ -438,16 +562,14 @@ def main(argv: list[str] | None = None) -> int:
     rows, ok = [], True
     with tempfile.TemporaryDirectory(prefix="sparkbeam-bench-streaming-") as tmp:
         for workload in args.workloads.split(","):
-            systems = ["streaming"] if workload == "latency" else args.systems.split(",")
-            done = []
-            for system in systems:
-                for run in range(args.repeat if workload == "latency" else 1):
-                    print(f"running {workload} on {system} ...", flush=True)
-                    done.append(_run_child(workload, system, args, tmp, run))
             if workload == "latency":
-                _print_latency_runs(done, args)
-            else:
-                _print_throughput(done, args)
+                rows += _latency(args, tmp)
+                continue
+            done = []
+            for system in args.systems.split(","):
+                print(f"running {workload} on {system} ...", flush=True)
+                done.append(_run_child(workload, system, args, tmp))
+            _print_throughput(done, args)
             rows += done
     for r in rows:
         if r.get("failed") or not r["ok"]:
