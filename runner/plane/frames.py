@@ -173,8 +173,12 @@ class FramePlane:
         return Frames(self, self.spark.createDataFrame([], SCHEMA))
 
     def union(self, datasets: list) -> Frames:
+        """A union of one is that dataset, its pending functions kept for the next fusion (a
+        closed chain would be a ``mapInArrow`` of its own: another Python pass and Arrow trip)."""
         if not datasets:
             return self.empty()
+        if len(datasets) == 1:
+            return datasets[0]
         frames = [d.frame() for d in datasets]
         return Frames(self, functools.reduce(lambda a, b: a.unionAll(b), frames))
 

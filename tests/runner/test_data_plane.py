@@ -110,3 +110,22 @@ def test_broadcast_values_reach_tasks_on_both_planes(spark):
 
 def _lookup(table, key):
     return table.value[key]
+
+
+def test_frames_union_of_one_keeps_its_functions_in_one_python_pass(spark):
+    """A union of one dataset is that dataset: its functions and the next ones run in one
+    ``mapInArrow`` (a closed chain would cost another Python pass and Arrow round trip)."""
+    plane = FramePlane(spark, connect=False)
+    doubled = plane.parallelize(list(range(6)), 2).map(_double)
+    out = plane.union([doubled]).map(_increment)
+    plan = out.frame()._jdf.queryExecution().analyzed().toString()
+    assert plan.count("MapInArrow") == 1, plan
+    assert sorted(out.collect()) == [2 * x + 1 for x in range(6)]
+
+
+def _double(x):
+    return 2 * x
+
+
+def _increment(x):
+    return x + 1
