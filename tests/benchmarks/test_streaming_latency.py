@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import subprocess
 import sys
@@ -11,10 +10,12 @@ from types import SimpleNamespace
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "streaming.py"
-_spec = importlib.util.spec_from_file_location("bench_streaming", SCRIPT)
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+SCRIPT = BENCHMARKS / "streaming.py"
+sys.path.insert(0, str(BENCHMARKS))
+
+import streaming as bench  # noqa: E402
+import streaming_jobs  # noqa: E402
 
 ARGS = SimpleNamespace(records=10, rate=5.0, keys=2, window_s=5, interval_s=1.0)
 
@@ -46,9 +47,9 @@ def test_a_failed_run_is_counted_and_left_out_of_the_median(capsys):
 
 def test_watermark_of_a_structured_streaming_progress():
     progress = SimpleNamespace(eventTime={"watermark": "2026-11-26T08:00:02.262Z"})
-    assert bench._watermark(progress) == pytest.approx(1795680002.262)
-    assert bench._watermark(SimpleNamespace(eventTime={})) == 0.0
-    assert bench._watermark(None) == 0.0
+    assert streaming_jobs._watermark(progress) == pytest.approx(1795680002.262)
+    assert streaming_jobs._watermark(SimpleNamespace(eventTime={})) == 0.0
+    assert streaming_jobs._watermark(None) == 0.0
 
 
 @pytest.mark.spark
