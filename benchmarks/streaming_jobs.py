@@ -159,8 +159,6 @@ def _spark_streaming(args: argparse.Namespace) -> None:
     """The baseline: the same windowed count as Spark's own Structured Streaming stateful
     micro-batch (RocksDB state store with changelog checkpointing, exactly-once text sink),
     ``--rate`` rows/s from Spark's ``rate`` source, one trigger per ``--interval_s``."""
-    from datetime import datetime
-
     from pyspark.sql import SparkSession
     from pyspark.sql import functions as F
 
@@ -218,7 +216,7 @@ def _spark_streaming(args: argparse.Namespace) -> None:
         if not p.numInputRows:
             continue
         d = p.durationMs
-        started = datetime.fromisoformat(p.timestamp.replace("Z", "+00:00")).timestamp()
+        started = _epoch(p.timestamp)
         job = d.get("addBatch", 0) / 1000.0  # the batch's Spark job, state store commit included
         rounds.append(
             {"round_no": p.batchId, "started": started, "job_s": job,
@@ -231,10 +229,15 @@ def _spark_streaming(args: argparse.Namespace) -> None:
 
 def _watermark(progress) -> float:
     """A Structured Streaming progress's event-time watermark, epoch seconds (0: none yet)."""
+    mark = progress and progress.eventTime.get("watermark")
+    return _epoch(mark) if mark else 0.0
+
+
+def _epoch(iso: str) -> float:
+    """Epoch seconds of a Structured Streaming progress time (ISO 8601, UTC, ``Z``)."""
     from datetime import datetime
 
-    mark = progress and progress.eventTime.get("watermark")
-    return datetime.fromisoformat(mark.replace("Z", "+00:00")).timestamp() if mark else 0.0
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
 
 
 def run_child(args: argparse.Namespace) -> None:
