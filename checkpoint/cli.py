@@ -66,9 +66,9 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Argument
     common(sp)
     sp.add_argument(
         "--grace_s",
-        type=float,
+        type=_grace_seconds,
         default=3600.0,
-        help="keep unnamed files younger than this many seconds (default: 3600)",
+        help="keep unnamed files younger than this many seconds, 0 to 315360000 (default: 3600)",
     )
     sp.add_argument(
         "--break_lock", action="store_true", help="take the lock even if held (default: off)"
@@ -76,6 +76,14 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Argument
     sp.set_defaults(checkpoints_func=_clean)
     p.set_defaults(func=run)
     return p
+
+
+def _grace_seconds(text: str) -> float:
+    """--grace_s as a finite number of seconds from 0 to ten years (argparse names the flag)."""
+    value = float(text)
+    if not 0 <= value <= 10 * 365 * 24 * 3600:  # also refuses nan and inf
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds from 0 to 315360000")
+    return value
 
 
 def run(args: argparse.Namespace) -> int:

@@ -194,7 +194,6 @@ def _given(options: pipeline_options.PipelineOptions, name: str) -> bool:
     return any(str(f) == flag or str(f).startswith(flag + "=") for f in options._flags or ())
 
 
-# (flag, smallest allowed value, whether the smallest itself is allowed, what it means)
 DEFAULT_CHECKPOINT_ROOT = "sparkbeam-checkpoints"
 
 
@@ -265,6 +264,11 @@ class SparkStreamingOptions(pipeline_options.PipelineOptions):
         return os.path.abspath(os.path.join(DEFAULT_CHECKPOINT_ROOT, safe))
 
 
+# The longest duration any *_s flag may have: ten years, far below where a deadline overflows
+# a timestamp or threading's TIMEOUT_MAX (an infinite interval once killed every round).
+MAX_DURATION_S = 10 * 365 * 24 * 3600.0
+
+# (flag, smallest allowed value, whether the smallest itself is allowed, what it means)
 _BOUNDS = (
     ("checkpoint_interval_s", 0.0, False, "seconds between the starts of two rounds"),
     ("materialization_interval_s", 0.0, False, "seconds between full state snapshots"),
@@ -290,6 +294,11 @@ def check_option_values(options: pipeline_options.PipelineOptions) -> None:
         value = next((getattr(v, name) for v in views if hasattr(v, name)), None)
         if value is None:
             continue
+        if isinstance(value, float) and not math.isnan(value) and value > MAX_DURATION_S:
+            raise PipelineOptionsError(
+                f"--{name}={value!r} must be a finite number of seconds, at most "
+                f"{MAX_DURATION_S:.0f} (10 years; {meaning}); fix the flag and rerun."
+            )
         bad = math.isnan(value) or value < low or (value == low and not inclusive)
         if bad:
             bound = f"at least {low:g}" if inclusive else f"more than {low:g}"

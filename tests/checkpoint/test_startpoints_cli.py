@@ -115,6 +115,10 @@ def test_cli_clean_and_errors(populated, capsys):
     args = ["checkpoints", "show", "--checkpoint_dir", populated, "--pipeline", "none"]
     assert main(args) == 2
     assert "Pipeline 'none' has no checkpoint" in capsys.readouterr().err
+    for grace in ("inf", "nan", "-1", "1e300"):
+        with pytest.raises(SystemExit):
+            main(["checkpoints", "clean", "--checkpoint_dir", populated, "--grace_s", grace])
+        assert "--grace_s" in capsys.readouterr().err
 
 
 def test_cli_runs_as_module(populated):

@@ -25,6 +25,12 @@ from sparkbeam.runner.options import check_option_values
         ("--sdf_split_after_s=-2", r"--sdf_split_after_s=-2.0 must be at least 0"),
         ("--startpoint_max_age_s=-5", r"--startpoint_max_age_s=-5.0 must be more than 0"),
         ("--residual_budget_s=nan", r"--residual_budget_s=nan must be at least 0"),
+        ("--checkpoint_interval_s=inf", r"--checkpoint_interval_s=inf must be a finite number"),
+        ("--checkpoint_interval_s=1e300", r"--checkpoint_interval_s=1e\+300 must be a finite"),
+        ("--materialization_interval_s=inf", r"--materialization_interval_s=inf must be a fin"),
+        ("--residual_budget_s=inf", r"--residual_budget_s=inf must be a finite number"),
+        ("--sdf_split_after_s=1e12", r"--sdf_split_after_s=1000000000000.0 must be a fin"),
+        ("--startpoint_max_age_s=inf", r"--startpoint_max_age_s=inf must be a finite number"),
     ],
 )
 def test_bad_value_is_refused_in_one_line(flag, match):
@@ -50,6 +56,7 @@ def test_run_refuses_before_spark_starts():
         [],
         ["--parallelism=3", "--checkpoint_interval_s=0.05", "--max_restores=0"],
         ["--residual_budget_s=0", "--sdf_split_after_s=0", "--materialization_interval_s=1"],
+        ["--startpoint_max_age_s=31536000", "--checkpoint_interval_s=86400"],
     ],
 )
 def test_good_values_pass(flags):
