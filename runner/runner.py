@@ -184,6 +184,7 @@ def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{
             startpoint_max_age_s=streaming_options.startpoint_max_age_s,
             filesystem_options=fs_options,
             data_plane=spark_options.data_plane,
+            fresh=streaming_options.fresh,
         )
         executor.run()
     finally:

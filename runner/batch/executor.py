@@ -25,6 +25,7 @@ from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.batch.stage_rounds import StageRounds
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.rounds.carry import plan_carriers
+from sparkbeam.runner.rounds.compatibility import run_again
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.edges import EdgeBuilder
 from sparkbeam.runner.rounds.ledger import RoundLedger
@@ -58,13 +59,14 @@ class PlanExecutor:
         startpoint_max_age_s: float | None = None,
         data_plane: str | None = None,
         filesystem_options: str = "{}",
+        fresh: bool = False,
     ) -> None:
         # Residual state lives in a checkpoint store; in memory unless one is given.
         store = store or open_store(MemoryStorage(), materialization_interval_s=None)
         self.ctx = ctx = RunContext.create(
             spark, plan, store, checkpoint_url, parallelism,
             startpoint_max_age_s=startpoint_max_age_s, data_plane=data_plane,
-            filesystem_options=filesystem_options,
+            filesystem_options=filesystem_options, fresh=fresh,
         )  # fmt: skip
         self.plane, self.plan, self.store = ctx.plane, plan, store
         self.rdds = StageRdds(ctx, residual_budget_s, split_policy or SplitPolicy())
@@ -122,9 +124,10 @@ class PlanExecutor:
                 continue
             manifest = self.store.load_manifest(pipeline.id, info.checkpoint_id)
             self._restored_metadata[pipeline.id] = manifest.metadata
-            if manifest.metadata.get(FINISHED):
+            cid, meta = info.checkpoint_id, manifest.metadata
+            if run_again(self.store, pipeline.id, cid, meta, self.ctx.fresh):
                 probe.close()
-                continue  # a finished batch job: run again from scratch
+                continue  # a finished batch job, --fresh: run again from scratch
             self._pipeline_states[pipeline.id] = probe
             progress.batch_resumed(pipeline.id, info.checkpoint_id)
 

@@ -8,8 +8,10 @@ before shapes were recorded fall back to the whole-plan fingerprint. Leaves the 
 rules to ``sparkbeam.translation.compatibility`` and the restore itself to the store.
 
 A job whose last checkpoint is finished is not run again by accident: rerunning it would
-publish its output a second time, so `refuse_finished_rerun` fails the start (before Spark)
-unless the operator passed ``--fresh`` (batch and streaming alike).
+publish its output a second time, so `run_again` -- the one finished-job check -- fails the
+start unless the operator passed ``--fresh`` (batch and streaming alike). It runs before Spark
+starts (`refuse_finished_rerun`: fails in about a second) and again where each pipeline restores
+its checkpoint: with ``--break_lock`` another job may finish the store in between.
 """
 
 from __future__ import annotations
@@ -135,18 +137,26 @@ class FinishedJobError(RuntimeError):
 
 def refuse_finished_rerun(store, pipeline_ids: Iterable[str], fresh: bool) -> None:
     """Before a job starts: raise `FinishedJobError` if a pipeline's latest checkpoint is
-    finished, unless ``fresh`` (then that pipeline runs again from the beginning)."""
+    finished, unless ``fresh`` (`run_again` says so again when the pipeline restores)."""
     for pid in pipeline_ids:
         readable = [i for i in store.list_checkpoints(pid) if i.error is None]
-        if not readable:
-            continue
-        cid = readable[-1].checkpoint_id
-        if not store.load_manifest(pid, cid).metadata.get(FINISHED):
-            continue  # an unfinished run resumes, with or without --fresh
-        if not fresh:
-            raise FinishedJobError(pid, cid, store.url)
+        if readable:
+            cid = readable[-1].checkpoint_id
+            run_again(store, pid, cid, store.load_manifest(pid, cid).metadata, fresh, quiet=True)
+
+
+def run_again(store, pipeline_id: str, checkpoint_id: int, metadata, fresh: bool, quiet=False):
+    """The finished-job check: False if the checkpoint (its manifest ``metadata``) is not a
+    finished run's (resume it); True if it is and ``fresh`` (run again from the beginning,
+    logged unless ``quiet``); else raise `FinishedJobError`."""
+    if not metadata.get(FINISHED):
+        return False  # an unfinished run resumes, with or without --fresh
+    if not fresh:
+        raise FinishedJobError(pipeline_id, checkpoint_id, store.url)
+    if not quiet:
         _LOG.warning(
             "Pipeline %s finished in checkpoint %d of %s; --fresh: running it again from the "
             "beginning",
-            pid, cid, store.url,
+            pipeline_id, checkpoint_id, store.url,
         )  # fmt: skip
+    return True

@@ -59,6 +59,7 @@ class RunContext:
     max_restores: int = 0  # restores of the last checkpoint after a failed round (batch: 0)
     stop: threading.Event = field(default_factory=threading.Event)  # ends every loop
     filesystem_options: str = "{}"  # encoded, carried by every job (``spark.filesystem_options``)
+    fresh: bool = False  # --fresh: a finished checkpoint runs again (else FinishedJobError)
 
     @classmethod
     def create(

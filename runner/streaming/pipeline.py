@@ -22,6 +22,7 @@ from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner import progress
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.rounds import feed, sink_files
+from sparkbeam.runner.rounds.compatibility import run_again
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.loop import Opened, RoundLoop
@@ -83,8 +84,7 @@ class PipelineRounds:
         meta = {}
         if info is not None:
             meta = ctx.store.load_manifest(self.pipeline.id, info.checkpoint_id).metadata
-            if meta.get(state_layout.FINISHED):
-                _LOG.info("Pipeline %s had finished; running it again", self.pipeline.id)
+            if run_again(ctx.store, self.pipeline.id, info.checkpoint_id, meta, ctx.fresh):
                 self.state.close()
                 self.state = ctx.store.pipeline(self.pipeline.id)
                 info, meta = None, {k: v for k, v in meta.items() if k == CONSUMED_METADATA_KEY}

@@ -4,12 +4,16 @@ option ``--break_lock`` clears a lock file left empty by a crash."""
 
 from __future__ import annotations
 
+import shutil
+
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from sparkbeam.checkpoint import StoreLockedError, open_store
+from sparkbeam.checkpoint.layout import PIPELINES
 from sparkbeam.checkpoint.lock import LOCK_FILE
+from sparkbeam.runner import runner as runner_module
 from sparkbeam.runner.options import SparkStreamingOptions
 from sparkbeam.runner.rounds.compatibility import FinishedJobError
 from tests.conftest import spark_test_options
@@ -31,7 +35,12 @@ class _Record(beam.DoFn):
 
 def _run(tmp_path, *extra: str) -> None:
     options = PipelineOptions(
-        spark_test_options(f"--checkpoint_dir={tmp_path / 'ckpt'}", "--parallelism=2", *extra)
+        spark_test_options(
+            f"--checkpoint_dir={tmp_path / 'ckpt'}",
+            "--parallelism=2",
+            "--checkpoint_interval_s=0.05",
+            *extra,
+        )
     )
     with beam.Pipeline(options=options) as p:
         _ = p | beam.Create(["a", "b", "c"]) | beam.ParDo(_Record(str(tmp_path / "seen.txt")))
@@ -54,6 +63,29 @@ def test_rerunning_a_finished_batch_job_fails_unless_fresh(spark, tmp_path):
     assert _seen(tmp_path) == ["a", "b", "c"]  # the refused rerun processed nothing
     _run(tmp_path, "--fresh")  # the operator asked for it
     assert _seen(tmp_path) == ["a", "a", "b", "b", "c", "c"]
+
+
+@pytest.mark.slow  # three runs
+@pytest.mark.parametrize("mode", [[], ["--streaming"]], ids=["batch", "streaming"])
+def test_a_job_that_finished_after_the_check_before_spark_is_not_rerun(
+    spark, tmp_path, monkeypatch, mode
+):
+    """--break_lock taken from a job still running: that job finishes while this one starts
+    Spark. The restore checks again, as the check before Spark does: refused without --fresh."""
+    _run(tmp_path / "other", *mode)  # the other job's finished checkpoint
+    start_spark = runner_module.start_spark
+
+    def other_job_finishes_meanwhile(*args, **kwargs):
+        other = tmp_path / "other" / "ckpt" / PIPELINES
+        shutil.copytree(other, tmp_path / "ckpt" / PIPELINES, dirs_exist_ok=True)
+        return start_spark(*args, **kwargs)
+
+    monkeypatch.setattr(runner_module, "start_spark", other_job_finishes_meanwhile)
+    with pytest.raises(FinishedJobError, match=r"Pipeline 'pipeline-0' already finished"):
+        _run(tmp_path, "--break_lock", *mode)
+    assert not (tmp_path / "seen.txt").exists()  # the refused rerun processed nothing
+    _run(tmp_path, "--break_lock", "--fresh", *mode)  # the operator asked for it
+    assert _seen(tmp_path) == ["a", "b", "c"]
 
 
 @pytest.mark.slow
