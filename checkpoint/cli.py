@@ -32,6 +32,7 @@ from sparkbeam.checkpoint.errors import (
     StoreLockedError,
 )
 from sparkbeam.checkpoint.reader import VerificationResult
+from sparkbeam.checkpoint.restore import lost_manifests
 from sparkbeam.checkpoint.startpoints_cli import add_startpoint_subcommands
 from sparkbeam.checkpoint.store import open_store
 
@@ -168,11 +169,16 @@ def _verify(args: argparse.Namespace) -> int:
     bad = [r for r in results if not r.ok]
     # What a restart restores: the newest undamaged checkpoint (known when all were checked).
     restart = {} if args.checkpoint is not None else _restart_choices(pids, results)
+    checked = {r.pipeline_id for r in results}
+    lost = {pid: lost_manifests(store, pid) for pid in pids if pid not in checked}
+    failing = bool(bad) or any(lost.values())  # every "a restart fails" below exits 1
     if args.json:
         docs = [dict(dataclasses.asdict(r), restart=restart.get(r.pipeline_id) == r.checkpoint_id)
                 for r in results]  # fmt: skip
+        docs += [{"pipeline_id": pid, "ok": False, "problems": [str(e)], "restart": False}
+                 for pid, e in lost.items() if e is not None]  # fmt: skip
         print(json.dumps(docs, indent=1))
-        return 1 if bad else 0
+        return 1 if failing else 0
     rows = [(r.pipeline_id, r.checkpoint_id, r.files_checked, _size(r.bytes_checked),
              "ok" if r.ok else "DAMAGED") for r in results]  # fmt: skip
     print(table(("PIPELINE", "ID", "FILES", "BYTES", "RESULT"), rows))
@@ -181,12 +187,19 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"  {r.pipeline_id} checkpoint {r.checkpoint_id}: {p}")
     for pid in pids if args.checkpoint is None else ():
         cid = restart.get(pid)
-        if cid is None:
+        if lost.get(pid) is not None:
+            print(f"{pid}: committed checkpoints, but no manifest is left: a restart fails "
+                  "(starting fresh would publish its output again); restore the manifests "
+                  "from a backup, or delete the pipeline's directory or use a new "
+                  "--checkpoint_dir.")  # fmt: skip
+        elif pid in lost:
+            print(f"{pid}: no checkpoint committed: a restart starts fresh.")
+        elif cid is None:
             print(f"{pid}: no undamaged checkpoint: a restart fails; restore the store from a "
                   "backup, or start fresh with a new --checkpoint_dir.")  # fmt: skip
         else:
             print(f"{pid}: a restart would use checkpoint {cid} (the newest undamaged one).")
-    return 1 if bad else 0
+    return 1 if failing else 0
 
 
 def _restart_choices(pids: Sequence[str], results: list[VerificationResult]) -> dict:

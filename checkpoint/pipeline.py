@@ -199,7 +199,9 @@ class PipelineStore:
         the working state and go into the next checkpoint.
         """
         self._check_open()
-        return self.chain.commit(fingerprint, parallelism, metadata, commit_messages)
+        return restore_protocol.committed(
+            self, self.chain.commit(fingerprint, parallelism, metadata, commit_messages)
+        )
 
     def materialize(self) -> None:
         """Write a full snapshot now; later checkpoints name it instead of the older changelog."""

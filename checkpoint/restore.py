@@ -2,8 +2,12 @@
 
 Owns: choosing which checkpoint to load (a given one, or the newest that loads), the
 fingerprint check, falling back with a logged warning naming the file and the reason, and
-the error when none is left. Leaves to others: loading a manifest's files into the working
-state (``pipeline.PipelineStore.load``), the chain a restored pipeline continues
+the error when none is left. Also the record that a pipeline committed before
+(`COMMITTED_MARK`, next to its manifests, written after its first commit and at a restore):
+a pipeline with that record and no manifest lost its manifests, and starting it fresh would
+publish its output again, so it is refused (`ManifestsLostError`); data files without it are
+a first commit cut short, and start fresh. Leaves to others: loading a manifest's files into
+the working state (``pipeline.PipelineStore.load``), the chain a restored pipeline continues
 (``commit.CheckpointChain.adopt``) and reading manifests (``store``).
 """
 
@@ -18,13 +22,55 @@ from sparkbeam.checkpoint.errors import (
     IncompatibleCheckpointError,
 )
 from sparkbeam.checkpoint.ids import CheckpointId
-from sparkbeam.checkpoint.manifest import Manifest
+from sparkbeam.checkpoint.layout import pipeline_dir
+from sparkbeam.checkpoint.manifest import MANIFEST_DIR, Manifest
 
 if TYPE_CHECKING:
     from sparkbeam.checkpoint.pipeline import PipelineStore
     from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore
 
 log = logging.getLogger(__name__)
+COMMITTED_MARK = f"{MANIFEST_DIR}/committed"
+"""Written once a pipeline has a committed checkpoint; under the manifests, which `clean` keeps."""
+
+
+class ManifestsLostError(CheckpointCorruptError):
+    """A pipeline committed checkpoints, but none of its manifests is left."""
+
+    def __init__(self, pipeline_id: str, url: str, directory: str) -> None:
+        self.path, self.pipeline_id = f"{url}/{directory}", pipeline_id
+        self.reason = "committed checkpoints, but no manifest is left"
+        ValueError.__init__(
+            self,
+            f"Pipeline {pipeline_id!r} committed checkpoints in store {url!r}, but its directory "
+            f"{self.path!r} holds no manifest ({MANIFEST_DIR}/chk-*.json deleted or lost): "
+            "starting it fresh would publish its output a second time. Either restore the "
+            "manifests from a backup, or start over: delete that directory (and the output the "
+            "job published) or use a new --checkpoint_dir.",
+        )
+
+
+def lost_manifests(store: CheckpointStore, pipeline_id: str) -> ManifestsLostError | None:
+    """The error a restart of a pipeline with no manifest meets, if it committed before."""
+    directory = pipeline_dir(pipeline_id)
+    if store.storage.exists(f"{directory}/{COMMITTED_MARK}"):
+        return ManifestsLostError(pipeline_id, store.url, directory)
+    return None
+
+
+def committed(work: PipelineStore, checkpoint_id: CheckpointId) -> CheckpointId:
+    """After a commit (before any output of it is published): record that the pipeline has
+    committed, once per working state. Returns ``checkpoint_id``."""
+    if not getattr(work, "_marked_committed", False):
+        _mark(work._store, work.pipeline_id)
+        work._marked_committed = True
+    return checkpoint_id
+
+
+def _mark(store: CheckpointStore, pipeline_id: str) -> None:
+    path = f"{pipeline_dir(pipeline_id)}/{COMMITTED_MARK}"
+    if not store.read_only and not store.storage.exists(path):
+        store.storage.write(path, b"{}")
 
 
 def restore(
@@ -43,6 +89,9 @@ def restore(
             raise CheckpointNotFoundError(work.pipeline_id, checkpoint_id, store.url)
         ids = [CheckpointId(checkpoint_id)]
     if not ids:
+        lost = lost_manifests(store, work.pipeline_id)
+        if lost is not None:
+            raise lost
         return None
     failures: list[CheckpointCorruptError] = []
     for cid in sorted(ids, reverse=True):
@@ -60,6 +109,7 @@ def restore(
             )  # fmt: skip
             continue
         work.chain.abandoned = tuple(c for c in ids if c > cid)  # damaged, skipped above
+        committed(work, cid)  # stores written before the record, too
         return CheckpointInfo.from_manifest(manifest)
     raise _all_damaged(store, work, failures)
 

@@ -99,7 +99,7 @@ def test_a_reopened_store_lists_and_restores_and_continues_the_chain(s3_url, s3_
         assert info is not None and info.checkpoint_id == 4 and info.entries == 4
         st.put("n", b"k5", b"v5")
         assert st.checkpoint(fingerprint="fp") == 5  # never rewrites 1 and 2
-    manifests = [k for k in s3_server.keys(_key_prefix(s3_url) + "/") if "/manifests/" in k]
+    manifests = [k for k in s3_server.keys(_key_prefix(s3_url) + "/") if "/manifests/chk" in k]
     # 1 stays as the fallback; 2 goes, and the chain is never rewritten.
     assert [k.rsplit("/", 1)[1] for k in manifests] == [f"chk-{i:010d}.json" for i in (1, 3, 4, 5)]
 
@@ -121,6 +121,7 @@ def test_retention_and_clean_delete_objects_no_checkpoint_names(s3_url, s3_serve
     assert deleted == [orphan]
     left = set(s3_server.keys(directory + "/"))
     manifests = {f"{directory}/manifests/chk-000000000{i}.json" for i in (1, 2)}
+    manifests.add(f"{directory}/manifests/committed")  # the pipeline committed (restore)
     assert not fallback & live
     assert left == live | fallback | manifests
 

@@ -10,7 +10,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from sparkbeam.checkpoint import StoreLockedError, open_store
+from sparkbeam.checkpoint import CheckpointCorruptError, StoreLockedError, open_store
 from sparkbeam.checkpoint.layout import PIPELINES
 from sparkbeam.checkpoint.lock import LOCK_FILE
 from sparkbeam.runner import runner as runner_module
@@ -86,6 +86,18 @@ def test_a_job_that_finished_after_the_check_before_spark_is_not_rerun(
     assert not (tmp_path / "seen.txt").exists()  # the refused rerun processed nothing
     _run(tmp_path, "--break_lock", "--fresh", *mode)  # the operator asked for it
     assert _seen(tmp_path) == ["a", "b", "c"]
+
+
+@pytest.mark.slow  # two runs
+def test_a_job_whose_manifests_were_deleted_is_refused_not_run_fresh(spark, tmp_path):
+    """Its changelog, materialization and staged files stay: a fresh start would publish its
+    output a second time (the operator's choice: restore the manifests or a new store)."""
+    _run(tmp_path)
+    for manifest in (tmp_path / "ckpt" / PIPELINES).glob("*/manifests/chk-*.json"):
+        manifest.unlink()
+    with pytest.raises(CheckpointCorruptError, match=r"Pipeline 'pipeline-0' committed check"):
+        _run(tmp_path)
+    assert _seen(tmp_path) == ["a", "b", "c"]  # the refused rerun processed nothing
 
 
 @pytest.mark.slow
