@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from sparkbeam.checkpoint import filesystem_options
+from sparkbeam.checkpoint.errors import StoreAccessError
 from sparkbeam.checkpoint.store import CheckpointStore, open_store
 
 
@@ -63,6 +64,9 @@ def input_error(command: str, error: Exception) -> int:
 
 def unreachable(args: argparse.Namespace, error: Exception) -> int:
     """One line for a store the filesystem client cannot reach; other errors propagate."""
+    if isinstance(error, StoreAccessError):  # already says what to set
+        print(f"error: cannot reach the checkpoint store: {error}", file=sys.stderr)
+        return 2
     if not type(error).__module__.startswith(("botocore", "boto3", "apache_beam.io")):
         raise error
     first = (str(error).strip().splitlines() or [type(error).__name__])[0]

@@ -77,6 +77,12 @@ class CheckpointNotFoundError(LookupError):
         )
 
 
+class StoreAccessError(OSError):
+    """The store cannot be reached or written: wrong endpoint, no credentials, a missing
+    bucket, a read-only filesystem. The message names the store, where it was looked for and
+    the flag or environment variable to fix."""
+
+
 class StoreClosedError(RuntimeError):
     """The store or pipeline handle was closed and can no longer write."""
 

@@ -10,6 +10,7 @@ Leaves to others: what the lock protects (`store`). Readers (``checkpoints list`
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -17,7 +18,7 @@ import socket
 import time
 import uuid
 
-from sparkbeam.checkpoint.errors import StoreLockedError
+from sparkbeam.checkpoint.errors import StoreAccessError, StoreLockedError
 from sparkbeam.checkpoint.filesystem import Storage
 
 LOCK_FILE = "_LOCK.json"
@@ -53,6 +54,22 @@ class StoreLock:
         }
         self.held = False
 
+    def _create(self, data: bytes) -> bool:
+        """Create the lock file exclusively; a store nobody may write is one line, not a trace."""
+        try:
+            return self.storage.create_exclusive(LOCK_FILE, data)
+        except (PermissionError, IsADirectoryError, NotADirectoryError) as e:
+            reason = e.strerror or type(e).__name__
+        except OSError as e:
+            if e.errno != errno.EROFS or isinstance(e, StoreAccessError):
+                raise
+            reason = e.strerror
+        raise StoreAccessError(
+            f"Checkpoint store {self.storage.url!r} cannot be written ({reason}, taking its lock "
+            f"{LOCK_FILE!r}): a job writes checkpoints there. Give a --checkpoint_dir this user "
+            "may write, or read it with `sparkbeam checkpoints list|show|verify` (no lock)."
+        )
+
     def acquire(self, break_lock: bool = False) -> None:
         """Take the lock or raise `StoreLockedError` naming the holder.
 
@@ -62,7 +79,7 @@ class StoreLock:
         """
         data = json.dumps(self.holder).encode()
         for attempt in range(_ATTEMPTS):
-            if self.storage.create_exclusive(LOCK_FILE, data):
+            if self._create(data):
                 break
             current = _read_holder(self.storage)
             if current is None:

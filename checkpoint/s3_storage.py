@@ -26,6 +26,7 @@ conditional write. Here:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 
@@ -52,6 +53,63 @@ def s3_client():
         return _CLIENT[1]
 
 
+def explained(storage: S3Storage, error: Exception) -> Exception:
+    """A botocore error as one line naming the store, the endpoint and what to set; other
+    errors unchanged. The store's first request (its lock) meets these first."""
+    from botocore.exceptions import (
+        ClientError,
+        EndpointConnectionError,
+        NoCredentialsError,
+        PartialCredentialsError,
+    )
+
+    from sparkbeam.checkpoint.errors import StoreAccessError
+
+    client = s3_client()
+    endpoint = getattr(client.meta, "endpoint_url", None) or "AWS's default"
+    where = f"Checkpoint store {storage.url!r} (S3 endpoint {endpoint!r})"
+    if isinstance(error, EndpointConnectionError):
+        what = (
+            "cannot connect to the S3 endpoint; set the right one with --s3_endpoint_url (or "
+            "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)"
+        )
+    elif isinstance(error, (NoCredentialsError, PartialCredentialsError)):
+        what = (
+            "has no AWS credentials; pass --s3_access_key_id and --s3_secret_access_key (or set "
+            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+        )
+    elif isinstance(error, ClientError) and _code(error) == "NoSuchBucket":
+        what = (
+            f"names bucket {storage.bucket!r}, which does not exist there; create it, or fix the "
+            "bucket in --checkpoint_dir (or --s3_endpoint_url if it is on another endpoint)"
+        )
+    elif isinstance(error, ClientError) and _status(error) in (401, 403):
+        what = (
+            f"refused the request ({_code(error) or _status(error)}): the credentials may not "
+            f"read and write bucket {storage.bucket!r}; check --s3_access_key_id and "
+            "--s3_secret_access_key (or AWS_ACCESS_KEY_ID / AWS_PROFILE) and the bucket's policy"
+        )
+    else:
+        return error
+    return StoreAccessError(f"{where} {what}.")
+
+
+def _explain(method):
+    """Raise `explained` errors from one S3 call of the storage."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except Exception as e:
+            error = explained(self, e)
+            if error is e:
+                raise
+            raise error from e
+
+    return call
+
+
 def _code(error) -> str:
     response = getattr(error, "response", None) or {}
     return str(response.get("Error", {}).get("Code", ""))
@@ -63,7 +121,9 @@ def _status(error) -> int:
 
 
 class S3Storage(FileSystemsStorage):
-    """``s3://bucket/prefix``; see the module docstring for what each call costs."""
+    """``s3://bucket/prefix``; see the module docstring for what each call costs. A wrong
+    endpoint, missing credentials or bucket, or a refused request raise `StoreAccessError`
+    (one line, `explained`)."""
 
     def __init__(self, url: str):
         super().__init__(url)
@@ -76,6 +136,7 @@ class S3Storage(FileSystemsStorage):
     def _key(self, path: str) -> str:
         return "/".join(p for p in (self.prefix, path) if p)
 
+    @_explain
     def read(self, path: str) -> bytes:
         from botocore.exceptions import ClientError
 
@@ -87,9 +148,11 @@ class S3Storage(FileSystemsStorage):
             raise
         return response["Body"].read()
 
+    @_explain
     def _write(self, path: str, data: bytes) -> None:
         s3_client().put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
 
+    @_explain
     def create_exclusive(self, path: str, data: bytes) -> bool:
         from botocore.exceptions import ClientError
 
@@ -118,6 +181,7 @@ class S3Storage(FileSystemsStorage):
         if not self.create_exclusive(path, data):
             raise FileExistsError(f"{self._path(path)} exists; write-once names are never reused.")
 
+    @_explain
     def list(self, prefix: str = "") -> list[str]:
         base = self._key(prefix.strip("/"))
         start = f"{base}/" if base else ""
@@ -128,9 +192,11 @@ class S3Storage(FileSystemsStorage):
         keys = (o["Key"] for page in pages for o in page.get("Contents", ()))
         return sorted(k[len(root) :] for k in keys if not k.endswith("/"))
 
+    @_explain
     def delete(self, path: str) -> None:
         s3_client().delete_object(Bucket=self.bucket, Key=self._key(path))
 
+    @_explain
     def _head(self, path: str) -> dict | None:
         from botocore.exceptions import ClientError
 

@@ -40,13 +40,17 @@ class StageFailedError(RuntimeError):
         lines = [f"Beam stage {stage_text} failed on Spark{where}."]
         if self.transform:
             lines.append(f"  Transform: {self.transform!r}")
-        lines.append(f"  Error: {last_error(user_traceback)}")
+        error = last_error(user_traceback)
+        lines.append(f"  Error: {error}")
         frames = user_frames(user_traceback)
         if frames:
             lines.append("  User traceback (most recent call last):")
             lines.extend("  " + ln for ln in frames)
-        debug = "(logging.getLogger('sparkbeam').setLevel(logging.DEBUG))"
-        if self.transform or frames:
+        debug = "(--log_level=DEBUG)"
+        cause = _cause_advice(error)
+        if cause:
+            lines.append(f"  What to do: {cause}; the full trace is logged at DEBUG {debug}.")
+        elif self.transform or frames:
             what = f"the code of {self.transform!r}" if self.transform else "the user code above"
             lines.append(
                 f"  What to do: fix {what} and rerun; the full trace is logged at DEBUG {debug}."
@@ -60,6 +64,27 @@ class StageFailedError(RuntimeError):
                 f"logged at DEBUG {debug}. If they are right, report it with that trace."
             )
         super().__init__("\n".join(lines))
+
+
+def _cause_advice(error: str) -> str | None:
+    """What to do about a failure whose cause is the machine, not the code: a full disk, a
+    file an executor cannot see. None for the others."""
+    if "No space left on device" in error or "ENOSPC" in error:
+        return (
+            "a disk is full (the output's, the checkpoint store's, or an executor's "
+            "spark.local.dir): free space or point the job at a larger disk, then rerun; the "
+            "checkpoint store resumes the job where its last checkpoint left off"
+        )
+    if error.startswith(("FileNotFoundError", "IOError", "OSError")) and (
+        "No such file" in error or "./" in error or "not found" in error.lower()
+    ):
+        return (
+            "a file the stage reads is missing where the executor looked: on a cluster give "
+            "input and output paths every executor reaches (an absolute path on a shared "
+            "filesystem, or a URL such as s3://...); a relative path resolves in each "
+            "executor's own work directory"
+        )
+    return None
 
 
 class PythonWorkerStartError(StageFailedError):

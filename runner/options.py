@@ -58,6 +58,14 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             help="Spark application name. Default: the Beam job name, else 'sparkbeam'.",
         )
         parser.add_argument(
+            "--log_level",
+            default=None,
+            choices=("DEBUG", "INFO", "WARNING", "ERROR"),
+            help="Level of sparkbeam's log (the 'sparkbeam' logger). An error sparkbeam raises "
+            "is printed as its message alone; at DEBUG its traceback too. Default: INFO, "
+            "unless the program set that logger's level.",
+        )
+        parser.add_argument(
             "--checkpoint_dir",
             default=None,
             help="URL of the checkpoint store (local path, file://, or any filesystem "

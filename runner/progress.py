@@ -19,14 +19,17 @@ _LOG = logging.getLogger("sparkbeam.progress")
 _HANDLER_FLAG = "_sparkbeam_progress_handler"
 
 
-def make_visible() -> None:
-    """sparkbeam's INFO lines reach the operator unless the program set sparkbeam's level.
+def make_visible(level: str | None = None) -> None:
+    """sparkbeam's INFO lines reach the operator unless the program set sparkbeam's level
+    (``level``, from --log_level, sets it).
 
     Beam's own imports give the root logger a stderr handler at WARNING, so the
     ``sparkbeam`` logger is set to INFO (when its level is unset) and its lines flow to
     the root's handlers; without any root handler, sparkbeam adds its own on stderr."""
     root, logger = logging.getLogger(), logging.getLogger("sparkbeam")
-    if logger.level == logging.NOTSET:
+    if level is not None:
+        logger.setLevel(level)
+    elif logger.level == logging.NOTSET:
         logger.setLevel(logging.INFO)
     ours = [h for h in logger.handlers if getattr(h, _HANDLER_FLAG, False)]
     if root.handlers:  # the program (or Beam) configured logging, maybe since the last run

@@ -22,7 +22,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineS
 from apache_beam.transforms import environments
 
 from sparkbeam.checkpoint import open_store
-from sparkbeam.runner import progress
+from sparkbeam.runner import one_line, progress
 from sparkbeam.runner.batch.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions, SparkStreamingOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
@@ -31,7 +31,7 @@ from sparkbeam.runner.rounds.startpoints import check_startpoints
 from sparkbeam.runner.spark.filesystem_options import apply_in_driver, use_in_jobs
 from sparkbeam.runner.spark.session import get_or_create_session, is_connect
 from sparkbeam.runner.spark.shipping import code_files, ship_user_code
-from sparkbeam.runner.spark.storage_check import check_shared_storage
+from sparkbeam.runner.spark.storage_check import check_input_paths, check_shared_storage
 from sparkbeam.runner.streaming.job import open_streaming_store, start_streaming
 from sparkbeam.translation import translate
 
@@ -64,7 +64,8 @@ class SparkCheckpointRunner(PipelineRunner):
         self._is_drain = is_drain
 
     def run_pipeline(self, pipeline, options: PipelineOptions) -> PipelineResult:
-        progress.make_visible()
+        progress.make_visible(options.view_as(SparkRunnerOptions).log_level)
+        one_line.install()  # an error of ours reaches the operator as one line, not a traceback
         skip_last_collection_at_exit()
         # 1. Check what sparkbeam can be asked for (one-line errors, before any Spark).
         check_option_values(options)
@@ -132,6 +133,7 @@ def open_job_store(plan, options: PipelineOptions, job_name: str | None):
     Refuses a store cluster executors cannot reach, a bad or failed startpoint, and a finished
     job without --fresh."""
     check_shared_storage(options.view_as(SparkRunnerOptions))
+    check_input_paths(plan, options.view_as(SparkRunnerOptions))
     streaming = options.view_as(SparkStreamingOptions)
     if options.view_as(StandardOptions).streaming:
         store = open_streaming_store(plan, options, job_name)

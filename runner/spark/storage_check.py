@@ -60,7 +60,11 @@ def check_shared_storage(options) -> None:
     from apache_beam.options.pipeline_options import StandardOptions
 
     from sparkbeam.runner.options import DEFAULT_CHECKPOINT_ROOT
+    from sparkbeam.runner.spark.session import check_master_url
 
+    explicit = options.explicit_master_url()
+    if explicit and not options.remote_url():  # an unknown master first, not a store rule
+        check_master_url(explicit)
     flag, url = "--checkpoint_dir", options.checkpoint_dir
     if not url and options.view_as(StandardOptions).streaming:
         flag = "--checkpoint_dir (unset; the --streaming default)"
@@ -91,4 +95,24 @@ def check_store_path(flag: str, url: str | None, master: str, shared: bool) -> N
             f"{flag} {url!r} is a local path, but master {master!r} runs executors on "
             f"other hosts; {where} (pass --shared_filesystem only if every host mounts "
             "it at this path)."
+        )
+
+
+def check_input_paths(plan, options) -> None:
+    """Refuse a ``ReadFromText`` of a relative path on a cluster master: each executor reads
+    its byte ranges and would resolve the path in its own work directory, not the driver's."""
+    if not plan.text_reads:
+        return
+    master = effective_master(options)
+    if is_local_master(master):
+        return
+    for read in plan.text_reads:
+        pattern = read.pattern
+        if _SCHEME.match(pattern) or os.path.isabs(pattern):
+            continue
+        raise SharedStorageError(
+            f"{read.transform!r} reads {pattern!r}, a relative path, but master {master!r} "
+            "runs executors in their own work directories on other hosts, where it names no "
+            "file; give an absolute path on a filesystem every executor mounts, or a URL "
+            f"(s3://, gs://, hdfs://...): e.g. {os.path.abspath(pattern)!r}."
         )

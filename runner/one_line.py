@@ -1,0 +1,50 @@
+"""An error sparkbeam raises reaches the operator as its message, not as a traceback.
+
+Owns: `install`, a ``sys.excepthook`` for the program that ran the pipeline. An uncaught
+exception whose class is sparkbeam's (``sparkbeam.*``: a bad option, an unreachable master or
+store, a finished job, an unsupported transform, a failed stage...) is printed as
+``Name: message`` on stderr, with a second line saying where the traceback is: the ``sparkbeam``
+logger at DEBUG (``--log_level=DEBUG``) prints it too. Any other exception goes to the hook
+that was there before, unchanged. Leaves to others: the messages (each package's ``errors``),
+which already name what is wrong and what to do.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import traceback
+
+_LOG = logging.getLogger("sparkbeam.errors")
+_INSTALLED = False
+
+
+def install() -> None:
+    """Once per process: route sparkbeam's uncaught exceptions through `report`."""
+    global _INSTALLED
+    if _INSTALLED:
+        return
+    previous = sys.excepthook
+
+    def hook(kind, value, tb):
+        if not is_ours(value):
+            return previous(kind, value, tb)
+        print(report(value), file=sys.stderr, flush=True)
+
+    sys.excepthook = hook
+    _INSTALLED = True
+
+
+def is_ours(error: BaseException | None) -> bool:
+    return error is not None and type(error).__module__.startswith("sparkbeam.")
+
+
+def report(error: BaseException) -> str:
+    """What the operator reads: the message alone, and where its traceback is (DEBUG)."""
+    text = f"{type(error).__name__}: {error}"
+    if _LOG.isEnabledFor(logging.DEBUG):
+        trace = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return f"{trace.rstrip()}\n{text}"
+    if "--log_level=DEBUG" in text:  # a failed stage's block says so already
+        return text
+    return f"{text}\n(its traceback is printed with --log_level=DEBUG)"

@@ -1,0 +1,150 @@
+"""Errors at submission reach the operator as one line naming the cause and what to do: the
+message alone (`one_line.report`), its traceback only with --log_level=DEBUG. Each case here
+fails before Spark starts, so none needs a session; S3 cases use moto's server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from sparkbeam.checkpoint import open_store
+from sparkbeam.checkpoint.state_layout import FINISHED
+from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.runner.one_line import report
+from sparkbeam.translation.errors import UnsupportedFeatureError
+
+CLUSTER = "--spark_master_url=spark://127.0.0.1:7077"  # never reached: refused before Spark
+
+
+def _raised(*flags: str, pipeline=None) -> BaseException:
+    """What running a small pipeline with these flags raises (before any Spark)."""
+    options = PipelineOptions(["--runner=SparkCheckpointRunner", *flags])
+    p = beam.Pipeline(options=options)
+    if pipeline is None:
+        _ = p | beam.Create([1, 2]) | beam.Map(lambda x: x)
+    else:
+        pipeline(p)
+    with pytest.raises(Exception) as info:
+        p.run().wait_until_finish()
+    return info.value
+
+
+def _one_line(error: BaseException, first: str) -> str:
+    lines = report(error).splitlines()
+    assert len(lines) <= 3, lines
+    assert lines[0].startswith(first), lines[0]
+    assert "Traceback" not in report(error)
+    return lines[0]
+
+
+def test_an_unknown_master_is_named_as_such_not_as_a_storage_problem(tmp_path):
+    error = _raised("--spark_master_url=bogus://x", f"--checkpoint_dir={tmp_path}")
+    line = _one_line(error, "SparkSessionError: --spark_master_url 'bogus://x' is not a Spark")
+    assert "spark://host:port" in line
+
+
+def test_a_relative_input_on_a_cluster_is_refused_at_submission():
+    def read(p):
+        _ = p | "Read lines" >> beam.io.ReadFromText("./README.md") | beam.Map(len)
+
+    error = _raised(CLUSTER, pipeline=read)
+    line = _one_line(error, "SharedStorageError: 'Read lines/Read' reads './README.md', a rel")
+    assert "spark://127.0.0.1:7077" in line and os.path.abspath("README.md") in line
+
+
+def test_a_relative_store_on_a_cluster_is_one_line():
+    line = _one_line(_raised(CLUSTER, "--checkpoint_dir=ckpt"), "SharedStorageError: ")
+    assert "--checkpoint_dir 'ckpt' is a relative path" in line
+
+
+def test_a_finished_job_is_one_line(tmp_path):
+    with open_store(str(tmp_path)) as store:
+        store.pipeline("pipeline-0").checkpoint(metadata={FINISHED: True})
+    error = _raised(f"--checkpoint_dir={tmp_path}")
+    _one_line(error, "FinishedJobError: Pipeline 'pipeline-0' already finished")
+
+
+def test_an_unsupported_feature_is_one_line():
+    error = UnsupportedFeatureError("Sort", "the pipeline requirement 'x'", "Remove it.")
+    _one_line(error, "UnsupportedFeatureError: ")
+
+
+@pytest.mark.usefixtures("no_aws_environment")
+class TestS3Mistakes:
+    """One line naming the store URL, the endpoint and the flag or variable to set."""
+
+    def test_a_wrong_endpoint(self, s3_server):
+        url = s3_server.url(uuid.uuid4().hex[:8])
+        flags = [f for f in s3_server.pipeline_flags() if "endpoint" not in f]
+        error = _raised(f"--checkpoint_dir={url}", "--s3_endpoint_url=http://127.0.0.1:9", *flags)
+        line = _one_line(error, f"StoreAccessError: Checkpoint store {url!r} (S3 endpoint ")
+        assert "http://127.0.0.1:9" in line and "--s3_endpoint_url" in line
+
+    def test_no_credentials(self, s3_server):
+        url = s3_server.url(uuid.uuid4().hex[:8])
+        flags = [f for f in s3_server.pipeline_flags() if "_key" not in f]
+        line = _one_line(_raised(f"--checkpoint_dir={url}", *flags), "StoreAccessError: ")
+        assert url in line and s3_server.endpoint_url in line
+        assert "no AWS credentials" in line and "--s3_access_key_id" in line
+
+    def test_a_missing_bucket(self, s3_server):
+        url = "s3://no-such-bucket/ckpt"
+        line = _one_line(
+            _raised(f"--checkpoint_dir={url}", *s3_server.pipeline_flags()), "StoreAccessError: "
+        )
+        assert "bucket 'no-such-bucket', which does not exist" in line
+        assert s3_server.endpoint_url in line
+
+
+@pytest.mark.parametrize(
+    "error, advice",
+    [
+        ("OSError: [Errno 28] No space left on device", "a disk is full"),
+        (
+            "FileNotFoundError: [Errno 2] No such file or directory: './README.md'",
+            "a file the stage reads is missing where the executor looked",
+        ),
+    ],
+)
+def test_a_failed_stage_says_what_to_do_by_cause(error, advice):
+    trace = f'Traceback (most recent call last):\n  File "/beam/x.py", line 1, in f\n{error}\n'
+    message = str(StageFailedError("stage-1", trace, "stage-1: Read"))
+    assert f"What to do: {advice}" in message
+    assert "coder" not in message
+
+
+APP = """
+import sys
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+with beam.Pipeline(options=PipelineOptions(sys.argv[1:])) as p:
+    _ = p | beam.Create([1]) | beam.Map(print)
+"""
+
+
+def test_an_uncaught_error_of_a_pipeline_script_prints_its_message_alone(tmp_path):
+    """The script's own uncaught exception: sparkbeam's message and a hint, no traceback;
+    with --log_level=DEBUG the traceback too."""
+    script = tmp_path / "app.py"
+    script.write_text(APP)
+    flags = ["--runner=SparkCheckpointRunner", "--spark_master_url=bogus://x"]
+    done = subprocess.run(
+        [sys.executable, str(script), *flags], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1
+    ours = [ln for ln in done.stderr.splitlines() if "apitools not found" not in ln]  # Beam's
+    assert ours[0].startswith("SparkSessionError: --spark_master_url 'bogus://x' is not a")
+    assert len(ours) == 2 and "--log_level=DEBUG" in ours[1], done.stderr
+    debug = subprocess.run(
+        [sys.executable, str(script), *flags, "--log_level=DEBUG"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback (most recent call last)" in debug.stderr
