@@ -127,9 +127,22 @@ def _serve(args: argparse.Namespace) -> int:
     def interrupt(signum, frame):
         raise KeyboardInterrupt
 
+    # Both stop it; SIGINT also when the shell that started it in the background ignores it.
     signal.signal(signal.SIGTERM, interrupt)
+    signal.signal(signal.SIGINT, interrupt)
+    conf = {}
+    for item in args.conf:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            return cli_error("serve", f"--conf {item!r} is not KEY=VALUE; write e.g. "
+                             "--conf spark.executor.memory=2g.")  # fmt: skip
+        conf[key.strip()] = value.strip()
+    if args.max_cores is not None:
+        if args.max_cores < 1:
+            return cli_error("serve", f"--max_cores {args.max_cores} must be at least 1.")
+        conf["spark.cores.max"] = str(args.max_cores)
     try:
-        server = connect_server.start_server(args.master, args.port, args.log_dir)
+        server = connect_server.start_server(args.master, args.port, args.log_dir, extra_conf=conf)
     except connect_server.ConnectServerError as e:
         return cli_error("serve", str(e))
     except KeyboardInterrupt:
@@ -137,7 +150,7 @@ def _serve(args: argparse.Namespace) -> int:
     print(
         f"Spark Connect server at {server.url} (master {args.master}, pid {server.pid}, log "
         f"{server.log_path}).\nRun pipelines on it with --spark_remote={server.url} (or "
-        f"SPARK_REMOTE={server.url}). Ctrl-C stops it.",
+        f"SPARK_REMOTE={server.url}). Ctrl-C (SIGINT) or SIGTERM stops it.",
         flush=True,
     )
     try:
@@ -167,6 +180,22 @@ def _add_serve(sub) -> None:
     )
     serve.add_argument(
         "--log_dir", default=None, help="folder of the server's log. Default: a new temporary one."
+    )
+    serve.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="Spark configuration of the server's application, repeatable (e.g. --conf "
+        "spark.executor.memory=2g). Default: none.",
+    )
+    serve.add_argument(
+        "--max_cores",
+        type=int,
+        default=None,
+        help="the most cores the server's application takes on a cluster master "
+        "(spark.cores.max), leaving the rest to other applications. Default: Spark's (on a "
+        "standalone master: every core).",
     )
     serve.set_defaults(func=_serve)
 

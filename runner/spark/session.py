@@ -106,7 +106,10 @@ def connect_session(url: str, conf: dict[str, str] | None = None, code: Sequence
         probe_remote(url)
         session = ConnectSession.builder.remote(target).create()
         try:
-            _LOG.info("Spark Connect server %s runs Spark %s", url, session.version)
+            version = session.version
+            if url not in _ANNOUNCED:  # once per server, not per session
+                _ANNOUNCED.add(url)
+                _LOG.info("Spark Connect server %s runs Spark %s", url, version)
         except Exception as e:  # noqa: BLE001 - gRPC errors are long and opaque
             raise SparkSessionError(
                 f"The Spark Connect server at {url!r} does not answer ({_first_line(e)}); "
@@ -119,6 +122,7 @@ def connect_session(url: str, conf: dict[str, str] | None = None, code: Sequence
 
 
 _CONNECT_SESSIONS: dict[str, Any] = {}  # by URL: pyspark.sql.connect.session.SparkSession
+_ANNOUNCED: set[str] = set()  # servers whose Spark version was logged
 
 
 def shared_url(url: str, conf: dict[str, str], code: Sequence[str]) -> str:

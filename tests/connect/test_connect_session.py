@@ -194,13 +194,21 @@ def test_no_server_at_the_url_is_a_clear_error():
 @pytest.mark.slow
 @pytest.mark.connect
 def test_sparkbeam_serve_starts_answers_and_stops(tmp_path):
+    """Started as a script's background job (SIGINT ignored, as the shell leaves it), with
+    Spark settings; SIGINT stops it all the same."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     port = free_port()
     cmd = [sys.executable, "-m", "sparkbeam.runner.cli", "serve", "--port", str(port)]
-    cmd += ["--master", "local[1]", "--log_dir", str(tmp_path)]
+    cmd += ["--master", "local[1]", "--log_dir", str(tmp_path), "--max_cores", "1"]
+    cmd += ["--conf", "spark.sparkbeam.test=served"]
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, text=True, env=server_env("serve"), cwd=tmp_path
+        cmd,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=server_env("serve"),
+        cwd=tmp_path,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
     )
     try:
         started = time.monotonic()
@@ -210,12 +218,14 @@ def test_sparkbeam_serve_starts_answers_and_stops(tmp_path):
         spark = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").create()
         try:
             assert spark.conf.get("spark.master") == "local[1]"
+            assert spark.conf.get("spark.cores.max") == "1"
+            assert spark.conf.get("spark.sparkbeam.test") == "served"
             # Its workers run sparkbeam's daemon, which imports the installed sparkbeam.
             [row] = spark.range(1).mapInArrow(import_sparkbeam_in_worker, WHERE).collect()
             assert row.where.endswith("keygroups.py"), row.where
         finally:
             spark.stop()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(signal.SIGINT)
         assert proc.wait(60) == 0
     finally:
         if proc.poll() is None:
