@@ -22,6 +22,8 @@ import contextlib
 import functools
 import itertools
 import pickle
+import sys
+import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
@@ -70,11 +72,10 @@ class Frames:
     # --- wide, cached, collected ------------------------------------------------------
 
     def partitionBy(self, partitions: int, partitioner: Callable | None = None) -> Frames:
-        """(key, value) pairs to partition ``partitioner(key) % partitions``, as RDDs do."""
-        from pyspark.rdd import portable_hash
-
+        """(key, value) pairs to partition ``partitioner(key) % partitions``, as RDDs do
+        (default: `spread_hash`)."""
         targets = target_values(partitions)
-        place = _Placement(partitioner or portable_hash, targets)
+        place = _Placement(partitioner or spread_hash, targets)
         markers = self.plane.spark.createDataFrame([(k, b"") for k in targets], SCHEMA)
         moved = self.frame(place).unionAll(markers).repartition(partitions, "k")
         return Frames(self.plane, moved, targets=targets)
@@ -232,6 +233,28 @@ class _ConnectJobs:
 
 
 # --- task side: picklable, run inside mapInArrow ---------------------------------------
+
+
+def spread_hash(key) -> int:
+    """pyspark's ``portable_hash`` of the keys a Reshuffle spreads by (ints, and tuples of
+    them: `ReportKey`), without its demand for ``PYTHONHASHSEED``: executors a Spark Connect
+    server starts on a cluster do not have it (classic PySpark sets it), and an int's hash does
+    not depend on it. A str or bytes key goes through crc32, the same in every process."""
+    if key is None:
+        return 0
+    if isinstance(key, tuple):  # portable_hash's tuple mix, over our own element hashes
+        h = 0x345678
+        for item in key:
+            h ^= spread_hash(item)
+            h *= 1000003
+            h &= sys.maxsize
+        h ^= len(key)
+        return -2 if h == -1 else int(h)
+    if isinstance(key, str):
+        key = key.encode()
+    if isinstance(key, (bytes, bytearray)):
+        return zlib.crc32(key)
+    return hash(key)
 
 
 @dataclass(frozen=True)

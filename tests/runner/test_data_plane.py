@@ -129,3 +129,37 @@ def _double(x):
 
 def _increment(x):
     return x + 1
+
+
+SPREAD_WITHOUT_HASH_SEED = """
+import os
+os.environ.pop("PYTHONHASHSEED", None)
+from sparkbeam.runner.plane.frames import _Placement, spread_hash
+from sparkbeam.runner.task.records import ReportKey
+place = _Placement(spread_hash, (10, 11, 12))
+print([place((key, b"")) for key in (0, 1, 5, ReportKey(4), -3)])
+"""
+
+
+def test_a_reshuffle_places_its_rows_without_pythons_hash_seed(monkeypatch):
+    """A Connect server on a standalone master starts executors without PYTHONHASHSEED
+    (classic PySpark sets it): the reshuffle's default partitioner must not need it
+    (pyspark's portable_hash raised PYTHON_HASH_SEED_NOT_SET there)."""
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in __import__("os").environ.items() if k != "PYTHONHASHSEED"}
+    done = subprocess.run(
+        [sys.executable, "-c", SPREAD_WITHOUT_HASH_SEED],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    from pyspark.rdd import portable_hash
+
+    monkeypatch.setenv("PYTHONHASHSEED", "0")  # portable_hash demands it; ints ignore it
+    targets = (10, 11, 12)
+    expected = [targets[portable_hash(k) % 3] for k in (0, 1, 5, (4,), -3)]  # the same spread
+    assert done.stdout.strip() == str(expected)
