@@ -172,9 +172,9 @@ class PipelineRounds:
         label = f"{self.pipeline.id} round {round_no}: " + "; ".join(
             self.labels[s.id] for s in self.stages if s.id in live
         )
-        self.ctx.plane.describe_job(self.group, label)
+        self.ctx.plane.describe_job(self.group, label)  # the full list; stages: their own
         try:
-            with self.ctx.plane.call_site(label):
+            with self.ctx.plane.call_site(f"{self.pipeline.id} round {round_no}"):
                 reports = builder.build(self._side_inputs)
                 collected = run_guarded(None, reports.collect, self.labels.get)
         finally:

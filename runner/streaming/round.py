@@ -33,6 +33,7 @@ from sparkbeam.runner.rounds.carry import (
 )
 from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread, _tag
 from sparkbeam.runner.rounds.startpoints import with_startpoints
+from sparkbeam.runner.spark.labels import stage_label
 from sparkbeam.runner.streaming import group as streaming_group
 from sparkbeam.runner.streaming import watermarks
 from sparkbeam.runner.streaming.group import GroupRound
@@ -131,7 +132,8 @@ class RoundBuilder:
         for stage in self.stages:
             side_bc = self.plane.broadcast(side_inputs(stage, self))
             self.broadcasts.append(side_bc)
-            out = self._stage(stage, side_bc)
+            with self.plane.call_site(f"round {self.inp.round_no}: {stage_label(stage)}"):
+                out = self._stage(stage, side_bc)  # its Spark stages are named after it
             if self._cache_all or self.carriers.cache(stage.id):
                 out = self.plane.persist(out, f"{stage.id} (round {self.inp.round_no})")
                 self.persisted.append(out)

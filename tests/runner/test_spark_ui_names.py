@@ -70,3 +70,7 @@ def test_streaming_rounds_are_named_after_pipeline_and_transforms(spark, tmp_pat
         names += _stage_names(spark.sparkContext, job_group(plan, pipeline.id))
     text = " | ".join(names)
     assert "round 0" in text and "Count/CombinePerKey" in text and "Format" in text, text
+    # Each Spark stage names its own Beam stage, not the round's whole list.
+    assert len(set(names)) > 1, names
+    assert not any("Count/CombinePerKey" in n and "Format" in n and ";" in n for n in names)
+    assert all(len(n) <= 200 for n in names), names
