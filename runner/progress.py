@@ -9,11 +9,13 @@ Silence them with ``logging.getLogger("sparkbeam").setLevel(logging.WARNING)``.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 from apache_beam.utils import timestamp
 
 EVERY_S = 5.0
+BATCH_EVERY_S = 10.0
 ELEMENT_COUNT = "beam:metric:element_count:v1"
 _LOG = logging.getLogger("sparkbeam.progress")
 _HANDLER_FLAG = "_sparkbeam_progress_handler"
@@ -110,6 +112,69 @@ class PipelineProgress:
         )  # fmt: skip
 
 
+def started(spark, store_url: str | None) -> None:
+    """One line once Spark is up: where the job runs and where its state goes."""
+    try:
+        if hasattr(spark, "sparkContext") and not _is_connect(spark):
+            sc = spark.sparkContext
+            master, app, name, ui = sc.master, sc.applicationId, sc.appName, sc.uiWebUrl
+        else:
+            conf = spark.conf
+            master, app = conf.get("spark.master", "?"), conf.get("spark.app.id", "?")
+            name, ui = conf.get("spark.app.name", "?"), None
+    except Exception:  # noqa: BLE001 - a progress line never fails a run
+        return
+    _LOG.info(
+        "running on master %s, application %s (%s), Spark UI %s; checkpoint store %s",
+        master, app, name, ui or "-", store_url or "none (batch without --checkpoint_dir)",
+    )  # fmt: skip
+
+
+def _is_connect(spark) -> bool:
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+class BatchTicker:
+    """While a batch job runs: a line every ``BATCH_EVERY_S`` seconds naming the running Spark
+    stages and their tasks done/total (classic Spark: its status tracker; none over Connect)."""
+
+    def __init__(self, spark) -> None:
+        self.spark = spark
+        self.stop = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> BatchTicker:
+        if not _is_connect(self.spark):
+            self.thread = threading.Thread(target=self._run, name="sparkbeam-progress", daemon=True)
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join(5)
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        while not self.stop.wait(BATCH_EVERY_S):
+            try:
+                line = running_stages(self.spark.sparkContext.statusTracker())
+            except Exception:  # noqa: BLE001 - the session may be stopping
+                return
+            _LOG.info("running for %.0fs: %s", time.monotonic() - started, line)
+
+
+def running_stages(tracker) -> str:
+    """``<stage name> tasks 3/8`` for each active Spark stage, or ``between Spark jobs``."""
+    parts = []
+    for stage_id in sorted(tracker.getActiveStageIds()):
+        info = tracker.getStageInfo(stage_id)
+        if info is not None:
+            name = info.name if len(info.name) <= 60 else info.name[:57] + "..."
+            parts.append(f"{name} tasks {info.numCompletedTasks}/{info.numTasks}")
+    return "; ".join(parts) or "between Spark jobs"
+
+
 def batch_done(stages: int, elapsed_s: float, resumed: dict[str, int]) -> None:
     extra = f"; resumed {len(resumed)} stage(s) from their checkpoint" if resumed else ""
     _LOG.info("done: %d stage(s) in %.1fs%s", stages, elapsed_s, extra)
@@ -120,9 +185,15 @@ def batch_resumed(pipeline: str, checkpoint_id: int) -> None:
 
 
 def _watermark(micros) -> str:
+    """``-inf`` (nothing seen yet), ``+inf`` (the input is done; also past year 9999, as the
+    global window's end) or an ISO UTC time."""
     if micros is None:
         return "-"
+    if micros <= timestamp.MIN_TIMESTAMP.micros:
+        return "-inf"
+    if micros >= timestamp.MAX_TIMESTAMP.micros:
+        return "+inf"
     try:
-        return str(timestamp.Timestamp(micros=micros))
+        return timestamp.Timestamp(micros=micros).to_rfc3339()
     except (ValueError, OverflowError):
-        return str(micros)
+        return "+inf" if micros > 0 else "-inf"

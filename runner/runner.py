@@ -84,6 +84,7 @@ class SparkCheckpointRunner(PipelineRunner):
         fs_options = apply_in_driver(options)  # s3://... options here (the store), then in tasks
         store = open_job_store(plan, options, spark_options.spark_app_name or job_name)
         spark = start_spark(options, job_name, store, fs_options)
+        progress.started(spark, store.url if store is not None else None)
         if options.view_as(StandardOptions).streaming:
             drain_plan = lambda: translate(proto, is_drain=True, streaming=True)  # noqa: E731
             return start_streaming(spark, plan, options, store, drain_plan, fs_options)
@@ -188,7 +189,8 @@ def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{
             data_plane=spark_options.data_plane,
             fresh=streaming_options.fresh,
         )
-        executor.run()
+        with progress.BatchTicker(spark):  # a line every 10 s while it runs
+            executor.run()
     finally:
         if store is not None:
             store.close()

@@ -78,7 +78,7 @@ def get_or_create_session(
         return _build(options, None, None, submitted)
     master = explicit or DEFAULT_MASTER
     probe_master(master)
-    return _build(options, master, options.spark_app_name or job_name or "sparkbeam", {})
+    return _build(options, master, options.spark_app_name or job_name or script_name(), {})
 
 
 def target_master(options: SparkRunnerOptions) -> str:
@@ -299,6 +299,13 @@ def probe_master(master: str) -> None:
 
 
 _PYSPARK_PYTHON = "spark.pyspark.python"
+
+
+def script_name() -> str:
+    """The application's default name: the main script's (``wordcount`` for wordcount.py),
+    else ``sparkbeam`` (``python -c``, an interactive session)."""
+    name = os.path.splitext(os.path.basename(sys.argv[0] if sys.argv else ""))[0]
+    return "sparkbeam" if name in ("", "-c", "-m", "__main__") else name
 
 
 def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, str]):

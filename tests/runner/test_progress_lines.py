@@ -1,0 +1,47 @@
+"""The lines an operator reads while a job runs: the watermark as -inf, +inf or an ISO time; a
+batch run's line every few seconds naming the running Spark stage and its tasks."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.transforms.window import GlobalWindow
+from apache_beam.utils import timestamp
+
+from sparkbeam.runner import progress
+from tests.conftest import spark_test_options
+
+
+@pytest.mark.parametrize(
+    "micros, shown",
+    [
+        (timestamp.MIN_TIMESTAMP.micros, "-inf"),
+        (timestamp.MAX_TIMESTAMP.micros, "+inf"),
+        (GlobalWindow().max_timestamp().micros, "+inf"),
+        (1764165600123456, "2025-11-26T14:00:00.123456Z"),
+        (None, "-"),
+    ],
+)
+def test_the_watermark_reads_as_infinity_or_an_iso_time(micros, shown):
+    assert progress._watermark(micros) == shown
+
+
+def _slow(x):
+    time.sleep(1.5)
+    return x
+
+
+@pytest.mark.spark
+def test_a_batch_run_prints_a_progress_line_while_it_runs(spark, monkeypatch, caplog):
+    monkeypatch.setattr(progress, "BATCH_EVERY_S", 0.5)
+    caplog.set_level(logging.INFO, logger="sparkbeam")
+    with beam.Pipeline(options=PipelineOptions(spark_test_options("--parallelism=2"))) as p:
+        _ = p | beam.Create([1, 2]) | beam.Reshuffle() | beam.Map(_slow)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("running for")]
+    assert any(" tasks " in line for line in lines), lines
+    started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("running on")]
+    assert started and "application " in started[0] and "checkpoint store none" in started[0]
