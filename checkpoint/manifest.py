@@ -19,9 +19,14 @@ from typing import Any
 from sparkbeam.checkpoint.errors import CheckpointCorruptError
 from sparkbeam.checkpoint.filesystem import checksum
 from sparkbeam.checkpoint.ids import CheckpointId, FileEntry, PipelineId
+from sparkbeam.checkpoint.task_state import TaskState
 
 FORMAT = "sparkbeam-checkpoint-manifest"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+# 1: every namespace in ``materialization`` + ``changelog`` (read; the driver migrates the
+#    task-owned ones into ``task_state`` on restore).
+# 2: task-owned namespaces in ``task_state`` (`task_state`); the driver's files hold the rest.
 MANIFEST_DIR = "manifests"
 _NAME = re.compile(r"^chk-(\d{10})\.json$")
 
@@ -58,10 +63,19 @@ class Manifest:
     metadata: dict[str, Any] = field(default_factory=dict)
     commits: tuple[tuple[str, int, int, int], ...] = ()
     """(stage, round, partition, attempt) of the task attempts this checkpoint committed."""
+    task_state: TaskState | None = None
+    """Handles of the task-owned namespaces; None in a version-1 manifest (their records are
+    in the driver's files then)."""
+
+    @property
+    def driver_files(self) -> tuple[FileEntry, ...]:
+        return self.materialization + self.changelog
 
     @property
     def files(self) -> tuple[FileEntry, ...]:
-        return self.materialization + self.changelog
+        if self.task_state is None:
+            return self.driver_files
+        return self.driver_files + self.task_state.files()
 
     @property
     def materialization_bytes(self) -> int:
@@ -89,6 +103,7 @@ class Manifest:
             "entries": self.entries,
             "metadata": self.metadata,
             "commits": [list(c) for c in self.commits],
+            **({} if self.task_state is None else {"task_state": self.task_state.to_json()}),
         }
 
     @classmethod
@@ -109,6 +124,7 @@ class Manifest:
             entries=int(d.get("entries", 0)),
             metadata=dict(d.get("metadata", {})),
             commits=tuple((str(s), int(r), int(p), int(a)) for s, r, p, a in d.get("commits", [])),
+            task_state=TaskState.from_json(d["task_state"]) if "task_state" in d else None,
         )
 
 
@@ -136,7 +152,7 @@ def decode_manifest(data: bytes, path: str) -> Manifest:
         raise CheckpointCorruptError(path, f"manifest is not valid JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointCorruptError(path, "not a sparkbeam checkpoint manifest")
-    if doc.get("version") != VERSION:
+    if doc.get("version") not in READABLE_VERSIONS:
         raise CheckpointCorruptError(
             path,
             f"manifest version {doc.get('version')!r} is not supported (expected {VERSION})",

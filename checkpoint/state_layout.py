@@ -60,6 +60,15 @@ SINK_STAGING_DIRS = "sink-staging-dirs"
 IMPULSE_DONE = "impulse"
 FINISHED = "finished"
 
+# Namespaces only the tasks that own their key groups write (`sparkbeam.checkpoint.task_state`).
+TASK_OWNED_PREFIXES = (GBK_PREFIX, USER_STATE_PREFIX, USER_TIMERS_PREFIX)
+
+
+def is_task_owned(namespace: str) -> bool:
+    """Whether tasks own ``namespace``: the driver holds its handles, never its records."""
+    return namespace.startswith(TASK_OWNED_PREFIXES)
+
+
 # Namespaces layout 1 wrote in formats this one cannot read (pickle, unversioned residuals).
 UNREADABLE_BEFORE_2 = (
     SDF_RESIDUAL_PREFIX,
