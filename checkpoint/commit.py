@@ -4,8 +4,8 @@ Owns: the numbered steps of a checkpoint commit (`CheckpointChain.commit`, `Comm
 checking the tasks' commit messages and reading those of driver-owned namespaces, taking the
 handles of task-owned ones (`task_state`: their bytes are never read here), materialization
 of the driver's state and compaction (so a checkpoint has a fallback), writing the manifest
-(the commit point), and applying retention and sweeps after it. Leaves to others: the working state the chain checkpoints
-(``pipeline.PipelineStore``, which calls in here), restore (``restore``), the retention rules
+(the commit point), and applying retention and sweeps after it. Leaves to others: the
+driver's state the chain checkpoints (``pipeline.PipelineStore``, which calls in here), restore (``restore``), the retention rules
 (``retention``), the store-wide listing and deleting (``store``) and the file formats
 (``changelog``, ``materialization``, ``manifest``).
 """

@@ -34,6 +34,7 @@ from sparkbeam.checkpoint.task_state import NamespaceState, RangeState, TaskStat
 if TYPE_CHECKING:
     from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore
 
+
 class PipelineStore:
     """Keyed state + checkpoints of one pipeline; get it from ``CheckpointStore.pipeline``.
 

@@ -161,9 +161,7 @@ class StagedWriter:
         if entry is not None:
             self._files.append(entry)
 
-    def snapshot(
-        self, namespace: str, start: int, stop: int, state: dict[bytes, bytes]
-    ) -> None:
+    def snapshot(self, namespace: str, start: int, stop: int, state: dict[bytes, bytes]) -> None:
         """Write ``state``, all of a task-owned ``namespace`` in key groups ``[start, stop)`` as
         of this attempt's changes, as that range's snapshot (`task_state`)."""
         self._check_open()

@@ -147,7 +147,9 @@ class NamespaceState:
         ``checkpoint``."""
         ranges = replace(self, ranges=self._split(start))._split(stop)
         new = RangeState(start, stop, base, self.next_seq - 1, entries, checkpoint)
-        out = [r for r in ranges if r.stop <= start] + [new] + [r for r in ranges if r.start >= stop]
+        out = (
+            [r for r in ranges if r.stop <= start] + [new] + [r for r in ranges if r.start >= stop]
+        )
         return replace(self, ranges=tuple(out))._truncated()
 
     def _truncated(self) -> NamespaceState:
@@ -178,11 +180,7 @@ class NamespaceState:
             if not r.overlaps(groups.start, groups.stop):
                 continue
             sub = KeyGroupRange(max(r.start, groups.start), min(r.stop, groups.stop))
-            tail = [
-                f
-                for seq, f in self.log
-                if seq > r.since and sub.overlaps(*_file_range(f, m))
-            ]
+            tail = [f for seq, f in self.log if seq > r.since and sub.overlaps(*_file_range(f, m))]
             out.append((sub, r, tail))
         return out
 

@@ -145,6 +145,27 @@ def replay_whole(storage, directory: str, source, put, delete, groups, cache) ->
         replay(storage, directory, source, put, delete, groups, cache)
 
 
+def stage_range(
+    writer, spec, subtask: int, namespace: str, before: dict[bytes, bytes],
+    changes: dict[bytes, bytes | None], keys: int,
+) -> None:  # fmt: skip
+    """After a task staged ``changes`` to ``before`` (its read of ``namespace``): report how
+    many ``keys`` its key groups hold, or write their snapshot when one is due. ``spec`` has
+    the round's ``url``, ``pipeline``, ``checkpoint_id``, ``parallelism``, ``max_key_groups``."""
+    groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
+    args = (spec.url, spec.pipeline, spec.checkpoint_id, subtask, spec.parallelism, namespace)
+    if not snapshot_due(*args):
+        writer.count(namespace, groups.start, groups.stop, keys)
+        return
+    state = dict(before)
+    for key, value in changes.items():
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+    writer.snapshot(namespace, groups.start, groups.stop, state)
+
+
 def snapshot_due(
     url: str, pipeline: str, checkpoint_id: int | None, subtask: int, parallelism: int,
     namespace: str,
