@@ -5,9 +5,9 @@ checking the tasks' commit messages and reading those of driver-owned namespaces
 handles of task-owned ones (`task_state`: their bytes are never read here), materialization
 of the driver's state and compaction (so a checkpoint has a fallback), writing the manifest
 (the commit point), and applying retention and sweeps after it. Leaves to others: the
-driver's state the chain checkpoints (``pipeline.PipelineStore``, which calls in here), restore (``restore``), the retention rules
-(``retention``), the store-wide listing and deleting (``store``) and the file formats
-(``changelog``, ``materialization``, ``manifest``).
+driver's state the chain checkpoints (``pipeline.PipelineStore``, which calls in here),
+restore (``restore``), the retention rules (``retention``), the store-wide listing and
+deleting (``store``) and the file formats (``changelog``, ``materialization``, ``manifest``).
 """
 
 from __future__ import annotations
