@@ -113,6 +113,7 @@ class CheckpointChain:
             self.add(self.work.log.flush())  # Step 2.
             cid = CheckpointId(self.store._next_checkpoint_id(self.work.pipeline_id))
             self._apply_staged(staged, cid)  # Step 3.
+            self._truncate_logs()
             if self._materialization_due():  # Step 4.
                 self.materialize()
             elif self._needs_fallback(self.live_files()):
@@ -199,6 +200,11 @@ class CheckpointChain:
         for ns, start, stop, entries in msg.counts:
             spaces[ns] = of(ns).count(start, stop, entries)
         self.task_state = TaskState(spaces)
+
+    def _truncate_logs(self) -> None:
+        """After step 3: each log without the segments no range reads any more."""
+        spaces = self.task_state.namespaces
+        self.task_state = TaskState({ns: s.truncated() for ns, s in spaces.items()})
 
     def _give_fallback(self, cid: int) -> None:
         """Step 4: make the next checkpoint share no file with a retained one. While the

@@ -14,6 +14,7 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from sparkbeam.checkpoint.errors import CheckpointCorruptError
@@ -71,11 +72,15 @@ class Manifest:
     def driver_files(self) -> tuple[FileEntry, ...]:
         return self.materialization + self.changelog
 
-    @property
+    @cached_property
     def files(self) -> tuple[FileEntry, ...]:
         if self.task_state is None:
             return self.driver_files
         return self.driver_files + self.task_state.files()
+
+    @cached_property
+    def file_names(self) -> frozenset[str]:
+        return frozenset(f.name for f in self.files)
 
     @property
     def materialization_bytes(self) -> int:
@@ -134,14 +139,9 @@ def _canonical(body: dict) -> bytes:
 
 def encode_manifest(manifest: Manifest) -> bytes:
     """JSON bytes with a crc32 over the canonical encoding of the content."""
-    body = manifest.to_json()
-    doc = {
-        "format": FORMAT,
-        "version": VERSION,
-        "checksum": checksum(_canonical(body)),
-        "manifest": body,
-    }
-    return json.dumps(doc, indent=1, sort_keys=True).encode()
+    body = _canonical(manifest.to_json())  # encoded once: the checksum's bytes are the doc's
+    head = json.dumps({"checksum": checksum(body), "format": FORMAT}, sort_keys=True)[:-1]
+    return b'%s, "manifest": %s, "version": %d}' % (head.encode(), body, VERSION)
 
 
 def decode_manifest(data: bytes, path: str) -> Manifest:

@@ -27,14 +27,25 @@ Leaves to others: reading the files (`reader`, the runner's task-side reads), th
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 
 SNAPSHOT_MIN_BYTES = 4 << 20
-"""A range snapshots once its tail holds this many bytes and more than its base."""
+"""A range snapshots once its tail holds this many bytes and more than its base..."""
+SNAPSHOT_MAX_SEGMENTS = 32
+"""... or about this many segments (between half and all of it, depending on the range, so
+that ranges which grow alike do not all snapshot in the same round). It bounds the manifest:
+at most this many log segments per range."""
+
+
+def _segments_due(start: int) -> int:
+    half = SNAPSHOT_MAX_SEGMENTS // 2
+    return half + (start * 7919) % max(1, half)
 
 
 @dataclass(frozen=True)
@@ -82,6 +93,15 @@ def _file_range(entry: FileEntry, max_key_groups: int) -> tuple[int, int]:
     return entry.kg_start, entry.kg_stop
 
 
+def _compact(f: FileEntry) -> list:
+    return [f.name, f.size, f.checksum, f.records, f.kg_start, f.kg_stop]
+
+
+def _entry(v: list) -> FileEntry:
+    name, size, crc, records, start, stop = v
+    return FileEntry(str(name), int(size), str(crc), int(records), int(start), int(stop))
+
+
 @dataclass(frozen=True)
 class NamespaceState:
     """The handles of one task-owned namespace; see the module docstring."""
@@ -120,6 +140,9 @@ class NamespaceState:
         return replace(self, log=tuple(log), next_seq=seq)
 
     def _split(self, at: int) -> tuple[RangeState, ...]:
+        inside = self._overlapping(at, at + 1)
+        if not inside or inside[0].start == at:
+            return self.ranges
         out = []
         for r in self.ranges:
             if r.start < at < r.stop:
@@ -150,15 +173,22 @@ class NamespaceState:
         out = (
             [r for r in ranges if r.stop <= start] + [new] + [r for r in ranges if r.start >= stop]
         )
-        return replace(self, ranges=tuple(out))._truncated()
+        return replace(self, ranges=tuple(out))
 
-    def _truncated(self) -> NamespaceState:
-        """Without the log segments no range reads any more."""
+    def _overlapping(self, start: int, stop: int) -> tuple[RangeState, ...]:
+        """The ranges that overlap ``[start, stop)`` (ranges are sorted and disjoint)."""
+        starts = [r.start for r in self.ranges]
+        first = max(0, bisect.bisect_right(starts, start) - 1)
+        last = bisect.bisect_left(starts, stop)
+        return self.ranges[first:last]
+
+    def truncated(self) -> NamespaceState:
+        """Without the log segments no range reads any more (after a commit's snapshots)."""
         m = self.max_key_groups
         kept = tuple(
             (seq, f)
             for seq, f in self.log
-            if any(r.since < seq and r.overlaps(*_file_range(f, m)) for r in self.ranges)
+            if any(r.since < seq for r in self._overlapping(*_file_range(f, m)))
         )
         return replace(self, log=kept) if len(kept) != len(self.log) else self
 
@@ -176,11 +206,15 @@ class NamespaceState:
         """Per range overlapping ``groups``: the overlap, the range, its tail segments."""
         m = self.max_key_groups
         out = []
-        for r in self.ranges:
-            if not r.overlaps(groups.start, groups.stop):
-                continue
+        for r in self._overlapping(groups.start, groups.stop):
             sub = KeyGroupRange(max(r.start, groups.start), min(r.stop, groups.stop))
-            tail = [f for seq, f in self.log if seq > r.since and sub.overlaps(*_file_range(f, m))]
+            lo, hi, since = sub.start, sub.stop, r.since
+            tail = []
+            for seq, f in self.log:
+                if seq > since:
+                    a, b = (f.kg_start, f.kg_stop) if f.kg_stop > f.kg_start else (0, m)
+                    if a < hi and lo < b:
+                        tail.append(f)
             out.append((sub, r, tail))
         return out
 
@@ -192,13 +226,15 @@ class NamespaceState:
             tail_bytes = sum(f.size for f in tail)
             if tail_bytes >= SNAPSHOT_MIN_BYTES and tail_bytes > sum(f.size for f in r.base):
                 return True
+            if len(tail) >= _segments_due(r.start):
+                return True
         return False
 
     # -- encoding --------------------------------------------------------------------------------
     def to_json(self) -> dict:
         return {
             "ranges": [r.to_json() for r in self.ranges],
-            "log": [[seq, f.to_json()] for seq, f in self.log],
+            "log": [[seq, *_compact(f)] for seq, f in self.log],
             "next_seq": self.next_seq,
             "rebase_below": self.rebase_below,
         }
@@ -207,7 +243,7 @@ class NamespaceState:
     def from_json(cls, d: dict) -> NamespaceState:
         return cls(
             tuple(RangeState.from_json(r) for r in d["ranges"]),
-            tuple((int(seq), FileEntry.from_json(f)) for seq, f in d["log"]),
+            tuple((int(e[0]), _entry(e[1:])) for e in d["log"]),
             int(d["next_seq"]),
             int(d.get("rebase_below", -1)),
         )
@@ -231,6 +267,10 @@ class TaskState:
     namespaces: dict[str, NamespaceState] = field(default_factory=dict)
 
     def files(self) -> tuple[FileEntry, ...]:
+        return self._files
+
+    @cached_property
+    def _files(self) -> tuple[FileEntry, ...]:
         seen: dict[str, FileEntry] = {}
         for ns in sorted(self.namespaces):
             for f in self.namespaces[ns].files():
