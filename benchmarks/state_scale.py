@@ -140,7 +140,7 @@ def simulate(args: argparse.Namespace) -> int:
     base = int(args.keys * args.value_bytes / p)
     store = open_store(f"memory://state-scale-{os.getpid()}", max_key_groups=m)
     st = store.pipeline("p")
-    times, sizes, snapshots = [], [], 0
+    times, cpu, sizes, snapshots = [], [], [], 0
     tracemalloc.start()
     cid = None
     for rnd in range(args.rounds):
@@ -162,9 +162,10 @@ def simulate(args: argparse.Namespace) -> int:
                     counts=((ns, g.start, g.stop, args.keys // p),),
                 )
             )  # fmt: skip
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         cid = st.checkpoint(fingerprint="f", parallelism=p, commit_messages=messages)
         times.append(time.perf_counter() - t0)
+        cpu.append(time.process_time() - c0)
         sizes.append(len(encode_manifest(store.load_manifest("p", cid))))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -175,11 +176,13 @@ def simulate(args: argparse.Namespace) -> int:
             f"{args.keys:.0e} x {args.value_bytes} B",
             p, m, args.rounds,
             f"{statistics.median(times_ms):.1f}", f"{p99:.1f}",
+            f"{statistics.median(cpu) * 1000:.1f}",
             f"{peak / 1e6:.1f}", f"{max(sizes) / 1e3:.0f}", snapshots,
         )
     ]  # fmt: skip
     head = (
         "state", "executors", "key groups", "rounds", "commit p50 ms", "commit p99 ms",
+        "commit CPU p50 ms",
         "driver peak MB", "manifest max KB", "range snapshots",
     )  # fmt: skip
     print(_harness.format_table(head, rows))

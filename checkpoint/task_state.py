@@ -139,48 +139,52 @@ class NamespaceState:
             seq += 1
         return replace(self, log=tuple(log), next_seq=seq)
 
-    def _split(self, at: int) -> tuple[RangeState, ...]:
-        inside = self._overlapping(at, at + 1)
-        if not inside or inside[0].start == at:
-            return self.ranges
-        out = []
-        for r in self.ranges:
+    @cached_property
+    def _starts(self) -> list[int]:
+        return [r.start for r in self.ranges]
+
+    def _span(self, start: int, stop: int) -> tuple[int, int]:
+        """Indices ``[i, j)`` of the ranges that overlap ``[start, stop)`` (ranges are sorted,
+        disjoint and cover every key group)."""
+        starts = self._starts
+        return max(0, bisect.bisect_right(starts, start) - 1), bisect.bisect_left(starts, stop)
+
+    def _overlapping(self, start: int, stop: int) -> tuple[RangeState, ...]:
+        i, j = self._span(start, stop)
+        return self.ranges[i:j]
+
+    def _split_at(self, *points: int) -> NamespaceState:
+        """The same ranges, cut at ``points`` (a new part counts no entries until told)."""
+        state = self
+        for at in points:
+            i, _ = state._span(at, at + 1)
+            r = state.ranges[i]
             if r.start < at < r.stop:
-                out.append(replace(r, stop=at))
-                out.append(replace(r, start=at, entries=0))
-            else:
-                out.append(r)
-        return tuple(out)
+                parts = (replace(r, stop=at), replace(r, start=at, entries=0))
+                state = replace(state, ranges=state.ranges[:i] + parts + state.ranges[i + 1 :])
+        return state
 
     def count(self, start: int, stop: int, entries: int) -> NamespaceState:
         """A task's report: ``[start, stop)`` now holds ``entries`` keys."""
-        ranges = replace(self, ranges=self._split(start))._split(stop)
-        out, first = [], True
-        for r in ranges:
-            if start <= r.start and r.stop <= stop:
-                r = replace(r, entries=entries if first else 0)
-                first = False
-            out.append(r)
-        return replace(self, ranges=tuple(out))
+        state = self._split_at(start, stop)
+        i, j = state._span(start, stop)
+        inside = state.ranges[i:j]
+        if inside[0].entries == entries and all(r.entries == 0 for r in inside[1:]):
+            return state
+        counted = (replace(inside[0], entries=entries),) + tuple(
+            replace(r, entries=0) for r in inside[1:]
+        )
+        return replace(state, ranges=state.ranges[:i] + counted + state.ranges[j:])
 
     def rebase(
         self, start: int, stop: int, base: tuple[FileEntry, ...], entries: int, checkpoint: int
     ) -> NamespaceState:
         """A snapshot of ``[start, stop)`` as of everything appended so far, committed by
         ``checkpoint``."""
-        ranges = replace(self, ranges=self._split(start))._split(stop)
+        state = self._split_at(start, stop)
+        i, j = state._span(start, stop)
         new = RangeState(start, stop, base, self.next_seq - 1, entries, checkpoint)
-        out = (
-            [r for r in ranges if r.stop <= start] + [new] + [r for r in ranges if r.start >= stop]
-        )
-        return replace(self, ranges=tuple(out))
-
-    def _overlapping(self, start: int, stop: int) -> tuple[RangeState, ...]:
-        """The ranges that overlap ``[start, stop)`` (ranges are sorted and disjoint)."""
-        starts = [r.start for r in self.ranges]
-        first = max(0, bisect.bisect_right(starts, start) - 1)
-        last = bisect.bisect_left(starts, stop)
-        return self.ranges[first:last]
+        return replace(state, ranges=state.ranges[:i] + (new,) + state.ranges[j:])
 
     def truncated(self) -> NamespaceState:
         """Without the log segments no range reads any more (after a commit's snapshots)."""
