@@ -33,8 +33,6 @@ from sparkbeam.io.kafka_restrictions import (
 
 __all__ = ["ReadFromKafka"]
 
-BATCH = 500
-
 
 class ReadFromKafka(beam.PTransform):
     """Read ``topics`` as ``(key, value)`` pairs, or Beam Kafka rows ``with_metadata=True``.
@@ -47,7 +45,10 @@ class ReadFromKafka(beam.PTransform):
     ``commit_offset_in_finalize`` commits read offsets to the consumer group (for lag
     monitoring only: a restore reads its positions from the checkpoint). The SDF is the
     ``Read`` step of this transform: startpoints name it ``<label>/Read``, per partition with
-    ``--key <topic>-<partition>``.
+    ``--key <topic>-<partition>``. sparkbeam's own knobs: ``idle_resume_delay_s`` (how long a
+    caught-up partition waits before it polls again), ``max_poll_s`` and ``batch_size`` (a call
+    reads batches of ``batch_size`` records for at most ``max_poll_s``, then hands its
+    remainder back to the runner, which checkpoints it).
     """
 
     processing_time_policy = kafka_records.PROCESSING_TIME
@@ -72,6 +73,7 @@ class ReadFromKafka(beam.PTransform):
         stop_read_time: int | None = None,
         idle_resume_delay_s: float = 1.0,
         max_poll_s: float = 1.0,
+        batch_size: int = 500,
     ) -> None:
         super().__init__()
         if max_read_time is not None:
@@ -103,6 +105,7 @@ class ReadFromKafka(beam.PTransform):
             stop_read_time=stop_read_time,
             idle_resume_delay_s=idle_resume_delay_s,
             max_poll_s=max_poll_s,
+            batch_size=batch_size,
         )
 
     def expand(self, pbegin):
@@ -177,13 +180,14 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
 
     def __init__(
         self, config, records, *, commit_offset_in_finalize, poll_timeout_s, stop_read_time,
-        idle_resume_delay_s, max_poll_s,
+        idle_resume_delay_s, max_poll_s, batch_size,
     ) -> None:  # fmt: skip
         KafkaRestrictionProvider.__init__(self, config)
         self.config, self.records = config, records
         self.commit_offset_in_finalize = commit_offset_in_finalize
         self.poll_timeout_s, self.stop_read_time = poll_timeout_s, stop_read_time
         self.idle_resume_delay_s, self.max_poll_s = idle_resume_delay_s, max_poll_s
+        self.batch_size = batch_size
         self._consumer = None
 
     def setup(self):
@@ -223,7 +227,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         last = None
         try:
             while True:
-                messages = consumer.consume(BATCH, timeout=self.poll_timeout_s)
+                messages = consumer.consume(self.batch_size, timeout=self.poll_timeout_s)
                 caught_up = not messages
                 for message in messages:
                     if message.error() is not None:
