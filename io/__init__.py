@@ -9,5 +9,6 @@ from __future__ import annotations
 
 from sparkbeam.io.files import WriteToFilesOnCheckpoint
 from sparkbeam.io.kafka_read import ReadFromKafka
+from sparkbeam.io.kafka_write import WriteToKafka
 
-__all__ = ["ReadFromKafka", "WriteToFilesOnCheckpoint"]
+__all__ = ["ReadFromKafka", "WriteToFilesOnCheckpoint", "WriteToKafka"]
