@@ -92,7 +92,8 @@ class ReadFromKafka(beam.PTransform):
             self.consumer_config, self.topics, start_read_time, max_num_records,
             dict(stop_offsets or {}),
         )  # fmt: skip
-        self.reader = _ReadPartitions(
+        bounded = max_num_records is not None or stop_read_time is not None
+        self.reader = (_ReadPartitions if bounded else _ReadUnboundedPartitions)(
             self.consumer_config,
             kafka_records.RecordMaker(
                 kafka_records.deserializer("key", key_deserializer),
@@ -210,13 +211,15 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
             self._consumer.close()
             self._consumer = None
 
-    @beam.DoFn.unbounded_per_element()
     def process(
         self,
         element,
         tracker=beam.DoFn.RestrictionParam(),
         watermark=beam.DoFn.WatermarkEstimatorParam(KafkaWatermarkEstimatorProvider()),
     ):
+        yield from self._read(element, tracker, watermark)
+
+    def _read(self, element, tracker, watermark):
         from confluent_kafka import TopicPartition
 
         topic, partition = element[0], element[1]
@@ -277,3 +280,16 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
 
     def _past_stop_wall_time(self) -> bool:
         return self.stop_read_time is not None and time.time() * 1000 >= self.stop_read_time
+
+
+class _ReadUnboundedPartitions(_ReadPartitions):
+    """The same read, its output marked unbounded (no bound was given)."""
+
+    @beam.DoFn.unbounded_per_element()
+    def process(
+        self,
+        element,
+        tracker=beam.DoFn.RestrictionParam(),
+        watermark=beam.DoFn.WatermarkEstimatorParam(KafkaWatermarkEstimatorProvider()),
+    ):
+        yield from self._read(element, tracker, watermark)

@@ -38,6 +38,9 @@ def test_max_num_records_reads_every_record_once(spark, kafka_broker, tmp_path):
         )
         expected = [f"{p}-{i}" for p in range(3) for i in range(40)]
         assert_that(values, equal_to(expected))
+        # A bounded read is a bounded PCollection: a global combine applies to it.
+        count = values | beam.combiners.Count.Globally()
+        assert_that(count, equal_to([120]), label="count")
 
 
 def test_with_metadata_rows_carry_position_time_and_headers(spark, kafka_broker):
