@@ -6,7 +6,8 @@ records of ``--value-bytes`` bytes into a ``--partitions``-partition topic, then
 * ``bare``: a confluent-kafka consumer loop (assign every partition from 0, ``consume(500)``)
   until it has every record -- the ceiling;
 * ``sparkbeam``: ``ReadFromKafka(max_num_records=N) | Map | Count`` on SparkCheckpointRunner
-  (batch), timed around ``run().wait_until_finish()`` on a warm session (a small run first);
+  (batch), timed around ``run().wait_until_finish()`` on a warm session (a small run first),
+  also net of a 100-record run's time (the fixed cost of a run: planning, rounds, jobs);
 * ``idle``: a ``--streaming`` Kafka -> files job on an empty topic in a child process; after a
   warm-up, the CPU seconds of its whole process tree (driver, JVM, Python workers) per wall
   second over ``--idle-s`` seconds.
@@ -44,7 +45,8 @@ def bare_loop(config: dict, topic: str, partitions: int, records: int) -> float:
     return records / elapsed
 
 
-def sparkbeam_run(config: dict, topic: str, records: int) -> float:
+def sparkbeam_run(config: dict, topic: str, records: int) -> tuple[float, float, float]:
+    """records/s of the whole run, records/s net of a 100-record run's time, that time."""
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -66,7 +68,9 @@ def sparkbeam_run(config: dict, topic: str, records: int) -> float:
         return time.perf_counter() - started
 
     run(100)  # warm: Spark session, worker daemon, imports
-    return records / run(records)
+    fixed = run(100)  # the same tiny run again: planning, rounds, job overhead
+    whole = run(records)
+    return records / whole, records / max(whole - fixed, 1e-9), fixed
 
 
 def tree_cpu_s(pid: int) -> float:
@@ -91,11 +95,11 @@ def tree_cpu_s(pid: int) -> float:
     return total
 
 
-def idle_cost(bootstrap: str, topic: str, idle_s: float, warm_s: float) -> float:
+def idle_cost(bootstrap: str, topic: str, idle_s: float, warm_s: float, delay_s: float) -> float:
     with tempfile.TemporaryDirectory() as tmp:
         cmd = [
             sys.executable, __file__, "--idle-child", "--bootstrap", bootstrap, "--topic", topic,
-            "--tmp", tmp,
+            "--tmp", tmp, "--idle-delay-s", str(delay_s),
         ]  # fmt: skip
         child = subprocess.Popen(cmd, cwd=REPO, start_new_session=True)
         try:
@@ -109,7 +113,7 @@ def idle_cost(bootstrap: str, topic: str, idle_s: float, warm_s: float) -> float
     return (cpu1 - cpu0) / (t1 - t0)
 
 
-def idle_child(bootstrap: str, topic: str, tmp: str) -> None:
+def idle_child(bootstrap: str, topic: str, tmp: str, delay_s: float) -> None:
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -121,10 +125,23 @@ def idle_child(bootstrap: str, topic: str, tmp: str) -> None:
     with beam.Pipeline(options=options) as p:
         _ = (
             p
-            | ReadFromKafka({"bootstrap.servers": bootstrap}, [topic])
+            | ReadFromKafka({"bootstrap.servers": bootstrap}, [topic], idle_resume_delay_s=delay_s)
             | beam.Map(repr)
             | WriteToFilesOnCheckpoint(f"{tmp}/out/out")
         )
+
+
+def throughput(broker, args) -> None:
+    value = b"x" * args.value_bytes
+    records = [(b"%d" % i, value, None) for i in range(args.records)]
+    broker.produce("bench", records)
+    bare = bare_loop(broker.config(), "bench", args.partitions, args.records)
+    native, net, fixed = sparkbeam_run(broker.config(), "bench", args.records)
+    print(f"records={args.records} partitions={args.partitions} bytes={args.value_bytes}")
+    print(f"bare confluent-kafka loop: {bare:,.0f} records/s")
+    print(f"sparkbeam Kafka -> Map -> Count: {native:,.0f} records/s (whole run)")
+    print(f"  net of a 100-record run ({fixed:.1f} s): {net:,.0f} records/s")
+    print(f"ratio sparkbeam / bare: {native / bare:.3f}x whole, {net / bare:.3f}x net")
 
 
 def main() -> None:
@@ -134,13 +151,15 @@ def main() -> None:
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--idle-s", type=float, default=30.0)
     parser.add_argument("--warm-s", type=float, default=45.0)
+    parser.add_argument("--idle-delay-s", type=float, default=1.0, help="idle_resume_delay_s")
+    parser.add_argument("--idle-only", action="store_true", help="skip the throughput runs")
     parser.add_argument("--idle-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--tmp", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.idle_child:
-        idle_child(args.bootstrap, args.topic, args.tmp)
+        idle_child(args.bootstrap, args.topic, args.tmp, args.idle_delay_s)
         return
     from tests.servers import start_kafka_broker, stop_process_group
 
@@ -149,17 +168,13 @@ def main() -> None:
         try:
             broker.create_topic("bench", args.partitions)
             broker.create_topic("idle", args.partitions)
-            value = b"x" * args.value_bytes
-            records = [(b"%d" % i, value, None) for i in range(args.records)]
-            broker.produce("bench", records)
-            bare = bare_loop(broker.config(), "bench", args.partitions, args.records)
-            native = sparkbeam_run(broker.config(), "bench", args.records)
-            print(f"records={args.records} partitions={args.partitions} bytes={args.value_bytes}")
-            print(f"bare confluent-kafka loop: {bare:,.0f} records/s")
-            print(f"sparkbeam Kafka -> Map -> Count: {native:,.0f} records/s")
-            print(f"ratio sparkbeam / bare: {native / bare:.3f}x")
-            cost = idle_cost(broker.bootstrap, "idle", args.idle_s, args.warm_s)
-            print(f"idle topic, --streaming job: {cost:.3f} CPU-s per wall-s (process tree)")
+            if not args.idle_only:
+                throughput(broker, args)
+            cost = idle_cost(broker.bootstrap, "idle", args.idle_s, args.warm_s, args.idle_delay_s)
+            print(
+                f"idle topic, --streaming job, idle_resume_delay_s={args.idle_delay_s}: "
+                f"{cost:.3f} CPU-s per wall-s (process tree)"
+            )
         finally:
             stop_process_group(broker.proc)
 

@@ -243,6 +243,8 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                         return
                     last = offset
                     yield beam.window.TimestampedValue(self.records.element(message), ts)
+                if last is not None and last + 1 >= tracker.current_restriction().stop:
+                    return  # the restriction is done: no empty residual to schedule
                 if caught_up:
                     watermark.advance_idle(Timestamp.now())
                     if self._past_stop_wall_time():

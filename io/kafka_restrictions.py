@@ -59,11 +59,11 @@ class KafkaOffsetTracker(OffsetRestrictionTracker):
     def current_progress(self) -> RestrictionProgress:
         if not self._unbounded():
             return super().current_progress()
-        position = self._current_position()
+        position = self._position_now()
         remaining = max(1, self._backlog or 1)
         return RestrictionProgress(completed=position - self._range.start, remaining=remaining)
 
-    def _current_position(self) -> int:
+    def _position_now(self) -> int:
         if self._last_claim_attempt is None:
             return self._range.start
         return self._last_claim_attempt + 1
