@@ -64,3 +64,19 @@ def test_with_metadata_rows_carry_position_time_and_headers(spark, kafka_broker)
             for i in range(3)
         ]
         assert_that(got, equal_to(expected))
+
+
+def test_commit_offset_in_finalize_commits_to_the_group(spark, kafka_broker):
+    from confluent_kafka import TopicPartition
+
+    from sparkbeam.io import kafka_client
+
+    topic = _topic(kafka_broker, 2, 10)
+    group = "g-" + uuid.uuid4().hex[:8]
+    config = kafka_broker.config(**{"auto.offset.reset": "earliest", "group.id": group})
+    options = PipelineOptions(spark_test_options())
+    with beam.Pipeline(options=options) as p:
+        _ = p | ReadFromKafka(config, [topic], max_num_records=20, commit_offset_in_finalize=True)
+    client = kafka_client.consumer(kafka_broker.config(**{"group.id": group}))
+    committed = client.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
+    assert [tp.offset for tp in committed] == [10, 10]
