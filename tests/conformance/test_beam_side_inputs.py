@@ -22,8 +22,8 @@ pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SKIPS: dict[str, str] = {
     # Beam 2.77 expects the main element of window [0, 5) to see [100, 0]: the early pane and
-    # the on-time pane added up, read once the side input's watermark passed the window (the
-    # Python DirectRunner's rule). sparkbeam follows Beam's programming guide instead: a
+    # the on-time pane added up, read once the side input's watermark is at +inf (the Python
+    # DirectRunner's rule). sparkbeam follows Beam's programming guide instead: a
     # triggered side input's view is its latest firing, read as soon as the window has a pane
     # (``runner/rounds/side_input_view.py``), so the element sees [100], the only firing then.
     # tests/streaming/test_side_input_firings.py asserts that rule, pane by pane.
