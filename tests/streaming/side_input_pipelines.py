@@ -4,9 +4,11 @@ Main input ``PeriodicImpulse`` ticks; the side input is another ``PeriodicImpuls
 version string, in the global window with ``Repeatedly(AfterCount(1))``, DISCARDING, read with
 ``AsSingleton``. Each main element writes the version it saw, one JSON line per element, to
 ``--out``. Run as a module by the kill-and-resume test; ``add_pattern`` is shared with the
-in-process test. Both impulses start when the pipeline's first round runs (``REBASE_ALL``), not
-when it is built, so a slow Spark start does not turn the ticks into one catch-up round; a
-resumed run continues the killed run's ticks (the impulse ran once, its residuals are stored).
+in-process test, which gives both impulses one start time. The module's impulses start when they
+first run (``REBASE_ALL``), not when the pipeline is built, so a slow Spark start does not turn
+the ticks into one catch-up round (each impulse from its own first run: the side's may start
+later or earlier than the main's); a resumed run continues the killed run's ticks (the impulses
+ran once, their residuals are stored).
 """
 
 from __future__ import annotations
@@ -31,17 +33,19 @@ class RecordVersion(beam.DoFn):
             f.write(json.dumps([float(tick), version]) + "\n")
 
 
-def _ticks(seconds: float, every: float, data=None) -> PeriodicImpulse:
-    return PeriodicImpulse(
-        0, seconds, every, apply_windowing=False, data=data, rebase=RebaseMode.REBASE_ALL
-    )
-
-
-def add_pattern(p, main_for: float, side_for: float, intervals, out: str):
+def add_pattern(p, main_for: float, side_for: float, intervals, out: str, start=None):
     """Main ticks every ``intervals[0]`` s for ``main_for`` s; side versions 0, 1, ... every
-    ``intervals[1]`` s for ``side_for`` s."""
+    ``intervals[1]`` s for ``side_for`` s; from ``start`` (None: each impulse's first run)."""
     main_every, side_every = intervals
     versions = list(range(round(side_for / side_every)))
+    rebase = RebaseMode.REBASE_ALL if start is None else RebaseMode.REBASE_NONE
+    base = 0 if start is None else start
+
+    def _ticks(seconds: float, every: float, data=None) -> PeriodicImpulse:
+        return PeriodicImpulse(
+            base, base + seconds, every, apply_windowing=False, data=data, rebase=rebase
+        )
+
     side = (
         p
         | "SideTicks" >> _ticks(side_for, side_every, versions)
