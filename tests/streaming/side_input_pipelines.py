@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -23,14 +24,14 @@ from apache_beam.transforms.periodicsequence import PeriodicImpulse, RebaseMode
 
 
 class RecordVersion(beam.DoFn):
-    """Appends [main timestamp, version seen] to ``path`` (one write per line)."""
+    """Appends [main timestamp, version seen, wall time] to ``path`` (one write per line)."""
 
     def __init__(self, path: str) -> None:
         self.path = path
 
     def process(self, tick, version):
         with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps([float(tick), version]) + "\n")
+            f.write(json.dumps([float(tick), version, time.time()]) + "\n")
 
 
 def add_pattern(p, main_for: float, side_for: float, intervals, out: str, start=None):
@@ -65,7 +66,7 @@ def read_records(path: str) -> list[tuple[float, int]]:
     """(main timestamp, version number) of every line written."""
     with open(path, encoding="utf-8") as f:
         rows = [json.loads(line) for line in f if line.strip()]
-    return [(tick, int(version[1:])) for tick, version in rows]
+    return [(row[0], int(row[1][1:])) for row in rows]
 
 
 def main(argv=None) -> None:
