@@ -1,12 +1,13 @@
 """The commit protocol of one pipeline: `CheckpointChain`, the files its next checkpoint names.
 
 Owns: the numbered steps of a checkpoint commit (`CheckpointChain.commit`, `CommitStatus`),
-checking and reading the tasks' commit messages, materialization and compaction (so a
-checkpoint has a fallback), writing the manifest (the commit point), and applying retention
-and sweeps after it. Leaves to others: the working state the chain checkpoints
-(``pipeline.PipelineStore``, which calls in here), restore (``restore``), the retention rules
-(``retention``), the store-wide listing and deleting (``store``) and the file formats
-(``changelog``, ``materialization``, ``manifest``).
+checking the tasks' commit messages and reading those of driver-owned namespaces, taking the
+handles of task-owned ones (`task_state`: their bytes are never read here), materialization
+of the driver's state and compaction (so a checkpoint has a fallback), writing the manifest
+(the commit point), and applying retention and sweeps after it. Leaves to others: the
+driver's state the chain checkpoints (``pipeline.PipelineStore``, which calls in here),
+restore (``restore``), the retention rules (``retention``), the store-wide listing and
+deleting (``store``) and the file formats (``changelog``, ``materialization``, ``manifest``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sparkbeam.checkpoint.ids import CheckpointId, FileEntry
 from sparkbeam.checkpoint.manifest import Manifest, encode_manifest, manifest_name
 from sparkbeam.checkpoint.materialization import write_materialization
 from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus
+from sparkbeam.checkpoint.task_state import NamespaceState, TaskState
 
 if TYPE_CHECKING:
     from sparkbeam.checkpoint.pipeline import PipelineStore
@@ -34,7 +36,8 @@ COMPACT_MAX_ENTRIES = 50_000
 """Up to this many entries, the snapshot that gives a checkpoint its fallback is one segment."""
 
 Staged = list[tuple[CommitMessage, list[tuple[str, bytes]]]]
-"""The commit messages of one checkpoint, each with its staged files (path, verified bytes)."""
+"""The commit messages of one checkpoint, each with its staged files (path, verified bytes;
+none for a task-owned message)."""
 
 
 class CheckpointChain:
@@ -46,6 +49,8 @@ class CheckpointChain:
         self.materialization: tuple[FileEntry, ...] = ()
         self.files: list[FileEntry] = []
         """Changelog segments after the materialization, in order."""
+        self.task_state = TaskState()
+        """Handles of the task-owned namespaces."""
         self.committed_files: set[str] = set()
         """Files named by the last committed manifest."""
         self.committed_tasks: dict[tuple[str, int, int], int] = {}
@@ -65,6 +70,9 @@ class CheckpointChain:
 
     def live_files(self) -> set[str]:
         """Names (relative to the pipeline dir) the next checkpoint will need."""
+        return self._driver_files() | {f.name for f in self.task_state.files()}
+
+    def _driver_files(self) -> set[str]:
         return {f.name for f in self.materialization} | {f.name for f in self.files}
 
     # -- commit --------------------------------------------------------------------------------
@@ -78,14 +86,19 @@ class CheckpointChain:
         """Commit the working state as the next checkpoint (``PipelineStore.checkpoint``).
 
         Step 1. STARTED: check the commit messages (one attempt per (stage, round, partition))
-                and read + verify all their staged files before anything is applied.
+                and read + verify the staged files of driver-owned namespaces before anything
+                is applied. Files of task-owned namespaces are not read: their tasks wrote
+                their sizes and checksums, and the tasks that read them check those.
         Step 2. Flush the driver's changelog buffer: its changes precede the staged ones.
-        Step 3. Apply the staged changes to the working state (``PipelineStore.apply``: a
-                message that counts its entries is applied when its namespace is next read)
-                and append their files to the chain, in (stage, round, partition) order.
-        Step 4. Materialize if ``materialization_interval_s`` has passed; else, if no
-                retained checkpoint would share no file with this one, compact the state into
-                new files so that the previous checkpoint is its fallback (`retention`).
+        Step 3. Apply the staged changes to the driver's state (``PipelineStore.apply``) and
+                append their files to the chain; append a task-owned message's files to its
+                namespaces' logs and take its snapshots and counts (`task_state`); in
+                (stage, round, partition) order.
+        Step 4. Materialize the driver's state if ``materialization_interval_s`` has passed;
+                else, if no retained checkpoint would share no file with this one, give it a
+                fallback (`retention`): ask the tasks to snapshot their ranges in the next
+                round while the task-owned files are shared, then compact the driver's state
+                into new files.
         Step 5. PREPARED: build the manifest naming the materialization and the chain.
         Step 6. Write the manifest atomically -- the commit point. COMMITTED.
         Step 7. Retention: drop checkpoints beyond ``retain`` but the fallback, and abandoned
@@ -98,13 +111,14 @@ class CheckpointChain:
         try:
             staged = self._read_commit_messages(list(commit_messages))  # Step 1.
             self.add(self.work.log.flush())  # Step 2.
-            self._apply_staged(staged)  # Step 3.
+            cid = CheckpointId(self.store._next_checkpoint_id(self.work.pipeline_id))
+            self._apply_staged(staged, cid)  # Step 3.
+            self._truncate_logs()
             if self._materialization_due():  # Step 4.
                 self.materialize()
-            elif self._needs_fallback():
-                self._compact()
+            elif self._needs_fallback(self.live_files()):
+                self._give_fallback(cid)
             # Step 5.
-            cid = CheckpointId(self.store._next_checkpoint_id(self.work.pipeline_id))
             manifest = self._manifest(cid, fingerprint, parallelism, metadata, staged)
             self.status = CommitStatus.PREPARED
             if os.environ.get("SPARKBEAM_CRASH_AT") == f"prepared:{cid}":  # recovery tests
@@ -128,7 +142,7 @@ class CheckpointChain:
         staged = []
         for task in sorted(seen):
             msg, segments = seen[task], []
-            for f in msg.files:
+            for f in () if msg.task_owned else msg.files:
                 path = f"{self.work.directory}/{f.name}"
                 segments.append((path, read_segment(self.store.storage, path, f)))
             staged.append((msg, segments))
@@ -156,13 +170,57 @@ class CheckpointChain:
                 "commit message per (stage, round, partition)."
             )
 
-    def _apply_staged(self, staged: Staged) -> None:
-        """Step 3: the staged changes into the working state, their files into the chain."""
+    def _apply_staged(self, staged: Staged, cid: int) -> None:
+        """Step 3: the staged changes into the driver's state and their files into the chain,
+        or a task-owned message's handles into `task_state`."""
         for msg, segments in staged:
-            self.work.apply(msg, segments)
-            self.files.extend(msg.files)
+            if msg.task_owned:
+                self._take_handles(msg, cid)
+                self.work.mark_positions(msg)
+            else:
+                self.work.apply(msg, segments)
+                self.files.extend(msg.files)
             self.committed_tasks[msg.task] = msg.attempt
             self.rounds_done[msg.stage] = max(msg.round, self.rounds_done.get(msg.stage, -1))
+
+    def _take_handles(self, msg: CommitMessage, cid: int) -> None:
+        """A task-owned message: its files appended to its namespaces' logs, then its
+        snapshots and counts (both as of its own changes)."""
+        spaces = dict(self.task_state.namespaces)
+
+        def of(ns: str) -> NamespaceState:
+            return spaces.get(ns) or NamespaceState.empty(self.work.max_key_groups)
+
+        for ns in sorted(msg.namespaces):
+            spaces[ns] = of(ns).append(msg.files)
+        for snap in msg.snapshots:
+            spaces[snap.namespace] = of(snap.namespace).rebase(
+                snap.start, snap.stop, snap.files, snap.entries, cid
+            )
+        for ns, start, stop, entries in msg.counts:
+            spaces[ns] = of(ns).count(start, stop, entries)
+        self.task_state = TaskState(spaces)
+
+    def _truncate_logs(self) -> None:
+        """After step 3: each log without the segments no range reads any more."""
+        spaces = self.task_state.namespaces
+        self.task_state = TaskState({ns: s.truncated() for ns, s in spaces.items()})
+
+    def _give_fallback(self, cid: int) -> None:
+        """Step 4: make the next checkpoint share no file with a retained one. While the
+        task-owned files are shared with every retained checkpoint, the tasks are asked to
+        snapshot their ranges in the next round (the driver cannot: it holds no task state);
+        once they are not, the driver's state is compacted into new files."""
+        task_files = {f.name for f in self.task_state.files()}
+        if task_files and self._needs_fallback(task_files):
+            self.task_state = TaskState(
+                {
+                    ns: s if s.snapshots_pending else s.request_snapshots(cid)
+                    for ns, s in self.task_state.namespaces.items()
+                }
+            )
+            return
+        self._compact()
 
     def _manifest(
         self, cid: CheckpointId, fingerprint: str, parallelism: int, metadata, staged: Staged
@@ -183,6 +241,7 @@ class CheckpointChain:
             entries=len(work),
             metadata=dict(metadata or {}),
             commits=tuple((*m.task, m.attempt) for m, _ in staged),
+            task_state=self.task_state,
         )
 
     def _write_manifest(self, manifest: Manifest) -> None:
@@ -212,10 +271,11 @@ class CheckpointChain:
         interval = self.store.materialization_interval_s
         return interval is not None and time.monotonic() - self.last_materialized >= interval
 
-    def _needs_fallback(self) -> bool:
-        """Checkpoints exist, but none would share no file with the next (`retention`)."""
+    def _needs_fallback(self, next_files: set[str]) -> bool:
+        """Checkpoints exist, but none would share no file with one naming ``next_files``
+        (`retention`)."""
         return self.store.materialization_interval_s is not None and self.store._needs_fallback(
-            self.work.pipeline_id, self.live_files(), self.abandoned
+            self.work.pipeline_id, next_files, self.abandoned
         )
 
     def _compact(self) -> None:
@@ -223,13 +283,12 @@ class CheckpointChain:
         checkpoint names. Small state (a new pipeline's second checkpoint) becomes one
         changelog segment, about the cost of the segment the commit writes anyway; large
         state (after restoring a fallback) a materialization."""
-        if len(self.work) > COMPACT_MAX_ENTRIES:
+        if len(self.work.table) > COMPACT_MAX_ENTRIES:
             self.materialize()
             return
         base = ChangelogWriter(
             self.store.storage, self.work.directory, "base", 1 << 62, name_prefix="changelog/"
         )
-        self.work.settle()
         for kg, ns, key, value in self.work.table.snapshot():
             base.append(Op.PUT, kg, ns, key, value)
         entry = base.flush()
@@ -239,8 +298,8 @@ class CheckpointChain:
         self.materialization = ()
 
     def materialize(self) -> None:
-        """Write a full snapshot now; later checkpoints name it instead of the older changelog."""
-        self.work.settle()
+        """Write a full snapshot of the driver's state now; later checkpoints name it instead
+        of the older changelog."""
         subdir, entries = write_materialization(
             self.store.storage,
             f"{self.work.directory}/materializations",
@@ -271,10 +330,12 @@ class CheckpointChain:
                 self.store.storage.delete(f"{self.work.directory}/{f.name}")
 
     # -- restore ---------------------------------------------------------------------------------
-    def adopt(self, manifest: Manifest) -> None:
-        """After a restore of ``manifest``: the chain is the one it names."""
+    def adopt(self, manifest: Manifest, task_state: TaskState) -> None:
+        """After a restore of ``manifest``: the chain is the one it names (``task_state``: its
+        task-owned handles, migrated from the driver's files for a version-1 manifest)."""
         self.materialization = manifest.materialization
         self.files = list(manifest.changelog)
+        self.task_state = task_state
         self.committed_tasks = {(s, r, p): a for s, r, p, a in manifest.commits}
         self.rounds_done = {}
         for stage, rnd, _p, _a in manifest.commits:

@@ -14,14 +14,20 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from sparkbeam.checkpoint.errors import CheckpointCorruptError
 from sparkbeam.checkpoint.filesystem import checksum
 from sparkbeam.checkpoint.ids import CheckpointId, FileEntry, PipelineId
+from sparkbeam.checkpoint.task_state import TaskState
 
 FORMAT = "sparkbeam-checkpoint-manifest"
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+# 1: every namespace in ``materialization`` + ``changelog`` (read; the driver migrates the
+#    task-owned ones into ``task_state`` on restore).
+# 2: task-owned namespaces in ``task_state`` (`task_state`); the driver's files hold the rest.
 MANIFEST_DIR = "manifests"
 _NAME = re.compile(r"^chk-(\d{10})\.json$")
 
@@ -58,10 +64,23 @@ class Manifest:
     metadata: dict[str, Any] = field(default_factory=dict)
     commits: tuple[tuple[str, int, int, int], ...] = ()
     """(stage, round, partition, attempt) of the task attempts this checkpoint committed."""
+    task_state: TaskState | None = None
+    """Handles of the task-owned namespaces; None in a version-1 manifest (their records are
+    in the driver's files then)."""
 
     @property
-    def files(self) -> tuple[FileEntry, ...]:
+    def driver_files(self) -> tuple[FileEntry, ...]:
         return self.materialization + self.changelog
+
+    @cached_property
+    def files(self) -> tuple[FileEntry, ...]:
+        if self.task_state is None:
+            return self.driver_files
+        return self.driver_files + self.task_state.files()
+
+    @cached_property
+    def file_names(self) -> frozenset[str]:
+        return frozenset(f.name for f in self.files)
 
     @property
     def materialization_bytes(self) -> int:
@@ -89,6 +108,7 @@ class Manifest:
             "entries": self.entries,
             "metadata": self.metadata,
             "commits": [list(c) for c in self.commits],
+            **({} if self.task_state is None else {"task_state": self.task_state.to_json()}),
         }
 
     @classmethod
@@ -109,6 +129,7 @@ class Manifest:
             entries=int(d.get("entries", 0)),
             metadata=dict(d.get("metadata", {})),
             commits=tuple((str(s), int(r), int(p), int(a)) for s, r, p, a in d.get("commits", [])),
+            task_state=TaskState.from_json(d["task_state"]) if "task_state" in d else None,
         )
 
 
@@ -118,14 +139,9 @@ def _canonical(body: dict) -> bytes:
 
 def encode_manifest(manifest: Manifest) -> bytes:
     """JSON bytes with a crc32 over the canonical encoding of the content."""
-    body = manifest.to_json()
-    doc = {
-        "format": FORMAT,
-        "version": VERSION,
-        "checksum": checksum(_canonical(body)),
-        "manifest": body,
-    }
-    return json.dumps(doc, indent=1, sort_keys=True).encode()
+    body = _canonical(manifest.to_json())  # encoded once: the checksum's bytes are the doc's
+    head = json.dumps({"checksum": checksum(body), "format": FORMAT}, sort_keys=True)[:-1]
+    return b'%s, "manifest": %s, "version": %d}' % (head.encode(), body, VERSION)
 
 
 def decode_manifest(data: bytes, path: str) -> Manifest:
@@ -136,7 +152,7 @@ def decode_manifest(data: bytes, path: str) -> Manifest:
         raise CheckpointCorruptError(path, f"manifest is not valid JSON ({e})") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         raise CheckpointCorruptError(path, "not a sparkbeam checkpoint manifest")
-    if doc.get("version") != VERSION:
+    if doc.get("version") not in READABLE_VERSIONS:
         raise CheckpointCorruptError(
             path,
             f"manifest version {doc.get('version')!r} is not supported (expected {VERSION})",

@@ -97,6 +97,27 @@ def write_materialization(
     return subdir, entries
 
 
+def write_snapshot(
+    storage: Storage,
+    directory: str,
+    prefix: str,
+    namespace: str,
+    start: int,
+    stop: int,
+    rows: list[tuple[int, bytes, bytes]],
+) -> FileEntry:
+    """One namespace's (key group, key, value) ``rows`` of key groups ``[start, stop)`` as one
+    file named ``<prefix>snap-<random>-kg-<start>-<stop>.arrow`` under ``directory`` (a
+    task-owned range's snapshot, `task_state`); the entry names it relative to ``directory``."""
+    rows = sorted(rows, key=lambda r: r[0])
+    data = _encode(
+        ([r[0] for r in rows], [namespace] * len(rows), [r[1] for r in rows], [r[2] for r in rows])
+    )
+    name = f"{prefix}snap-{uuid.uuid4().hex[:12]}-kg-{start:05d}-{stop:05d}.arrow"
+    storage.write(f"{directory}/{name}", data)
+    return FileEntry(name, len(data), checksum(data), len(rows), start, stop)
+
+
 def _fill(rows: tuple[list, list, list, list], entries: Iterator[Entry]) -> None:
     for kg, ns, key, value in entries:
         rows[0].append(kg)

@@ -1,8 +1,11 @@
-"""One pipeline's working state: `PipelineStore`.
+"""One pipeline's driver-owned state: `PipelineStore`.
 
-Owns: the working state table of one independent pipeline, the driver's changelog writer
-that records its changes, its completed-work markers and source positions, applying a task's
-staged changes to them, and loading a checkpoint's files into them. Leaves to others: the
+Owns: the state table of the namespaces the driver itself writes (SDF residuals, side inputs,
+pushback, batch stage outputs, sink files), the driver's changelog writer that records its
+changes, its completed-work markers and source positions, applying a task's staged changes
+to those namespaces, and loading a checkpoint's driver files into them. The task-owned
+namespaces (`state_layout.is_task_owned`: GroupByKey buffers, user state and timers) are not
+here: the chain keeps only their handles (`task_state`) and tasks read them. Leaves to others: the
 commit protocol -- numbered steps, materialization, retention (`commit.CheckpointChain`) --,
 restore with fallback (`restore`), the store-wide concerns -- lock, listing, cleaning,
 per-subtask reads (`store`) -- and the file formats (`changelog`, `manifest`).
@@ -11,10 +14,10 @@ per-subtask reads (`store`) -- and the file formats (`changelog`, `manifest`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sparkbeam.checkpoint import restore as restore_protocol
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.changelog import ChangelogWriter, Op, iter_records
 from sparkbeam.checkpoint.commit import CheckpointChain
 from sparkbeam.checkpoint.errors import StoreClosedError
@@ -22,28 +25,14 @@ from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
 from sparkbeam.checkpoint.keygroups import key_group
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.manifest import Manifest
+from sparkbeam.checkpoint.materialization import write_snapshot
 from sparkbeam.checkpoint.reader import replay
 from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus, check_key
 from sparkbeam.checkpoint.state_table import make_state_table
+from sparkbeam.checkpoint.task_state import NamespaceState, RangeState, TaskState
 
 if TYPE_CHECKING:
     from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore
-
-DEFERRED_BYTES = 64 << 20
-"""Staged bytes a driver keeps unapplied at most (``PipelineStore.apply``)."""
-
-
-@dataclass(eq=False)
-class _Deferred:
-    """One task attempt's committed changes to one namespace, not yet in the table."""
-
-    namespace: str
-    segments: list[tuple[str, bytes]]
-    entries_delta: int
-
-    @property
-    def size(self) -> int:
-        return sum(len(data) for _, data in self.segments)
 
 
 class PipelineStore:
@@ -59,15 +48,12 @@ class PipelineStore:
         self.directory = pipeline_dir(pipeline_id)
         self.max_key_groups = store.max_key_groups
         self.table = make_state_table(store.state_backend, self.max_key_groups)
-        """The working state (the commit protocol applies, snapshots and materializes it)."""
+        """The driver-owned state (the commit protocol applies, snapshots and materializes it)."""
         self.log = ChangelogWriter(
             store.storage, self.directory, "driver", store.flush_bytes, name_prefix="changelog/"
         )
         """The driver's changes since the last commit, flushed into the chain's segments."""
         self.chain = CheckpointChain(store, self)
-        self._deferred: list[_Deferred] = []
-        """Committed staged changes not yet in ``table``, in commit order (``apply``)."""
-        self._deferred_ns: set[str] = set()
         self._completed: set[str] = set()
         self._positions: dict[str, bytes] = {}
         self._closed = False
@@ -78,13 +64,19 @@ class PipelineStore:
             raise StoreClosedError(f"Pipeline {self.pipeline_id!r} of {self._store.url!r}")
 
     def get(self, namespace: str, key: bytes) -> bytes | None:
-        self.settle(namespace)
         return self.table.get(namespace, key)
+
+    def _check_driver_owned(self, namespace: str) -> None:
+        if state_layout.is_task_owned(namespace):
+            raise ValueError(
+                f"Namespace {namespace!r} is task-owned: only the tasks that own its key groups "
+                "write it (through a staged writer); the driver holds its handles only."
+            )
 
     def put(self, namespace: str, key: bytes, value: bytes) -> None:
         self._check_open()
         check_key(namespace, key, value)
-        self.settle(namespace)
+        self._check_driver_owned(namespace)
         kg = key_group(key, self.max_key_groups)
         self.table.put(namespace, key, value, kg)
         self.chain.add(self.log.append(Op.PUT, kg, namespace, key, value))
@@ -92,18 +84,22 @@ class PipelineStore:
     def delete(self, namespace: str, key: bytes) -> None:
         self._check_open()
         check_key(namespace, key)
-        self.settle(namespace)
+        self._check_driver_owned(namespace)
         kg = key_group(key, self.max_key_groups)
         self.table.delete(namespace, key, kg)
         self.chain.add(self.log.append(Op.DELETE, kg, namespace, key, b""))
 
     def items(self, namespace: str | None = None) -> Iterator[tuple[str, bytes, bytes]]:
-        """(namespace, key, value) of the working state, optionally of one namespace."""
-        self.settle(namespace)
+        """(namespace, key, value) of the driver-owned state, optionally of one namespace."""
         return self.table.items(namespace)
 
+    def namespaces(self) -> set[str]:
+        """Every namespace with state: the driver's and the task-owned ones."""
+        return {ns for ns, _, _ in self.table.items()} | set(self.chain.task_state.namespaces)
+
     def __len__(self) -> int:
-        return len(self.table) + sum(d.entries_delta for d in self._deferred)
+        """Entries: the driver's, counted, and the task-owned ones as tasks last reported."""
+        return len(self.table) + self.chain.task_state.entries
 
     def mark_completed(self, marker: str) -> None:
         """Record finished work (a root input, a bounded restriction) in the next checkpoint."""
@@ -121,32 +117,8 @@ class PipelineStore:
         return dict(self._positions)
 
     def apply(self, msg: CommitMessage, segments: list[tuple[str, bytes]]) -> None:
-        """A task attempt's staged changes (its verified segments), markers and positions
-        (commit step 3). Changes to one namespace whose entry count the task reported wait
-        until the driver reads that namespace, snapshots or counts the state (``settle``):
-        the driver seldom reads a GroupByKey's state, and parsing it costs ~1.3 us a record
-        on the commit's path."""
-        if msg.entries_delta is not None and len(msg.namespaces) == 1:
-            (namespace,) = msg.namespaces
-            self._deferred.append(_Deferred(namespace, segments, msg.entries_delta))
-            self._deferred_ns.add(namespace)
-            if sum(d.size for d in self._deferred) > DEFERRED_BYTES:
-                self.settle()
-        else:
-            self._apply_segments(segments)
-        self._completed.update(msg.completed)
-        self._positions.update(msg.source_positions)
-
-    def settle(self, namespace: str | None = None) -> None:
-        """Apply the deferred changes of ``namespace`` (None: all), in commit order."""
-        if not self._deferred or (namespace is not None and namespace not in self._deferred_ns):
-            return
-        for d in [d for d in self._deferred if namespace is None or d.namespace == namespace]:
-            self._apply_segments(d.segments)
-            self._deferred.remove(d)  # only once applied (applying again gives the same state)
-        self._deferred_ns = {d.namespace for d in self._deferred}
-
-    def _apply_segments(self, segments: list[tuple[str, bytes]]) -> None:
+        """A task attempt's staged changes to driver-owned namespaces (its verified
+        segments), markers and positions (commit step 3)."""
         put, delete = self.table.put, self.table.delete
         for path, data in segments:
             for op, kg, ns, key, value in iter_records(data, path):
@@ -154,6 +126,12 @@ class PipelineStore:
                     put(ns, key, value, kg)
                 else:
                     delete(ns, key, kg)
+        self.mark_positions(msg)
+
+    def mark_positions(self, msg: CommitMessage) -> None:
+        """A task attempt's completed-work markers and source positions."""
+        self._completed.update(msg.completed)
+        self._positions.update(msg.source_positions)
 
     def load(self, manifest: Manifest) -> None:
         """Replace the working state with ``manifest``'s (the last step of a restore)."""
@@ -161,18 +139,43 @@ class PipelineStore:
             self.table.close()
             self.max_key_groups = manifest.max_key_groups
             self.table = make_state_table(self._store.state_backend, self.max_key_groups)
-        self._deferred, self._deferred_ns = [], set()
         self.table.clear()
         try:
             storage = self._store.storage
-            replay(storage, self.directory, manifest, self.table.put, self.table.delete)
+            replay(
+                storage, self.directory, manifest, self.table.put, self.table.delete,
+                driver_only=True,
+            )  # fmt: skip
+            task_state = manifest.task_state
+            if task_state is None:  # a version-1 manifest: tasks' state is in the driver's files
+                task_state = self._migrate(manifest)
         except BaseException:
             self.table.clear()
             raise
         self.log.discard()
         self._completed = set(manifest.completed)
         self._positions = dict(manifest.source_positions)
-        self.chain.adopt(manifest)
+        self.chain.adopt(manifest, task_state)
+
+    def _migrate(self, manifest: Manifest) -> TaskState:
+        """Move the task-owned namespaces of a version-1 checkpoint out of the table: one
+        snapshot file per namespace, the base of a single range (once per restore)."""
+        by_ns: dict[str, list] = {}
+        for kg, ns, key, value in self.table.snapshot():
+            if state_layout.is_task_owned(ns):
+                by_ns.setdefault(ns, []).append((kg, key, value))
+        out = {}
+        m = self.max_key_groups
+        for ns, rows in sorted(by_ns.items()):
+            for kg, key, _ in rows:
+                self.table.delete(ns, key, kg)
+            entry = write_snapshot(
+                self._store.storage, self.directory, f"migrated/chk-{manifest.checkpoint_id}",
+                ns, 0, m, rows,
+            )  # fmt: skip
+            base = RangeState(0, m, (entry,), -1, len(rows), manifest.checkpoint_id)
+            out[ns] = NamespaceState((base,))
+        return TaskState(out)
 
     # -- checkpoint and restore (`commit`, `restore`) ----------------------------------------
     @property

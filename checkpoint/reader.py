@@ -14,6 +14,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.changelog import Op, check_segment, iter_records, read_segment
 from sparkbeam.checkpoint.errors import CheckpointCorruptError
 from sparkbeam.checkpoint.filesystem import Storage
@@ -21,6 +22,7 @@ from sparkbeam.checkpoint.ids import CheckpointId, FileEntry, PipelineId
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 from sparkbeam.checkpoint.manifest import Manifest
 from sparkbeam.checkpoint.materialization import read_materialization
+from sparkbeam.checkpoint.task_state import NamespaceState
 
 PutFn = Callable[[str, bytes, bytes, int], None]
 DeleteFn = Callable[[str, bytes, int], None]
@@ -59,19 +61,69 @@ def replay(
     delete: DeleteFn,
     key_groups: KeyGroupRange | None = None,
     cache: SegmentCache | None = None,
+    *,
+    driver_only: bool = False,
 ) -> None:
-    """Apply the state of ``manifest`` (restricted to ``key_groups``) through put/delete.
+    """Apply the state of ``manifest`` (restricted to ``key_groups``) through put/delete:
+    the driver's files, then each task-owned namespace (``driver_only``: not those; a
+    version-1 manifest's driver files hold them, and they are applied).
 
     Raises `CheckpointCorruptError` naming the first damaged file; the caller discards what
     was applied so far.
     """
+    driver_put, driver_delete = put, delete
+    if manifest.task_state is not None:  # records of task-owned namespaces left from v1
+        driver_put, driver_delete = _driver_owned(put), _driver_owned(delete)
     for entry in manifest.materialization:
         if key_groups is not None and not key_groups.overlaps(entry.kg_start, entry.kg_stop):
             continue
         path = f"{directory}/{entry.name}"
         for kg, ns, key, value in read_materialization(storage, path, entry, key_groups):
+            driver_put(ns, key, value, kg)
+    replay_changelog(
+        storage, directory, manifest.changelog, driver_put, driver_delete, key_groups, cache
+    )
+    if manifest.task_state is None or driver_only:
+        return
+    for ns, state in sorted(manifest.task_state.namespaces.items()):
+        replay_namespace(storage, directory, ns, state, put, delete, key_groups, cache)
+
+
+def _driver_owned(change):
+    def driver_owned(ns: str, *args) -> None:
+        if not state_layout.is_task_owned(ns):
+            change(ns, *args)
+
+    return driver_owned
+
+
+def replay_namespace(
+    storage: Storage,
+    directory: str,
+    namespace: str,
+    state: NamespaceState,
+    put: PutFn,
+    delete: DeleteFn,
+    key_groups: KeyGroupRange | None = None,
+    cache: SegmentCache | None = None,
+) -> None:
+    """Apply one task-owned namespace in ``key_groups``: per range, its base then its tail."""
+    groups = key_groups or KeyGroupRange(0, state.max_key_groups)
+
+    def own_put(ns: str, key: bytes, value: bytes, kg: int) -> None:
+        if ns == namespace:
             put(ns, key, value, kg)
-    replay_changelog(storage, directory, manifest.changelog, put, delete, key_groups, cache)
+
+    def own_delete(ns: str, key: bytes, kg: int) -> None:
+        if ns == namespace:
+            delete(ns, key, kg)
+
+    for sub, r, tail in state.plan(groups):
+        for entry in r.base:
+            path = f"{directory}/{entry.name}"
+            for kg, ns, key, value in read_materialization(storage, path, entry, sub):
+                own_put(ns, key, value, kg)
+        replay_changelog(storage, directory, tuple(tail), own_put, own_delete, sub, cache)
 
 
 def may_hold(entry: FileEntry, key_groups: KeyGroupRange | None) -> bool:
@@ -143,7 +195,14 @@ def verify_files(storage: Storage, directory: str, manifest: Manifest) -> Verifi
     """Read every file named by ``manifest`` and check sizes, checksums and framing."""
     problems: list[str] = []
     nbytes = 0
-    for entry in manifest.materialization:
+    task = manifest.task_state
+    snapshots = manifest.materialization
+    if task is not None:
+        snapshots += tuple(f for s in task.namespaces.values() for r in s.ranges for f in r.base)
+    segments = {f.name: f for f in manifest.changelog}
+    if task is not None:
+        segments.update((f.name, f) for s in task.namespaces.values() for _, f in s.log)
+    for entry in {f.name: f for f in snapshots}.values():
         path = f"{directory}/{entry.name}"
         try:
             for _ in read_materialization(storage, path, entry, KeyGroupRange(0, 0)):
@@ -151,7 +210,7 @@ def verify_files(storage: Storage, directory: str, manifest: Manifest) -> Verifi
             nbytes += entry.size
         except CheckpointCorruptError as e:
             problems.append(f"{path}: {e.reason}")
-    for entry in manifest.changelog:
+    for entry in segments.values():
         path = f"{directory}/{entry.name}"
         try:
             check_segment(read_segment(storage, path, entry), path)

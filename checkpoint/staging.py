@@ -14,11 +14,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.changelog import DEFAULT_FLUSH_BYTES, ChangelogWriter, Op
 from sparkbeam.checkpoint.filesystem import Storage, open_storage
 from sparkbeam.checkpoint.ids import FileEntry, PipelineId
 from sparkbeam.checkpoint.keygroups import DEFAULT_MAX_KEY_GROUPS, key_group
 from sparkbeam.checkpoint.layout import pipeline_dir, staged_prefix
+from sparkbeam.checkpoint.materialization import write_snapshot
+from sparkbeam.checkpoint.task_state import TaskSnapshot
 
 
 class CommitStatus(Enum):
@@ -49,7 +52,18 @@ class CommitMessage:
     entries_delta: int | None = None
     """Entries its changes add to the state (new keys put minus existing keys deleted), when
     the writer knows (it read the state it changed): lets the driver count the state without
-    applying the changes, which it then does only when it reads the namespace."""
+    applying the changes."""
+    snapshots: tuple[TaskSnapshot, ...] = ()
+    """Snapshots of task-owned key-group ranges as of this attempt's changes."""
+    counts: tuple[tuple[str, int, int, int], ...] = ()
+    """(namespace, kg start, kg stop, keys): a task-owned range's size after this attempt."""
+
+    @property
+    def task_owned(self) -> bool:
+        """Whether it changes task-owned namespaces only: the driver keeps its handles and
+        reads none of its files. (A message that changes nothing is not.)"""
+        names = self.namespaces | {c[0] for c in self.counts}
+        return bool(names) and all(state_layout.is_task_owned(ns) for ns in names)
 
     @property
     def task(self) -> tuple[str, int, int]:
@@ -103,6 +117,8 @@ class StagedWriter:
         self._namespaces: set[str] = set()
         self._completed: set[str] = set()
         self._positions: dict[str, bytes] = {}
+        self._snapshots: list[TaskSnapshot] = []
+        self._counts: list[tuple[str, int, int, int]] = []
         self._finished = False
 
     def put(self, namespace: str, key: bytes, value: bytes) -> None:
@@ -145,6 +161,23 @@ class StagedWriter:
         if entry is not None:
             self._files.append(entry)
 
+    def snapshot(self, namespace: str, start: int, stop: int, state: dict[bytes, bytes]) -> None:
+        """Write ``state``, all of a task-owned ``namespace`` in key groups ``[start, stop)`` as
+        of this attempt's changes, as that range's snapshot (`task_state`)."""
+        self._check_open()
+        m = self.max_key_groups
+        rows = [(key_group(k, m), k, v) for k, v in state.items()]
+        entry = write_snapshot(
+            self.storage, pipeline_dir(self.pipeline_id), self._log.name_prefix,
+            namespace, start, stop, rows,
+        )  # fmt: skip
+        self._snapshots.append(TaskSnapshot(namespace, start, stop, (entry,), len(rows)))
+        self.count(namespace, start, stop, len(rows))
+
+    def count(self, namespace: str, start: int, stop: int, entries: int) -> None:
+        """Report that a task-owned ``namespace`` holds ``entries`` keys in ``[start, stop)``."""
+        self._counts.append((namespace, start, stop, entries))
+
     def mark_completed(self, marker: str) -> None:
         self._completed.add(marker)
 
@@ -171,6 +204,8 @@ class StagedWriter:
             max_key_groups=self.max_key_groups,
             namespaces=frozenset(self._namespaces),
             entries_delta=entries_delta,
+            snapshots=tuple(self._snapshots),
+            counts=tuple(self._counts),
         )
 
 

@@ -14,7 +14,7 @@ them is a small explicit format whose first byte is its version.
 | ``gbk/<buffer>`` | encoded key | `encode_group` v1 (header + trigger state tree) |
 | ``user-state/<stage>`` | SDK-encoded user key | `encode_user_state` v1 (Fn API cells) |
 | ``user-timers/<stage>`` | SDK-encoded user key | `encode_user_timers` v2 (summary, timers) |
-| ``side-input/<buffer>`` | ``round/...`` | `encode_side_input` v1 (Beam-encoded chunk) |
+| ``side-input/<buffer>`` | ``round/...``, or ``window/<window>`` | `encode_side_input` v1 (chunk) |
 | ``sink-pending`` | final path (UTF-8) | `encode_sink_pending` v1 (staged path, UTF-8) |
 | ``sink-staging-dirs`` | directory (UTF-8) | `encode_staging_dir` v1 (the version byte) |
 
@@ -36,10 +36,12 @@ from typing import Any, NamedTuple
 
 from sparkbeam.checkpoint.errors import StateLayoutError
 
-LAYOUT_VERSION = 4
+LAYOUT_VERSION = 5
 # 1: before this module (pickled GroupByKey and user state): refused if it holds such state.
 # 2: side-input chunks, pending sink files and staging directories stored raw: `upgrade`d.
 # 3: user-timers values v1 only (no summary): read as they are.
+# 4: a triggered side input's every chunk under round keys: folded into its view on restore
+#    (``runner.rounds.side_input_view``; layout 5 keeps one entry per window, its latest firing).
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
 V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read)
@@ -59,6 +61,15 @@ SINK_STAGING_DIRS = "sink-staging-dirs"
 # ``sparkbeam.runner.rounds.ledger.RoundMetadata``'s).
 IMPULSE_DONE = "impulse"
 FINISHED = "finished"
+
+# Namespaces only the tasks that own their key groups write (`sparkbeam.checkpoint.task_state`).
+TASK_OWNED_PREFIXES = (GBK_PREFIX, USER_STATE_PREFIX, USER_TIMERS_PREFIX)
+
+
+def is_task_owned(namespace: str) -> bool:
+    """Whether tasks own ``namespace``: the driver holds its handles, never its records."""
+    return namespace.startswith(TASK_OWNED_PREFIXES)
+
 
 # Namespaces layout 1 wrote in formats this one cannot read (pickle, unversioned residuals).
 UNREADABLE_BEFORE_2 = (
@@ -221,7 +232,8 @@ def row_key(round_no: int, partition: int, seq: int, round_width: int = 10) -> b
     return f"{round_no:0{round_width}d}/{partition:06d}/{seq:09d}".encode()
 
 
-# side-input/<buffer>: version, the side input's Beam-encoded chunk.
+# side-input/<buffer>: version, the side input's Beam-encoded chunk (a triggered side input:
+# one per window, its latest firing, under ``window/`` + the encoded window).
 def encode_side_input(chunk: bytes) -> bytes:
     return bytes([V1]) + chunk
 

@@ -296,7 +296,7 @@ class CheckpointStore:
 
         def files_of(cid: int) -> frozenset[str] | None:
             try:
-                return frozenset(f.name for f in self.load_manifest(pipeline_id, cid).files)
+                return self.load_manifest(pipeline_id, cid).file_names
             except CheckpointCorruptError:
                 return None
 

@@ -5,7 +5,8 @@ cheap: it only installs an import hook. Once the user's program imports
 ``apache_beam.runners.runner``, our entry is added to Beam's runner-name map
 (matched case-insensitively); once it imports Beam's pipeline options,
 sparkbeam's options are registered too, so ``--parallelism`` & co parse
-before the runner is even created.
+before the runner is even created; once it imports ``apache_beam.io.kafka``, Beam's Java
+Kafka transforms refuse sparkbeam's runner at once (``_beam_kafka``).
 """
 
 import importlib.abc
@@ -13,6 +14,7 @@ import sys
 
 _RUNNER_MODULE = "apache_beam.runners.runner"
 _OPTIONS_MODULE = "apache_beam.options.pipeline_options"
+_KAFKA_MODULE = "apache_beam.io.kafka"
 _ALIASES = {"sparkcheckpointrunner": "sparkbeam.runner.SparkCheckpointRunner"}
 
 
@@ -30,7 +32,20 @@ def _register_options(module) -> None:
         pass
 
 
-_AFTER = {_RUNNER_MODULE: _register_runner, _OPTIONS_MODULE: _register_options}
+def _guard_beam_kafka(module) -> None:
+    try:
+        from sparkbeam._beam_kafka import guard
+
+        guard(module)
+    except Exception:  # noqa: BLE001 - never break the user's import of Beam
+        pass
+
+
+_AFTER = {
+    _RUNNER_MODULE: _register_runner,
+    _OPTIONS_MODULE: _register_options,
+    _KAFKA_MODULE: _guard_beam_kafka,
+}
 
 
 class _AliasFinder(importlib.abc.MetaPathFinder):

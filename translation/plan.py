@@ -64,6 +64,9 @@ class SideInput:
     buffer: BufferId
     access_pattern_urn: str
     coder: str  # safe windowed-value coder of the side-input buffer
+    # The PCollection's windowing has a trigger of its own (not the default one): each
+    # window's view is its latest firing (``runner.rounds.side_input_view``), not every pane.
+    triggered: bool = False
 
 
 @dataclass(frozen=True)

@@ -303,9 +303,16 @@ class _PlanBuilder:
                     buffer=buffer,
                     access_pattern_urn=spec.access_pattern.urn,
                     coder=self.safe(coder),
+                    triggered=self._triggered(pcoll),
                 )
             )
         return result
+
+    def _triggered(self, pcoll: str) -> bool:
+        """The PCollection's windowing strategy names a trigger other than the default one."""
+        strategy_id = self.components.pcollections[pcoll].windowing_strategy_id
+        trigger = self.components.windowing_strategies[strategy_id].trigger
+        return trigger.WhichOneof("trigger") not in (None, "default")
 
     def _timers(self, transform) -> list[TimerFamily]:
         payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)

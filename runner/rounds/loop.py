@@ -205,9 +205,4 @@ class RoundLoop:
             wake = max(wake, due)
         wait_s = max(0.0, wake - time.monotonic())
         self.job.waiting(self, wait_s)
-        if wait_s > 0 and self.ctx.durable:
-            # Idle time: apply the tasks' committed changes the store kept unapplied
-            # (``PipelineStore.apply``), rather than all at once at the next materialization.
-            self.state.settle()
-            wait_s = max(0.0, wake - time.monotonic())
         self.ctx.stop.wait(wait_s)

@@ -125,6 +125,7 @@ def sparkbeam_zip() -> Path:
     """A zip of the sparkbeam package as this process imports it (installed or editable: its
     sub-packages may live in other folders), built once per process."""
     import sparkbeam
+    import sparkbeam.io  # noqa: F401 - its own folder too (sources and sinks tasks run)
     import sparkbeam.runner.runner  # noqa: F401 - loads every sub-package a run uses
 
     root = Path(sparkbeam.__path__[0]).resolve()

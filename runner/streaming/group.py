@@ -43,6 +43,7 @@ from sparkbeam.runner.task.records import (
 from sparkbeam.runner.task.staged_state import (
     keep_staged,
     read_task_state,
+    stage_range,
     staged_writer_for_task,
 )
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
@@ -211,6 +212,9 @@ class _KeysOfOneTask:
         if data:
             yield OutputRecord(edge_id, data)
         self.writer.write_all(self.ns, self.changes)
+        stage_range(
+            self.writer, self.task, self.partition, self.ns, self.stored, self.changes, self.keys
+        )
         staged = self.writer.finish(self.entries_delta)
         task = self.task
         if task.checkpoint_id is not None:  # the state just staged is the next round's read

@@ -21,7 +21,7 @@ from collections import defaultdict
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner import progress
 from sparkbeam.runner.errors import run_guarded
-from sparkbeam.runner.rounds import feed, sink_files
+from sparkbeam.runner.rounds import feed, side_input_view, sink_files
 from sparkbeam.runner.rounds.compatibility import run_again
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
@@ -58,7 +58,8 @@ class PipelineRounds:
         self.group_keys: dict[str, int] = {}
         self.previous: dict[str, int] = {}  # GroupByKey -> input watermark of last round
         self.stateful: dict[str, dict] = {}  # stateful stage -> keys/timers/hold/watermark
-        self.side_values: dict[str, list[bytes]] = defaultdict(list)
+        self.side_values: dict[str, list[bytes]] = defaultdict(list)  # what the tasks load
+        self.views: dict = {}  # triggered side-input buffer -> its view, set by open()
         self.pushed_back: set[str] = set()  # stages with main input held for side inputs
         self.draining = False  # truncate pending restrictions, watermarks at +inf
         self.progress = progress.PipelineProgress(pipeline.id)
@@ -113,14 +114,21 @@ class PipelineRounds:
         return Opened(self.state, restored, cid, session)
 
     def _restore_side_inputs(self) -> None:
+        """Side inputs as they were at the checkpoint: a triggered one's view, else every chunk."""
         stored: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
         for ns, key, value in self.state.items():
             if ns.startswith(SIDE_INPUT_PREFIX):
                 chunk = state_layout.decode_side_input(value, ns)
                 stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, chunk))
-        self.side_values = defaultdict(
-            list, {b: [v for _, v in sorted(kv)] for b, kv in stored.items()}
-        )
+        self.views = side_input_view.views(self.plan, self.stages)
+        self.side_values = defaultdict(list)
+        for buffer, entries in stored.items():
+            view = self.views.get(buffer)
+            if view is None:
+                self.side_values[buffer] = [v for _, v in sorted(entries)]
+            else:
+                side_input_view.restore(self.state, buffer, view, entries)
+                self.side_values[buffer] = view.chunks()
 
     def _restore_sink_files(self, restored_round: int) -> None:
         """Rounds after the restored one are lost: unpublish their files."""
@@ -226,12 +234,18 @@ class PipelineRounds:
         return task, self.ctx.components
 
     def _side_inputs(self, stage, edges) -> dict:
-        """Side inputs accumulate over rounds (and are kept in the store for restores)."""
+        """Side inputs grow over rounds (and are kept in the store for restores): a triggered
+        one's view per window is its latest firing (``side_input_view``), others accumulate."""
         unread = [si.buffer for si in stage.side_inputs if si.buffer not in edges.side_inputs_read]
         reads = {b: edges.read(b, None) for b in dict.fromkeys(unread)}  # one job for them all
         fresh = read_together(self.ctx.plane, reads, lambda d: run_guarded(stage.id, d.collect))
         for buffer, new in fresh.items():  # once per round, however many readers
             edges.side_inputs_read.add(buffer)
+            view = self.views.get(buffer)
+            if view is not None:
+                side_input_view.store(self.state, buffer, view.fold(new))
+                self.side_values[buffer] = view.chunks()
+                continue
             for i, chunk in enumerate(new):
                 key = f"{self._round_no:010d}/{i:08d}".encode()
                 self.state.put(

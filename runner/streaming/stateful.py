@@ -30,7 +30,11 @@ from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task import clock
 from sparkbeam.runner.task.grouping import partition_for_key
 from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport
-from sparkbeam.runner.task.staged_state import read_task_state, staged_writer_for_task
+from sparkbeam.runner.task.staged_state import (
+    read_task_state,
+    stage_range,
+    staged_writer_for_task,
+)
 from sparkbeam.runner.task.user_state import user_key
 
 _PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
@@ -161,26 +165,33 @@ class KeyedState:
         writer = staged_writer_for_task(
             spec.url, spec.pipeline, self.stage_id, spec.round_no, spec.max_key_groups
         )
-        for ns, before, after, changed in (
-            (self.state_ns, self.state_in, state_out, touched.keys()),
-            (self.timer_ns, self.timers_in, timers_out, self.timers_loaded | timers_out.keys()),
-        ):
-            for key in changed:
-                blob = after.get(key)
-                if blob is None:
-                    if key in before:
-                        writer.delete(ns, key)
-                    continue
-                self._check_owned(key)
-                if before.get(key) != blob:
-                    writer.put(ns, key, blob)
-        yield CommitRecord(self.stage_id, writer.finish())
         with_state = (self.state_in.keys() | state_out.keys()) - {
             k for k in touched if k not in state_out
         }
         with_timers = (self.timers_in.keys() | timers_out.keys()) - {
             k for k in self.timers_loaded if k not in timers_out
         }
+        for ns, before, after, changed, held in (
+            (self.state_ns, self.state_in, state_out, touched.keys(), with_state),
+            (
+                self.timer_ns, self.timers_in, timers_out,
+                self.timers_loaded | timers_out.keys(), with_timers,
+            ),
+        ):  # fmt: skip
+            changes: dict[bytes, bytes | None] = {}
+            for key in changed:
+                blob = after.get(key)
+                if blob is None:
+                    if key in before:
+                        writer.delete(ns, key)
+                        changes[key] = None
+                    continue
+                self._check_owned(key)
+                if before.get(key) != blob:
+                    writer.put(ns, key, blob)
+                    changes[key] = blob
+            stage_range(writer, spec, self.subtask, ns, before, changes, len(held))
+        yield CommitRecord(self.stage_id, writer.finish())
         keys = len(with_state | with_timers)
         next_ms = None if next_micros == _NO_TIME else next_micros / 1000.0
         yield KeyedStateReport(self.stage_id, self.subtask, keys, count, hold, next_ms)

@@ -15,6 +15,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+from apache_beam.options.value_provider import RuntimeValueProvider
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.portability.fn_api_runner import worker_handlers
@@ -59,6 +60,25 @@ class BundleOutput:
     data: dict[str, list[bytes]] = field(default_factory=dict)
     timers: dict[tuple[str, str], list[bytes]] = field(default_factory=dict)
     split: SplitOutcome = field(default_factory=SplitOutcome)
+
+
+# Beam's DoFn invoker keeps a DoFn's globally windowed side-input arguments for the life of its
+# bundle processor unless this experiment is set (apache/beam#28776), and the SDK reuses
+# processors across bundles: a task's side inputs change (a streaming round's view, another
+# run's data), so processors of stages with side inputs are made with it.
+_NO_ARGS_CACHE = "disable_global_windowed_args_caching"
+
+
+@contextlib.contextmanager
+def _side_inputs_read_per_bundle():
+    """Invokers made meanwhile (the SDK makes a stage's processors in its bundles) read their
+    side inputs in each bundle. The experiment is read once, when an invoker is made."""
+    previous = RuntimeValueProvider.experiments
+    RuntimeValueProvider.experiments = set(previous or ()) | {_NO_ARGS_CACHE}
+    try:
+        yield
+    finally:
+        RuntimeValueProvider.experiments = previous
 
 
 class StageWorker:
@@ -112,7 +132,8 @@ class StageWorker:
                 out.write(data)
             out.close()
         splits = splitter(bundle_id, written) if splitter and written else None
-        with splits or contextlib.nullcontext():
+        fresh = _side_inputs_read_per_bundle() if self.stage.side_inputs else None
+        with splits or contextlib.nullcontext(), fresh or contextlib.nullcontext():
             response = self.worker.do_instruction(
                 beam_fn_api_pb2.InstructionRequest(
                     instruction_id=bundle_id,

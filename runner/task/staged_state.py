@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from sparkbeam.checkpoint import key_group_range, open_staged_writer, open_store, state_layout
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.checkpoint.reader import may_hold, replay, replay_changelog
+from sparkbeam.checkpoint.reader import may_hold, replay, replay_changelog, replay_namespace
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
 from sparkbeam.runner.task import shared_reads
 
@@ -82,6 +82,11 @@ def read_task_state(
     store = _store(url)
     manifest = store.load_manifest(pipeline, checkpoint_id)
     groups = key_group_range(subtask, parallelism, manifest.max_key_groups)
+    if manifest.task_state is not None and state_layout.is_task_owned(namespace):
+        chains = manifest.task_state.namespaces.get(namespace)
+        if chains is None:
+            return {}  # nothing committed yet
+        manifest = _ChainView(checkpoint_id, namespace, chains, groups)
     slot = (url, pipeline, namespace, groups.start, groups.stop)
     with _LOCK:
         last = _READS.pop(slot, None)  # re-inserted only once this read succeeded
@@ -104,6 +109,76 @@ def read_task_state(
         if read.replayed >= CATCH_UP_SHARE:  # a long way from the last whole read shared
             shared_reads.save(slot, kept.materialization, kept.changelog, *read.result, None)
     return read.state
+
+
+@dataclass(frozen=True)
+class _Handle:
+    name: str
+
+
+class _ChainView:
+    """A task-owned namespace's files for some key groups, in a manifest's shape: its ranges'
+    identities (bounds, base files, where their tails start) as ``materialization``, the
+    segments of their tails in commit order as ``changelog``; a read of the same ranges
+    extends by the segments committed after it."""
+
+    def __init__(self, checkpoint_id: int, namespace: str, chains, groups) -> None:
+        self.checkpoint_id = checkpoint_id
+        self.namespace, self.chains, self.groups = namespace, chains, groups
+        plan = chains.plan(groups)
+        self.materialization = tuple(
+            _Handle(f"{r.start}-{r.stop}@{r.since}:{','.join(f.name for f in r.base)}")
+            for _, r, _ in plan
+        )
+        order = {f.name: seq for seq, f in chains.log}
+        tails = {f.name: f for _, _, tail in plan for f in tail}
+        self.changelog = tuple(sorted(tails.values(), key=lambda f: order[f.name]))
+
+
+def replay_whole(storage, directory: str, source, put, delete, groups, cache) -> None:
+    """Replay a manifest's state in ``groups``, or a task-owned namespace's (`_ChainView`)."""
+    if isinstance(source, _ChainView):
+        replay_namespace(
+            storage, directory, source.namespace, source.chains, put, delete, groups, cache
+        )
+    else:
+        replay(storage, directory, source, put, delete, groups, cache)
+
+
+def stage_range(
+    writer, spec, subtask: int, namespace: str, before: dict[bytes, bytes],
+    changes: dict[bytes, bytes | None], keys: int,
+) -> None:  # fmt: skip
+    """After a task staged ``changes`` to ``before`` (its read of ``namespace``): report how
+    many ``keys`` its key groups hold, or write their snapshot when one is due. ``spec`` has
+    the round's ``url``, ``pipeline``, ``checkpoint_id``, ``parallelism``, ``max_key_groups``."""
+    groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
+    args = (spec.url, spec.pipeline, spec.checkpoint_id, subtask, spec.parallelism, namespace)
+    if not snapshot_due(*args):
+        writer.count(namespace, groups.start, groups.stop, keys)
+        return
+    state = dict(before)
+    for key, value in changes.items():
+        if value is None:
+            state.pop(key, None)
+        else:
+            state[key] = value
+    writer.snapshot(namespace, groups.start, groups.stop, state)
+
+
+def snapshot_due(
+    url: str, pipeline: str, checkpoint_id: int | None, subtask: int, parallelism: int,
+    namespace: str,
+) -> bool:  # fmt: skip
+    """Whether the task owning ``subtask``'s key groups should snapshot ``namespace`` after
+    this round (its ranges' tails have grown, or the commit asked for a fallback)."""
+    if checkpoint_id is None:
+        return False
+    manifest = _store(url).load_manifest(pipeline, checkpoint_id)
+    chains = manifest.task_state.namespaces.get(namespace) if manifest.task_state else None
+    if chains is None:
+        return False
+    return chains.snapshot_due(key_group_range(subtask, parallelism, manifest.max_key_groups))
 
 
 @dataclass(frozen=True)
@@ -177,7 +252,7 @@ class _Apply:
         self.state, self.changed, self.size = {}, {}, 0
         cache = self.store._segment_cache
         storage = self.store.storage
-        replay(storage, self.directory, manifest, self._put, self._delete, self.groups, cache)
+        replay_whole(storage, self.directory, manifest, self._put, self._delete, self.groups, cache)
         self.replayed = CATCH_UP_SHARE
 
     def _counted(self, change):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 
 import pytest
 
@@ -125,7 +126,9 @@ def test_flipped_manifest_byte_that_keeps_valid_json_fails_checksum(tmp_path):
     root = str(tmp_path / "store")
     _c1, c2, _s, m2 = _build(root)
     path = _target(root, m2, "manifest")
-    text = open(path).read().replace('"entries": ', '"entries": 9', 1)
+    original = open(path).read()
+    text = re.sub(r'"entries": ?', '"entries":9', original, count=1)
+    assert text != original
     open(path, "w").write(text)
     with open_store(root) as store:
         with pytest.raises(CheckpointCorruptError, match="manifest checksum .* does not match"):

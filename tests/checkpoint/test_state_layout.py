@@ -158,8 +158,9 @@ def _layout_2_state(store):
     state.put(sl.side_input("b"), b"0000000002/00000000", b"\x7fchunk")
     state.put(sl.SINK_PENDING, b"/out/f", b"/out/.staging/f")
     state.put(sl.SINK_STAGING_DIRS, b"/out/.staging", b"")
-    state.put(sl.gbk("g"), b"key", sl.encode_group(sl.GROUP_TRIGGER, 1, 2.0, 3, b"N"))
-    state.checkpoint(metadata={sl.LAYOUT_KEY: 2})
+    writer = store.staged_writer("p", "gbk:g", 0, 0, 0)  # task-owned: a task stages it
+    writer.put(sl.gbk("g"), b"key", sl.encode_group(sl.GROUP_TRIGGER, 1, 2.0, 3, b"N"))
+    state.checkpoint(metadata={sl.LAYOUT_KEY: 2}, commit_messages=[writer.finish()])
     return state
 
 
@@ -171,7 +172,7 @@ def test_upgrade_rewrites_a_layout_2_checkpoint_and_the_next_checkpoint_keeps_it
         state = store.pipeline("p")
         info = state.restore()
         metadata = store.load_manifest("p", info.checkpoint_id).metadata
-        assert sl.upgrade(state, metadata) == 4  # the gbk value was versioned already
+        assert sl.upgrade(state, metadata) == 4  # the gbk value is versioned and task-owned
         assert sl.upgrade(state, {sl.LAYOUT_KEY: sl.LAYOUT_VERSION}) == 0
         state.checkpoint(metadata={sl.LAYOUT_KEY: sl.LAYOUT_VERSION})
         state.close()
@@ -184,5 +185,7 @@ def test_upgrade_rewrites_a_layout_2_checkpoint_and_the_next_checkpoint_keeps_it
         assert sl.decode_sink_pending(b"/out/f", pending) == ("/out/.staging/f", "/out/f")
         staging = values[(sl.SINK_STAGING_DIRS, b"/out/.staging")]
         assert sl.decode_staging_dir(b"/out/.staging", staging) == "/out/.staging"
-        assert sl.decode_group(values[(sl.gbk("g"), b"key")]) == (sl.GROUP_TRIGGER, b"N")
+        assert (sl.gbk("g"), b"key") not in values  # the driver holds task-owned state's handles
+        tasks = {(ns, key): value for ns, key, value in store.read_subtask_state("p", None, 0, 1)}
+        assert sl.decode_group(tasks[(sl.gbk("g"), b"key")]) == (sl.GROUP_TRIGGER, b"N")
         state.close()

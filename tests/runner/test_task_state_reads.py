@@ -39,13 +39,13 @@ def _commit(store, root: str, round_no: int, puts: dict, deletes=()) -> int:
 def replays(monkeypatch):
     """Counts whole-state replays (the real function runs)."""
     calls = []
-    real = staged_state.replay
+    real = staged_state.replay_whole
 
     def counting(*args, **kwargs):
         calls.append(args[2].checkpoint_id)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(staged_state, "replay", counting)
+    monkeypatch.setattr(staged_state, "replay_whole", counting)
     monkeypatch.setattr(staged_state, "_READS", type(staged_state._READS)())
     return calls
 
@@ -75,15 +75,24 @@ def test_next_round_applies_only_the_new_changelog(tmp_path, replays):
     store.close()
 
 
-def test_a_new_materialization_means_a_whole_read(tmp_path, replays):
+def _log(store, cid: int):
+    """The segments of ``NS`` a checkpoint names after its ranges' snapshots."""
+    return [f for _, f in store.load_manifest("p", cid).task_state.namespaces[NS].log]
+
+
+def test_a_new_snapshot_of_the_range_means_a_whole_read(tmp_path, replays):
     root = str(tmp_path)
     store = open_store(root)
     first = _commit(store, root, 0, {b"a": 1})
     assert staged_state.read_task_state(root, "p", first, 0, 1, NS) == {b"a": _value(1)}
-    store.pipeline("p").materialize()
-    second = _commit(store, root, 1, {b"b": 2})
-    manifest = store.load_manifest("p", second)
-    assert manifest.materialization  # the test needs the snapshot in the manifest
+    writer = open_staged_writer(root, "p", "gbk:x", 1, 0, 0)
+    writer.put(NS, b"b", _value(2))
+    writer.snapshot(NS, 0, 128, {b"a": _value(1), b"b": _value(2)})
+    second = store.pipeline("p").checkpoint(
+        fingerprint="f", parallelism=1, commit_messages=[writer.finish()]
+    )
+    (only,) = store.load_manifest("p", second).task_state.namespaces[NS].ranges
+    assert only.base and not _log(store, second)  # the snapshot replaced the range's files
     got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
     assert got == {b"a": _value(1), b"b": _value(2)}
     assert replays == [first, second]
@@ -96,7 +105,7 @@ def test_a_damaged_new_segment_fails_the_read_and_is_not_kept(tmp_path, replays)
     first = _commit(store, root, 0, {b"a": 1})
     second = _commit(store, root, 1, {b"b": 2})
     assert staged_state.read_task_state(root, "p", first, 0, 1, NS) == {b"a": _value(1)}
-    tail = store.load_manifest("p", second).changelog[-1]
+    tail = _log(store, second)[-1]
     path = tmp_path / pipeline_dir("p") / tail.name
     path.write_bytes(path.read_bytes()[:-3] + b"xyz")
     with pytest.raises(CheckpointCorruptError):
@@ -120,7 +129,7 @@ def test_a_read_skips_segments_of_other_key_groups(tmp_path, replays):
             writer.put(NS, key, _value(subtask))
         messages.append(writer.finish())
     cid = store.pipeline("p").checkpoint(fingerprint="f", parallelism=2, commit_messages=messages)
-    other = [f for f in store.load_manifest("p", cid).changelog if "/p00001-" in f.name]
+    other = [f for f in _log(store, cid) if "/p00001-" in f.name]
     assert len(other) == 1 and other[0].kg_start >= 64  # subtask 1 of 2 owns groups 64-127
     os.remove(os.path.join(pipeline_dir_path(root), other[0].name))
     got = staged_state.read_task_state(root, "p", cid, 0, 2, NS)
@@ -320,7 +329,7 @@ def test_a_change_ordered_before_the_kept_attempts_files_means_a_whole_read(
     other.put(NS, b"b", _value(5))
     st = store.pipeline("p")
     second = st.checkpoint(fingerprint="f", parallelism=1, commit_messages=[mine, other.finish()])
-    names = [e.name for e in store.load_manifest("p", second).changelog]
+    names = [e.name for e in _log(store, second)]
     assert names.index(mine.files[0].name) > max(i for i, n in enumerate(names) if "gbk%3Aa" in n)
     got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
     assert got == {b"x": _value(0), b"a": _value(1), b"b": _value(3)}

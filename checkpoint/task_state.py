@@ -1,0 +1,293 @@
+"""Task-owned state in a manifest: per namespace, key-group ranges of snapshot + changelog tail.
+
+Owns the handles a manifest holds for state that tasks keep, write and snapshot themselves
+(GroupByKey buffers, user state and timers: `state_layout.is_task_owned`), and the pure
+operations the driver's commit applies to them. The driver never reads these bytes: a task's
+commit message names its staged segments (appended to the namespace's ``log``) and, when the
+task wrote one, a snapshot of its key-group range (which becomes that range's ``base``).
+
+For one namespace (`NamespaceState`):
+
+- ``log``: the staged segments committed after some range's base, in commit order, each with
+  a sequence number. A segment may hold keys of several ranges (a task after a rescale).
+- ``ranges``: disjoint key-group ranges covering ``[0, max_key_groups)``. A range's state is
+  its ``base`` files (Arrow snapshots, possibly of a wider range: read filtered) followed by
+  the log segments with ``seq > since``, all filtered to the range. A snapshot of ``[a, b)``
+  splits the ranges at ``a`` and ``b`` and replaces those inside with one.
+- Log segments no range needs any more are dropped (truncation), and retention deletes them
+  once no retained checkpoint names them.
+- ``entries``: keys per range, as tasks last reported them (a restore needs no scan).
+- ``rebase_below``: ranges with ``since`` below it are asked to snapshot in the next round
+  (the commit asks when no retained checkpoint would be disjoint from the next, so that the
+  fallback guarantee of `retention` holds for task-owned state too).
+
+Leaves to others: reading the files (`reader`, the runner's task-side reads), the commit steps
+(`commit`), what the values mean (`state_layout`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+
+from sparkbeam.checkpoint.ids import FileEntry
+from sparkbeam.checkpoint.keygroups import KeyGroupRange
+
+SNAPSHOT_MIN_BYTES = 4 << 20
+"""A range snapshots once its tail holds this many bytes and more than its base..."""
+SNAPSHOT_MAX_SEGMENTS = 32
+"""... or about this many segments (between half and all of it, depending on the range, so
+that ranges which grow alike do not all snapshot in the same round). It bounds the manifest:
+at most this many log segments per range."""
+
+
+def _segments_due(start: int) -> int:
+    half = SNAPSHOT_MAX_SEGMENTS // 2
+    return half + (start * 7919) % max(1, half)
+
+
+@dataclass(frozen=True)
+class RangeState:
+    """One key-group range of a namespace: its snapshot files and where its tail starts."""
+
+    start: int
+    stop: int
+    base: tuple[FileEntry, ...] = ()
+    since: int = -1
+    """Log segments with a larger sequence number apply on top of ``base``."""
+    entries: int = 0
+    checkpoint: int = -1
+    """The checkpoint that committed ``base`` (-1: none)."""
+
+    def overlaps(self, start: int, stop: int) -> bool:
+        return self.start < stop and start < self.stop
+
+    def to_json(self) -> dict:
+        return {
+            "start": self.start,
+            "stop": self.stop,
+            "base": [f.to_json() for f in self.base],
+            "since": self.since,
+            "entries": self.entries,
+            "checkpoint": self.checkpoint,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> RangeState:
+        return cls(
+            int(d["start"]),
+            int(d["stop"]),
+            tuple(FileEntry.from_json(f) for f in d["base"]),
+            int(d["since"]),
+            int(d.get("entries", 0)),
+            int(d.get("checkpoint", -1)),
+        )
+
+
+def _file_range(entry: FileEntry, max_key_groups: int) -> tuple[int, int]:
+    """The key groups a file may hold (a file that did not record them: all)."""
+    if entry.kg_stop <= entry.kg_start:
+        return 0, max_key_groups
+    return entry.kg_start, entry.kg_stop
+
+
+def _compact(f: FileEntry) -> list:
+    return [f.name, f.size, f.checksum, f.records, f.kg_start, f.kg_stop]
+
+
+def _entry(v: list) -> FileEntry:
+    name, size, crc, records, start, stop = v
+    return FileEntry(str(name), int(size), str(crc), int(records), int(start), int(stop))
+
+
+@dataclass(frozen=True)
+class NamespaceState:
+    """The handles of one task-owned namespace; see the module docstring."""
+
+    ranges: tuple[RangeState, ...]
+    log: tuple[tuple[int, FileEntry], ...] = ()
+    next_seq: int = 0
+    rebase_below: int = -1
+    """Ranges whose base an earlier checkpoint committed snapshot in the next round."""
+
+    @classmethod
+    def empty(cls, max_key_groups: int) -> NamespaceState:
+        return cls((RangeState(0, max_key_groups),))
+
+    @property
+    def max_key_groups(self) -> int:
+        return self.ranges[-1].stop
+
+    @property
+    def entries(self) -> int:
+        return sum(r.entries for r in self.ranges)
+
+    def files(self) -> Iterator[FileEntry]:
+        for r in self.ranges:
+            yield from r.base
+        for _, f in self.log:
+            yield f
+
+    # -- the commit's operations ---------------------------------------------------------------
+    def append(self, files: Iterable[FileEntry]) -> NamespaceState:
+        """Segments a task attempt staged, in order, after everything committed before."""
+        log, seq = list(self.log), self.next_seq
+        for f in files:
+            log.append((seq, f))
+            seq += 1
+        return replace(self, log=tuple(log), next_seq=seq)
+
+    @cached_property
+    def _starts(self) -> list[int]:
+        return [r.start for r in self.ranges]
+
+    def _span(self, start: int, stop: int) -> tuple[int, int]:
+        """Indices ``[i, j)`` of the ranges that overlap ``[start, stop)`` (ranges are sorted,
+        disjoint and cover every key group)."""
+        starts = self._starts
+        return max(0, bisect.bisect_right(starts, start) - 1), bisect.bisect_left(starts, stop)
+
+    def _overlapping(self, start: int, stop: int) -> tuple[RangeState, ...]:
+        i, j = self._span(start, stop)
+        return self.ranges[i:j]
+
+    def _split_at(self, *points: int) -> NamespaceState:
+        """The same ranges, cut at ``points`` (a new part counts no entries until told)."""
+        state = self
+        for at in points:
+            i, _ = state._span(at, at + 1)
+            r = state.ranges[i]
+            if r.start < at < r.stop:
+                parts = (replace(r, stop=at), replace(r, start=at, entries=0))
+                state = replace(state, ranges=state.ranges[:i] + parts + state.ranges[i + 1 :])
+        return state
+
+    def count(self, start: int, stop: int, entries: int) -> NamespaceState:
+        """A task's report: ``[start, stop)`` now holds ``entries`` keys."""
+        state = self._split_at(start, stop)
+        i, j = state._span(start, stop)
+        inside = state.ranges[i:j]
+        if inside[0].entries == entries and all(r.entries == 0 for r in inside[1:]):
+            return state
+        counted = (replace(inside[0], entries=entries),) + tuple(
+            replace(r, entries=0) for r in inside[1:]
+        )
+        return replace(state, ranges=state.ranges[:i] + counted + state.ranges[j:])
+
+    def rebase(
+        self, start: int, stop: int, base: tuple[FileEntry, ...], entries: int, checkpoint: int
+    ) -> NamespaceState:
+        """A snapshot of ``[start, stop)`` as of everything appended so far, committed by
+        ``checkpoint``."""
+        state = self._split_at(start, stop)
+        i, j = state._span(start, stop)
+        new = RangeState(start, stop, base, self.next_seq - 1, entries, checkpoint)
+        return replace(state, ranges=state.ranges[:i] + (new,) + state.ranges[j:])
+
+    def truncated(self) -> NamespaceState:
+        """Without the log segments no range reads any more (after a commit's snapshots)."""
+        m = self.max_key_groups
+        kept = tuple(
+            (seq, f)
+            for seq, f in self.log
+            if any(r.since < seq for r in self._overlapping(*_file_range(f, m)))
+        )
+        return replace(self, log=kept) if len(kept) != len(self.log) else self
+
+    def request_snapshots(self, checkpoint: int) -> NamespaceState:
+        """Ask every range to snapshot in the round after ``checkpoint``."""
+        return replace(self, rebase_below=checkpoint + 1)
+
+    @property
+    def snapshots_pending(self) -> bool:
+        """Ranges asked to snapshot that have not yet."""
+        return any(r.checkpoint < self.rebase_below for r in self.ranges)
+
+    # -- reading -------------------------------------------------------------------------------
+    def plan(self, groups: KeyGroupRange) -> list[tuple[KeyGroupRange, RangeState, list]]:
+        """Per range overlapping ``groups``: the overlap, the range, its tail segments."""
+        m = self.max_key_groups
+        out = []
+        for r in self._overlapping(groups.start, groups.stop):
+            sub = KeyGroupRange(max(r.start, groups.start), min(r.stop, groups.stop))
+            lo, hi, since = sub.start, sub.stop, r.since
+            tail = []
+            for seq, f in self.log:
+                if seq > since:
+                    a, b = (f.kg_start, f.kg_stop) if f.kg_stop > f.kg_start else (0, m)
+                    if a < hi and lo < b:
+                        tail.append(f)
+            out.append((sub, r, tail))
+        return out
+
+    def snapshot_due(self, groups: KeyGroupRange) -> bool:
+        """Whether a task owning ``groups`` should snapshot them after this round."""
+        for _, r, tail in self.plan(groups):
+            if r.checkpoint < self.rebase_below:
+                return True
+            tail_bytes = sum(f.size for f in tail)
+            if tail_bytes >= SNAPSHOT_MIN_BYTES and tail_bytes > sum(f.size for f in r.base):
+                return True
+            if len(tail) >= _segments_due(r.start):
+                return True
+        return False
+
+    # -- encoding --------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {
+            "ranges": [r.to_json() for r in self.ranges],
+            "log": [[seq, *_compact(f)] for seq, f in self.log],
+            "next_seq": self.next_seq,
+            "rebase_below": self.rebase_below,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict) -> NamespaceState:
+        return cls(
+            tuple(RangeState.from_json(r) for r in d["ranges"]),
+            tuple((int(e[0]), _entry(e[1:])) for e in d["log"]),
+            int(d["next_seq"]),
+            int(d.get("rebase_below", -1)),
+        )
+
+
+@dataclass(frozen=True)
+class TaskSnapshot:
+    """A snapshot a task wrote of one namespace's key groups ``[start, stop)``."""
+
+    namespace: str
+    start: int
+    stop: int
+    files: tuple[FileEntry, ...]
+    entries: int
+
+
+@dataclass(frozen=True)
+class TaskState:
+    """All task-owned namespaces of one pipeline's checkpoint."""
+
+    namespaces: dict[str, NamespaceState] = field(default_factory=dict)
+
+    def files(self) -> tuple[FileEntry, ...]:
+        return self._files
+
+    @cached_property
+    def _files(self) -> tuple[FileEntry, ...]:
+        seen: dict[str, FileEntry] = {}
+        for ns in sorted(self.namespaces):
+            for f in self.namespaces[ns].files():
+                seen.setdefault(f.name, f)
+        return tuple(seen.values())
+
+    @property
+    def entries(self) -> int:
+        return sum(s.entries for s in self.namespaces.values())
+
+    def to_json(self) -> dict:
+        return {ns: s.to_json() for ns, s in sorted(self.namespaces.items())}
+
+    @classmethod
+    def from_json(cls, d: dict) -> TaskState:
+        return cls({str(ns): NamespaceState.from_json(s) for ns, s in d.items()})

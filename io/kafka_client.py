@@ -1,0 +1,165 @@
+"""What sparkbeam asks a Kafka broker, over confluent-kafka (librdkafka), with the workarounds.
+
+Owns: consumers configured for a source (``consumer``), the partitions of a topic
+(``partitions_of``, with one-line errors for an unreachable broker or a missing topic), a
+partition's end offset (``end_offset``) and the first offset at or after a time
+(``offset_for_time``). Leaves to others: reading records (``kafka_read``).
+
+Two broker answers are not trusted, because Tansu (the test broker) gets them wrong:
+
+- ``ListOffsets(latest)`` (``get_watermark_offsets``) returns the base offset of the last
+  record *batch* plus one, not the high watermark: 1 after 1,000 records produced in one
+  batch. A Fetch response carries the true high watermark, so ``end_offset`` fetches one
+  record at that answer minus one and then reads librdkafka's cached watermark.
+- ``ListOffsets(timestamp)`` (``offsets_for_times``) returns the oldest offset whatever the
+  time. ``offset_for_time`` checks the answer against the records around it and, when it is
+  wrong, binary-searches the partition by fetching single records (record timestamps are
+  assumed non-decreasing within a partition, as with CreateTime from one clock).
+
+On a real Kafka broker both checks cost one small fetch and agree with the broker.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from sparkbeam.io.errors import KafkaBrokerUnreachableError, KafkaTopicMissingError
+
+METADATA_TIMEOUT_S = 10.0
+FETCH_TIMEOUT_S = 5.0
+
+# Defaults a source's consumer gets unless the user's consumer_config sets them: partitions
+# are assigned (no group rebalancing), offsets live in sparkbeam's checkpoint.
+SOURCE_DEFAULTS = {
+    "enable.auto.commit": "false",
+    "enable.auto.offset.store": "false",
+    "enable.partition.eof": "true",
+    "fetch.wait.max.ms": "100",
+}
+
+
+def consumer(config: dict[str, Any], **overrides: Any):
+    """A confluent-kafka Consumer for ``config`` (a group id is made up if it has none)."""
+    from confluent_kafka import Consumer
+
+    merged = {**SOURCE_DEFAULTS, **{k: str(v) for k, v in config.items()}, **overrides}
+    merged.setdefault("group.id", "sparkbeam-" + uuid.uuid4().hex[:12])
+    return Consumer(merged)
+
+
+def bootstrap_of(config: dict[str, Any]) -> str:
+    return str(config.get("bootstrap.servers", config.get("metadata.broker.list", "")))
+
+
+def partitions_of(client: Any, topic: str, bootstrap: str) -> list[int]:
+    """The partition ids of ``topic``; one-line errors when the broker or topic is missing."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        metadata = client.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+    except KafkaException as e:
+        raise KafkaBrokerUnreachableError(bootstrap, e.args[0] if e.args else e) from None
+    found = metadata.topics.get(topic)
+    if found is None or (found.error is not None and found.error.code() in _MISSING):
+        raise KafkaTopicMissingError(topic, bootstrap)
+    if found.error is not None and found.error.code() != KafkaError.NO_ERROR:
+        raise KafkaBrokerUnreachableError(bootstrap, found.error)
+    if not found.partitions:
+        raise KafkaTopicMissingError(topic, bootstrap)
+    return sorted(found.partitions)
+
+
+def _missing_codes() -> set[int]:
+    try:
+        from confluent_kafka import KafkaError
+
+        return {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
+    except ImportError:  # the kafka extra is not installed; nothing calls this then
+        return set()
+
+
+_MISSING = _missing_codes()
+
+
+def low_offset(client: Any, topic: str, partition: int) -> int:
+    from confluent_kafka import TopicPartition
+
+    low, _ = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=FETCH_TIMEOUT_S)
+    return max(0, low)
+
+
+def end_offset(client: Any, topic: str, partition: int) -> int:
+    """The offset the next record of the partition gets (its high watermark), from a fetch."""
+    from confluent_kafka import TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    low, listed = client.get_watermark_offsets(tp, timeout=FETCH_TIMEOUT_S)
+    if listed <= max(low, 0):
+        return max(listed, 0)
+    record = _record_at(client, topic, partition, listed - 1)
+    _, high = client.get_watermark_offsets(tp, cached=True)
+    if record is not None:
+        high = max(high, record.offset() + 1)
+    return max(high, listed)
+
+
+def offset_for_time(client: Any, topic: str, partition: int, time_ms: int) -> int:
+    """The first offset whose record timestamp is >= ``time_ms`` (the end offset if none)."""
+    from confluent_kafka import TopicPartition
+
+    (answer,) = client.offsets_for_times(
+        [TopicPartition(topic, partition, time_ms)], timeout=FETCH_TIMEOUT_S
+    )
+    low, high = low_offset(client, topic, partition), end_offset(client, topic, partition)
+    offset = high if answer.offset < 0 else answer.offset
+    if _is_first_at_or_after(client, topic, partition, offset, time_ms, low, high):
+        return offset
+    return _search(client, topic, partition, time_ms, low, high)
+
+
+def _is_first_at_or_after(client, topic, partition, offset, time_ms, low, high) -> bool:
+    if offset < high and _timestamp(client, topic, partition, offset) < time_ms:
+        return False
+    return offset <= low or _timestamp(client, topic, partition, offset - 1) < time_ms
+
+
+def _search(client: Any, topic: str, partition: int, time_ms: int, low: int, high: int) -> int:
+    while low < high:
+        mid = (low + high) // 2
+        if _timestamp(client, topic, partition, mid) < time_ms:
+            low = mid + 1
+        else:
+            high = mid
+    return low
+
+
+def _timestamp(client: Any, topic: str, partition: int, offset: int) -> int:
+    record = _record_at(client, topic, partition, offset)
+    return -1 if record is None else record.timestamp()[1]
+
+
+def _record_at(client: Any, topic: str, partition: int, offset: int):
+    """The first record at or after ``offset`` (None if the partition ends before it)."""
+    from confluent_kafka import TopicPartition
+
+    client.assign([TopicPartition(topic, partition, offset)])
+    try:
+        while True:
+            records = client.consume(1, timeout=FETCH_TIMEOUT_S)
+            if not records:
+                return None
+            record = records[0]
+            if record.error() is None:
+                return record
+            if record.error().code() == _partition_eof():
+                return None
+            raise KafkaBrokerUnreachableError(f"{topic}-{partition}", record.error())
+    finally:
+        client.unassign()
+
+
+def _partition_eof() -> int:
+    from confluent_kafka import KafkaError
+
+    return KafkaError._PARTITION_EOF

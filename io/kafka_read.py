@@ -1,0 +1,297 @@
+"""``ReadFromKafka``: a splittable DoFn over confluent-kafka, one restriction per partition.
+
+Owns: the transform (Beam's ``apache_beam.io.kafka.ReadFromKafka`` argument names where they
+apply), the listing of a job's partitions and their start and stop offsets (once, when the
+job first starts: a restore continues from the checkpointed residuals), and the read loop:
+assign one partition at its restriction's start, poll in batches, claim each offset, and,
+once the partition is caught up (librdkafka's partition-EOF event) or after ``max_poll_s``,
+defer the remainder -- with ``idle_resume_delay_s`` when caught up, so an idle topic costs
+one small fetch per partition per delay. The residual is sparkbeam's SDF residual: offsets
+live in the checkpoint, never in the consumer group. Leaves to others: restrictions,
+watermarks and startpoints (``kafka_restrictions``), records (``kafka_records``), broker
+questions (``kafka_client``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.utils.timestamp import Duration, Timestamp
+
+from sparkbeam.io import kafka_client, kafka_records
+from sparkbeam.io.errors import KafkaBrokerUnreachableError, KafkaConfigError
+from sparkbeam.io.kafka_restrictions import (
+    UNBOUNDED,
+    KafkaRestrictionProvider,
+    KafkaWatermarkEstimatorProvider,
+    PartitionElement,
+    note_end_offset,
+)
+
+__all__ = ["ReadFromKafka"]
+
+
+class ReadFromKafka(beam.PTransform):
+    """Read ``topics`` as ``(key, value)`` pairs, or Beam Kafka rows ``with_metadata=True``.
+
+    Unbounded unless ``max_num_records`` (in total, shared by the partitions at the start by
+    their backlog), ``stop_offsets`` (``{(topic, partition): offset}``, exclusive) or
+    ``stop_read_time`` (epoch ms: a partition ends at its first record at or after it) bound
+    it. The start is ``start_read_time`` (epoch ms) if given, else the consumer group's
+    committed offset, else ``auto.offset.reset`` (``latest`` by default, as in Kafka).
+    ``commit_offset_in_finalize`` commits read offsets to the consumer group (for lag
+    monitoring only: a restore reads its positions from the checkpoint). The SDF is the
+    ``Read`` step of this transform: startpoints name it ``<label>/Read``, per partition with
+    ``--key <topic>-<partition>``. sparkbeam's own knobs: ``idle_resume_delay_s`` (how long a
+    caught-up partition waits before it polls again), ``max_poll_s`` and ``batch_size`` (a call
+    reads batches of ``batch_size`` records for at most ``max_poll_s``, then hands its
+    remainder back to the runner, which checkpoints it).
+    """
+
+    processing_time_policy = kafka_records.PROCESSING_TIME
+    create_time_policy = kafka_records.CREATE_TIME
+    log_append_time = kafka_records.LOG_APPEND_TIME
+
+    def __init__(
+        self,
+        consumer_config: Mapping[str, Any],
+        topics: Iterable[str],
+        key_deserializer: Any = None,
+        value_deserializer: Any = None,
+        start_read_time: int | None = None,
+        max_num_records: int | None = None,
+        max_read_time: int | None = None,
+        commit_offset_in_finalize: bool = False,
+        timestamp_policy: str = kafka_records.PROCESSING_TIME,
+        consumer_polling_timeout: float = 2,
+        with_metadata: bool = False,
+        expansion_service: Any = None,
+        stop_offsets: Mapping[tuple[str, int], int] | None = None,
+        stop_read_time: int | None = None,
+        idle_resume_delay_s: float = 1.0,
+        max_poll_s: float = 1.0,
+        batch_size: int = 500,
+    ) -> None:
+        super().__init__()
+        if max_read_time is not None:
+            raise KafkaConfigError(
+                "max_read_time is not supported by sparkbeam's ReadFromKafka; bound the read "
+                "with stop_read_time (epoch ms), max_num_records or stop_offsets instead."
+            )
+        self.consumer_config = {k: str(v) for k, v in dict(consumer_config).items()}
+        if not kafka_client.bootstrap_of(self.consumer_config):
+            raise KafkaConfigError(
+                "consumer_config has no 'bootstrap.servers'; pass the broker list, e.g. "
+                "{'bootstrap.servers': 'localhost:9092'}."
+            )
+        self.topics = [topics] if isinstance(topics, str) else list(topics)
+        self.listing = _ListPartitions(
+            self.consumer_config, self.topics, start_read_time, max_num_records,
+            dict(stop_offsets or {}),
+        )  # fmt: skip
+        bounded = max_num_records is not None or stop_read_time is not None
+        self.reader = (_ReadPartitions if bounded else _ReadUnboundedPartitions)(
+            self.consumer_config,
+            kafka_records.RecordMaker(
+                kafka_records.deserializer("key", key_deserializer),
+                kafka_records.deserializer("value", value_deserializer),
+                kafka_records.check_policy(timestamp_policy),
+                with_metadata,
+            ),
+            commit_offset_in_finalize=commit_offset_in_finalize,
+            poll_timeout_s=float(consumer_polling_timeout),
+            stop_read_time=stop_read_time,
+            idle_resume_delay_s=idle_resume_delay_s,
+            max_poll_s=max_poll_s,
+            batch_size=batch_size,
+        )
+
+    def expand(self, pbegin):
+        partitions = (
+            pbegin
+            | "Impulse" >> beam.Impulse()
+            | "Partitions" >> beam.ParDo(self.listing).with_output_types(PartitionElement)
+        )
+        return partitions | "Read" >> beam.ParDo(self.reader)
+
+
+class _ListPartitions(beam.DoFn):
+    """Impulse -> ``(topic, partition, start, stop)`` for every partition of the topics."""
+
+    def __init__(self, config, topics, start_read_time, max_num_records, stop_offsets):
+        self.config, self.topics = config, topics
+        self.start_read_time, self.max_num_records = start_read_time, max_num_records
+        self.stop_offsets = stop_offsets
+
+    def process(self, _impulse):
+        client = kafka_client.consumer(self.config)
+        try:
+            bootstrap = kafka_client.bootstrap_of(self.config)
+            parts = [
+                (topic, p) for topic in self.topics
+                for p in kafka_client.partitions_of(client, topic, bootstrap)
+            ]  # fmt: skip
+            starts = {tp: self._start(client, *tp) for tp in parts}
+            stops = self._stops(client, parts, starts)
+        finally:
+            client.close()
+        for topic, partition in parts:
+            yield (topic, partition, starts[(topic, partition)], stops[(topic, partition)])
+
+    def _start(self, client, topic: str, partition: int) -> int:
+        if self.start_read_time is not None:
+            return kafka_client.offset_for_time(client, topic, partition, self.start_read_time)
+        if "group.id" in self.config:
+            from confluent_kafka import TopicPartition
+
+            (committed,) = client.committed([TopicPartition(topic, partition)], timeout=10)
+            if committed.offset >= 0:
+                return committed.offset
+        reset = self.config.get("auto.offset.reset", "latest")
+        if reset in ("earliest", "smallest", "beginning"):
+            return kafka_client.low_offset(client, topic, partition)
+        return kafka_client.end_offset(client, topic, partition)
+
+    def _stops(self, client, parts, starts) -> dict[tuple[str, int], int]:
+        stops = {tp: self.stop_offsets.get(tp, UNBOUNDED) for tp in parts}
+        if self.max_num_records is None:
+            return stops
+        # Share the total by backlog first, then round-robin what is left (those partitions
+        # wait for records that are not there yet).
+        left = int(self.max_num_records)
+        shares = dict.fromkeys(parts, 0)
+        for tp in parts:
+            backlog = kafka_client.end_offset(client, *tp) - starts[tp]
+            cap = stops[tp] - starts[tp]
+            shares[tp] = max(0, min(backlog, cap, left))
+            left -= shares[tp]
+        i = 0
+        while left > 0 and parts:
+            shares[parts[i % len(parts)]] += 1
+            left, i = left - 1, i + 1
+        return {tp: min(stops[tp], starts[tp] + shares[tp]) for tp in parts}
+
+
+class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
+    """The SDF, its own restriction provider: reads one topic-partition's restriction per call
+    (see the module docstring)."""
+
+    def __init__(
+        self, config, records, *, commit_offset_in_finalize, poll_timeout_s, stop_read_time,
+        idle_resume_delay_s, max_poll_s, batch_size,
+    ) -> None:  # fmt: skip
+        KafkaRestrictionProvider.__init__(self, config)
+        self.config, self.records = config, records
+        self.commit_offset_in_finalize = commit_offset_in_finalize
+        self.poll_timeout_s, self.stop_read_time = poll_timeout_s, stop_read_time
+        self.idle_resume_delay_s, self.max_poll_s = idle_resume_delay_s, max_poll_s
+        self.batch_size = batch_size
+        self._consumer = None
+
+    def setup(self):
+        self._consumer = kafka_client.consumer(self.config)
+        self._to_commit: dict[tuple[str, int], int] = {}
+
+    def finish_bundle(self):
+        # Beam Python's BundleFinalizerParam does not work with a RestrictionParam (the
+        # tracker is passed twice), so offsets are committed when the bundle finishes: for
+        # lag monitoring only, as a restore reads its positions from the checkpoint.
+        if self._to_commit:
+            from confluent_kafka import TopicPartition
+
+            offsets = [TopicPartition(t, p, o) for (t, p), o in self._to_commit.items()]
+            self._consumer.commit(offsets=offsets, asynchronous=False)
+            self._to_commit.clear()
+
+    def teardown(self):
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
+
+    def process(
+        self,
+        element,
+        tracker=beam.DoFn.RestrictionParam(),
+        watermark=beam.DoFn.WatermarkEstimatorParam(KafkaWatermarkEstimatorProvider()),
+    ):
+        yield from self._read(element, tracker, watermark)
+
+    def _read(self, element, tracker, watermark):
+        from confluent_kafka import TopicPartition
+
+        topic, partition = element[0], element[1]
+        start = tracker.current_restriction().start
+        consumer = self._consumer
+        consumer.assign([TopicPartition(topic, partition, start)])
+        deadline = time.monotonic() + self.max_poll_s
+        last = None
+        try:
+            while True:
+                messages = consumer.consume(self.batch_size, timeout=self.poll_timeout_s)
+                caught_up = not messages
+                for message in messages:
+                    if message.error() is not None:
+                        caught_up = caught_up or self._caught_up(message, topic, partition)
+                        continue
+                    offset = message.offset()
+                    ts = self.records.timestamp(message)
+                    if self._past_stop_time(message) or not tracker.try_claim(offset):
+                        tracker.try_claim(UNBOUNDED)  # the rest is not ours: done
+                        return
+                    last = offset
+                    yield beam.window.TimestampedValue(self.records.element(message), ts)
+                if last is not None and last + 1 >= tracker.current_restriction().stop:
+                    return  # the restriction is done: no empty residual to schedule
+                if caught_up:
+                    watermark.advance_idle(Timestamp.now())
+                    if self._past_stop_wall_time():
+                        tracker.try_claim(UNBOUNDED)
+                        return
+                    tracker.defer_remainder(Duration(seconds=self.idle_resume_delay_s))
+                    return
+                if time.monotonic() >= deadline:
+                    tracker.defer_remainder()
+                    return
+        finally:
+            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+            if high >= 0:
+                note_end_offset(topic, partition, high)
+            consumer.unassign()
+            if self.commit_offset_in_finalize and last is not None:
+                self._to_commit[(topic, partition)] = last + 1
+
+    def _caught_up(self, message, topic, partition) -> bool:
+        from confluent_kafka import KafkaError
+
+        code = message.error().code()
+        if code == KafkaError._PARTITION_EOF:
+            return True
+        if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT):
+            return True  # the broker is away: retry after the resume delay, nothing is lost
+        if message.error().fatal() or not message.error().retriable():
+            raise KafkaBrokerUnreachableError(
+                f"{kafka_client.bootstrap_of(self.config)} ({topic}-{partition})", message.error()
+            )
+        return True
+
+    def _past_stop_time(self, message) -> bool:
+        return self.stop_read_time is not None and message.timestamp()[1] >= self.stop_read_time
+
+    def _past_stop_wall_time(self) -> bool:
+        return self.stop_read_time is not None and time.time() * 1000 >= self.stop_read_time
+
+
+class _ReadUnboundedPartitions(_ReadPartitions):
+    """The same read, its output marked unbounded (no bound was given)."""
+
+    @beam.DoFn.unbounded_per_element()
+    def process(
+        self,
+        element,
+        tracker=beam.DoFn.RestrictionParam(),
+        watermark=beam.DoFn.WatermarkEstimatorParam(KafkaWatermarkEstimatorProvider()),
+    ):
+        yield from self._read(element, tracker, watermark)

@@ -1,0 +1,118 @@
+"""How a Kafka record becomes a Beam element: deserializers, timestamps, the record shapes.
+
+Owns: the deserializers ``ReadFromKafka`` accepts (a Python callable ``bytes -> value``, or
+one of Beam's Java deserializer class names, mapped to its Python equivalent, so a pipeline
+written for ``apache_beam.io.kafka`` keeps its arguments), the timestamp policies
+(``ProcessingTime``, ``CreateTime``, ``LogAppendTime``), and the element: ``(key, value)`` or,
+``with_metadata=True``, a ``beam.Row`` with the fields of Beam's Kafka rows (``topic``,
+``partition``, ``offset``, ``timestamp``, ``timestampTypeId``, ``timestampTypeName``, ``key``,
+``value``, ``headers`` as rows of ``key``/``value``). Leaves to others: polling (``kafka_read``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.utils.timestamp import Timestamp
+
+from sparkbeam.io.errors import KafkaConfigError, KafkaDeserializeError
+
+PROCESSING_TIME = "ProcessingTime"
+CREATE_TIME = "CreateTime"
+LOG_APPEND_TIME = "LogAppendTime"
+POLICIES = (PROCESSING_TIME, CREATE_TIME, LOG_APPEND_TIME)
+_TIMESTAMP_TYPE_NAMES = {0: "NoTimestampType", 1: "CreateTime", 2: "LogAppendTime"}
+
+_JAVA = "org.apache.kafka.common.serialization."
+
+
+def _signed(data: bytes) -> int:
+    return int.from_bytes(data, "big", signed=True)
+
+
+def _utf8(data: bytes) -> str:
+    return data.decode("utf-8")
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+JAVA_DESERIALIZERS: dict[str, Callable[[bytes], Any]] = {
+    _JAVA + "ByteArrayDeserializer": _identity,
+    _JAVA + "StringDeserializer": _utf8,
+    _JAVA + "LongDeserializer": _signed,
+    _JAVA + "IntegerDeserializer": _signed,
+    _JAVA + "ShortDeserializer": _signed,
+}
+
+
+def deserializer(which: str, given: Any) -> Callable[[bytes], Any]:
+    """The Python deserializer for ``given`` (None: bytes as they are)."""
+    if given is None:
+        return _identity
+    if callable(given):
+        return given
+    if isinstance(given, str) and given in JAVA_DESERIALIZERS:
+        return JAVA_DESERIALIZERS[given]
+    known = ", ".join(sorted(JAVA_DESERIALIZERS))
+    raise KafkaConfigError(
+        f"{which}_deserializer={given!r} is neither a Python callable (bytes -> value) nor one "
+        f"of the Java deserializers sparkbeam maps to Python ({known}). Pass a callable."
+    )
+
+
+def check_policy(policy: str) -> str:
+    if policy not in POLICIES:
+        raise KafkaConfigError(
+            f"timestamp_policy={policy!r} is not one of {', '.join(POLICIES)} (Beam's "
+            "ReadFromKafka policies). Pick one of them."
+        )
+    return policy
+
+
+class RecordMaker:
+    """Turns a confluent-kafka ``Message`` into the element and its event time."""
+
+    def __init__(self, key_fn, value_fn, policy: str, with_metadata: bool) -> None:
+        self.key_fn, self.value_fn = key_fn, value_fn
+        self.policy, self.with_metadata = policy, with_metadata
+
+    def timestamp(self, message) -> Timestamp:
+        if self.policy == PROCESSING_TIME:
+            return Timestamp.now()
+        kind, millis = message.timestamp()
+        if kind == 0 or millis < 0:  # no timestamp on the record: fall back to the clock
+            return Timestamp.now()
+        return Timestamp(micros=millis * 1000)
+
+    def element(self, message) -> Any:
+        key = self._deserialize("key", self.key_fn, message.key(), message)
+        value = self._deserialize("value", self.value_fn, message.value(), message)
+        if not self.with_metadata:
+            return (key, value)
+        kind, millis = message.timestamp()
+        return beam.Row(
+            topic=message.topic(),
+            partition=message.partition(),
+            offset=message.offset(),
+            timestamp=millis,
+            timestampTypeId=kind,
+            timestampTypeName=_TIMESTAMP_TYPE_NAMES.get(kind, str(kind)),
+            key=key,
+            value=value,
+            headers=[beam.Row(key=k, value=v) for k, v in (message.headers() or [])],
+        )
+
+    @staticmethod
+    def _deserialize(which: str, fn, data, message) -> Any:
+        if data is None:
+            return None
+        try:
+            return fn(data)
+        except Exception as e:  # noqa: BLE001 - any user deserializer error becomes one line
+            raise KafkaDeserializeError(
+                which, message.topic(), message.partition(), message.offset(), e
+            ) from None

@@ -1,0 +1,161 @@
+"""The restriction side of ``ReadFromKafka``: one offset range per topic-partition.
+
+Owns: the element (``(topic, partition, start, stop)``, a tuple with a deterministic coder;
+``stop`` is ``sys.maxsize`` for an unbounded read), its ``OffsetRange`` restriction and tracker
+(an unbounded range splits only at the current position: a runner-initiated split is a
+checkpoint, never a cut at half of ``sys.maxsize``), the size and backlog estimates, the
+per-partition watermark estimator (the largest record timestamp seen; when the partition is
+caught up it advances to the processing time, so an idle partition does not hold the pipeline
+back), and the startpoint hooks of ``sparkbeam.sdf.startpoints`` (key ``<topic>-<partition>``;
+offset, timestamp through ``offset_for_time``, oldest, upcoming through ``end_offset``).
+Leaves to others: polling (``kafka_read``), broker questions (``kafka_client``).
+"""
+
+from __future__ import annotations
+
+import sys
+import typing
+from typing import Any
+
+from apache_beam import coders
+from apache_beam.io.iobase import RestrictionProgress, WatermarkEstimator
+from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
+from apache_beam.transforms.core import RestrictionProvider, WatermarkEstimatorProvider
+from apache_beam.utils.timestamp import MIN_TIMESTAMP, Timestamp
+
+from sparkbeam.checkpoint.startpoints import Startpoint, StartpointKind
+from sparkbeam.io import kafka_client
+
+UNBOUNDED = sys.maxsize
+
+PartitionElement = typing.Tuple[str, int, int, int]  # noqa: UP006 - Beam's coder registry
+"""``(topic, partition, start, stop)``: coded by Beam's TupleCoder (StrUtf8, VarInt...)."""
+
+# The last end offset a task saw per (topic, partition): the backlog estimate, no broker call.
+_END_SEEN: dict[tuple[str, int], int] = {}
+
+
+def note_end_offset(topic: str, partition: int, end: int) -> None:
+    _END_SEEN[(topic, partition)] = end
+
+
+def partition_key(element: Any) -> str:
+    """``<topic>-<partition>``, Kafka's own name for a topic-partition (``--key`` of
+    ``sparkbeam startpoints set``)."""
+    return f"{element[0]}-{element[1]}"
+
+
+class KafkaOffsetTracker(OffsetRestrictionTracker):
+    """An ``OffsetRestrictionTracker`` whose unbounded range reports its backlog and splits
+    only where it stands."""
+
+    def __init__(self, restriction: OffsetRange, backlog: int | None = None) -> None:
+        super().__init__(restriction)
+        self._backlog = backlog
+
+    def _unbounded(self) -> bool:
+        return self._range.stop >= UNBOUNDED
+
+    def current_progress(self) -> RestrictionProgress:
+        if not self._unbounded():
+            return super().current_progress()
+        position = self._position_now()
+        remaining = max(1, self._backlog or 1)
+        return RestrictionProgress(completed=position - self._range.start, remaining=remaining)
+
+    def _position_now(self) -> int:
+        if self._last_claim_attempt is None:
+            return self._range.start
+        return self._last_claim_attempt + 1
+
+    def try_split(self, fraction_of_remainder):
+        if self._unbounded():
+            fraction_of_remainder = 0  # a checkpoint at the current position
+        return super().try_split(fraction_of_remainder)
+
+    def is_bounded(self) -> bool:
+        return not self._unbounded()
+
+
+class KafkaRestrictionProvider(RestrictionProvider):
+    """Offset ranges per topic-partition, and the startpoint hooks (see the module docstring)."""
+
+    def __init__(self, consumer_config: dict[str, Any]) -> None:
+        self.consumer_config = dict(consumer_config)
+        self._client = None
+
+    def client(self):
+        if self._client is None:
+            self._client = kafka_client.consumer(self.consumer_config)
+        return self._client
+
+    def initial_restriction(self, element) -> OffsetRange:
+        _, _, start, stop = element
+        return OffsetRange(start, stop)
+
+    def create_tracker(self, restriction: OffsetRange) -> KafkaOffsetTracker:
+        return KafkaOffsetTracker(restriction)
+
+    def restriction_size(self, element, restriction: OffsetRange) -> int:
+        if restriction.stop < UNBOUNDED:
+            return restriction.size()
+        end = _END_SEEN.get((element[0], element[1]))
+        return max(1, (end or 0) - restriction.start)
+
+    # -- startpoint hooks (sparkbeam.sdf.startpoints.restrictions) --
+
+    def startpoint_key(self, element) -> str:
+        return partition_key(element)
+
+    def latest_offset(self, element) -> int:
+        return kafka_client.end_offset(self.client(), element[0], element[1])
+
+    def restriction_for_startpoint(
+        self, element, restriction: OffsetRange, startpoint: Startpoint
+    ) -> OffsetRange | None:
+        topic, partition = element[0], element[1]
+        kind, stop = startpoint.kind, restriction.stop
+        if kind is StartpointKind.OFFSET:
+            offset = int(startpoint.position or "")
+        elif kind is StartpointKind.OLDEST:
+            offset = kafka_client.low_offset(self.client(), topic, partition)
+        elif kind is StartpointKind.UPCOMING:
+            offset = kafka_client.end_offset(self.client(), topic, partition)
+        else:
+            millis = int(startpoint.position or "")
+            offset = kafka_client.offset_for_time(self.client(), topic, partition, millis)
+        return OffsetRange(min(offset, stop), stop)
+
+
+class KafkaWatermarkEstimator(WatermarkEstimator):
+    """The largest record timestamp seen; ``advance_idle(now)`` when caught up."""
+
+    def __init__(self, state: Timestamp | None) -> None:
+        self._watermark = MIN_TIMESTAMP if state is None else state
+
+    def observe_timestamp(self, timestamp: Timestamp) -> None:
+        if timestamp > self._watermark:
+            self._watermark = timestamp
+
+    def advance_idle(self, now: Timestamp) -> None:
+        """The partition has no record left: nothing older than ``now`` can come from it
+        (for event-time policies, bar producers whose clocks lag)."""
+        if now > self._watermark:
+            self._watermark = now
+
+    def current_watermark(self) -> Timestamp:
+        return self._watermark
+
+    def get_estimator_state(self) -> Timestamp:
+        return self._watermark
+
+
+class KafkaWatermarkEstimatorProvider(WatermarkEstimatorProvider):
+    def initial_estimator_state(self, element, restriction):
+        return None
+
+    def create_watermark_estimator(self, estimator_state) -> KafkaWatermarkEstimator:
+        return KafkaWatermarkEstimator(estimator_state)
+
+    def estimator_state_coder(self):
+        return coders.NullableCoder(coders.TimestampCoder())

@@ -1,0 +1,201 @@
+"""Task-owned state: the driver's commit takes handles, never bytes (`checkpoint.task_state`).
+
+GroupByKey buffers, user state and timers are written, snapshotted and read by the tasks that
+own their key groups. The driver's commit appends the files a task names to the namespace's
+log, takes its snapshots and counts, and reads none of them; restore reads none of them either.
+A reader of some key groups reads the ranges that overlap them: base, then tail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from sparkbeam.checkpoint import key_group_range, open_store, state_layout
+from sparkbeam.checkpoint.keygroups import key_group
+
+NS = state_layout.gbk("ref_PCollection_x")
+FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
+
+
+class Reads:
+    """Paths a storage object read (the real reads run)."""
+
+    def __init__(self, storage, monkeypatch):
+        self.paths: list[str] = []
+        real = storage.read
+
+        def read(path, *args, **kwargs):
+            self.paths.append(path)
+            return real(path, *args, **kwargs)
+
+        monkeypatch.setattr(storage, "read", read)
+
+    def staged(self) -> list[str]:
+        return [p for p in self.paths if "/staged/" in p]
+
+
+def _keys_by_subtask(parallelism: int, n: int = 400) -> dict[int, list[bytes]]:
+    out: dict[int, list[bytes]] = {i: [] for i in range(parallelism)}
+    for i in range(n):
+        key = b"key-%d" % i
+        for sub in range(parallelism):
+            if key_group(key, 128) in key_group_range(sub, parallelism, 128):
+                out[sub].append(key)
+    return out
+
+
+def _round(store, round_no: int, state: dict, changes_by_sub: dict, parallelism: int, snap=()):
+    """One round of ``parallelism`` GroupByKey tasks staging their changes (None: delete)."""
+    messages = []
+    for sub, changes in changes_by_sub.items():
+        writer = store.staged_writer("p", "gbk:x", round_no, sub, 0)
+        groups = key_group_range(sub, parallelism, 128)
+        for key, value in changes.items():
+            if value is None:
+                writer.delete(NS, key)
+                state.pop(key, None)
+            else:
+                writer.put(NS, key, value)
+                state[key] = value
+        mine = {k: v for k, v in state.items() if key_group(k, 128) in groups}
+        if sub in snap:
+            writer.snapshot(NS, groups.start, groups.stop, mine)
+        else:
+            writer.count(NS, groups.start, groups.stop, len(mine))
+        messages.append(writer.finish())
+    st = store.pipeline("p")
+    return st.checkpoint(fingerprint="f", parallelism=parallelism, commit_messages=messages)
+
+
+def _read(store, cid, sub: int, parallelism: int) -> dict[bytes, bytes]:
+    return {k: v for ns, k, v in store.read_subtask_state("p", cid, sub, parallelism) if ns == NS}
+
+
+def _value(n: int) -> bytes:
+    return bytes([state_layout.V1]) + b"v%d" % n
+
+
+def test_a_commit_and_a_restore_read_no_task_owned_file_on_the_driver(tmp_path, monkeypatch):
+    root = str(tmp_path)
+    keys = _keys_by_subtask(2)
+    state: dict[bytes, bytes] = {}
+    with open_store(root) as store:
+        reads = Reads(store.storage, monkeypatch)
+        st = store.pipeline("p")
+        st.put(state_layout.sdf_residual("s"), b"r", b"\x01driver")  # the driver's own state
+        for rnd in range(4):
+            changes = {
+                sub: {k: _value(rnd) for k in keys[sub][rnd * 10 : rnd * 10 + 30]} for sub in (0, 1)
+            }
+            changes[0][keys[0][0]] = None if rnd == 3 else changes[0].get(keys[0][0], _value(9))
+            cid = _round(store, rnd, state, changes, 2)
+        assert reads.staged() == []  # four commits: no staged byte read by the driver
+        assert {ns for ns, _, _ in st.items()} == {state_layout.sdf_residual("s")}
+        assert len(st) == 1 + len(state)  # counted from the tasks' reports
+        assert store.load_manifest("p", cid).entries == 1 + len(state)
+        with pytest.raises(ValueError, match="task-owned"):
+            st.put(NS, b"k", _value(0))
+    with open_store(root) as store:
+        reads = Reads(store.storage, monkeypatch)
+        st = store.pipeline("p")
+        assert st.restore(fingerprint="f").checkpoint_id == cid
+        assert reads.staged() == []  # a restore reads the driver's files and the manifest
+        assert NS in st.namespaces() and len(st) == 1 + len(state)
+    with open_store(root, read_only=True) as store:
+        for parallelism in (1, 2, 4):  # any parallelism reads exactly its own key groups
+            got: dict[bytes, bytes] = {}
+            for sub in range(parallelism):
+                part = _read(store, cid, sub, parallelism)
+                groups = key_group_range(sub, parallelism, 128)
+                assert all(key_group(k, 128) in groups for k in part)
+                got.update(part)
+            assert got == state
+
+
+def test_a_snapshot_replaces_its_range_and_the_log_drops_what_no_range_reads(tmp_path):
+    root = str(tmp_path)
+    keys = _keys_by_subtask(2)
+    state: dict[bytes, bytes] = {}
+    with open_store(root) as store:
+        for rnd in range(3):
+            changes = {sub: {k: _value(rnd) for k in keys[sub][: 5 + rnd]} for sub in (0, 1)}
+            _round(store, rnd, state, changes, 2)
+        changes = {0: {keys[0][0]: None, keys[0][50]: _value(7)}, 1: {keys[1][1]: _value(8)}}
+        cid = _round(store, 3, state, changes, 2, snap={0})
+        chains = store.load_manifest("p", cid).task_state.namespaces[NS]
+        low, high = chains.ranges
+        assert (low.start, low.stop, len(low.base), low.checkpoint) == (0, 64, 1, cid)
+        assert (high.start, high.stop, high.base) == (64, 128, ())
+        assert all(f.kg_start >= 64 for _, f in chains.log)  # subtask 0's segments are gone
+        assert (low.entries, high.entries) == (
+            sum(key_group(k, 128) < 64 for k in state),
+            sum(key_group(k, 128) >= 64 for k in state),
+        )
+        for parallelism in (1, 3):  # a rescaled reader splits the ranges as it needs
+            got: dict[bytes, bytes] = {}
+            for sub in range(parallelism):
+                got.update(_read(store, cid, sub, parallelism))
+            assert got == state
+        # After a rescale to 4, a snapshot of subtask 1 (32..64) splits the low range.
+        changes = {1: {keys[0][60]: _value(11)}}
+        cid = _round(store, 4, state, changes, 4, snap={1})
+        ranges = store.load_manifest("p", cid).task_state.namespaces[NS].ranges
+        assert [(r.start, r.stop) for r in ranges] == [(0, 32), (32, 64), (64, 128)]
+        got = {}
+        for sub in range(2):
+            got.update(_read(store, cid, sub, 2))
+        assert got == state
+
+
+def test_a_fallback_asks_the_tasks_to_snapshot_then_shares_no_file(tmp_path):
+    root = str(tmp_path)
+    keys = _keys_by_subtask(2)
+    state: dict[bytes, bytes] = {}
+    with open_store(root) as store:
+        st = store.pipeline("p")
+        st.put(state_layout.sdf_residual("s"), b"r", b"\x01driver")
+        first = _round(store, 0, state, {s: {k: _value(0) for k in keys[s][:5]} for s in (0, 1)}, 2)
+        second = _round(store, 1, state, {0: {keys[0][9]: _value(1)}, 1: {}}, 2)
+        chains = store.load_manifest("p", second).task_state.namespaces[NS]
+        assert chains.snapshots_pending  # shared with the first: the tasks are asked
+        assert chains.snapshot_due(key_group_range(1, 2, 128))
+        third = _round(store, 2, state, {0: {}, 1: {}}, 2, snap={0, 1})
+        files = {
+            cid: {f.name for f in store.load_manifest("p", cid).files} for cid in (second, third)
+        }
+        assert files[third].isdisjoint(files[second])  # the second is the third's fallback
+        assert not store.load_manifest("p", third).task_state.namespaces[NS].snapshots_pending
+        assert first < second
+        got: dict[bytes, bytes] = {}
+        for sub in range(2):
+            got.update(_read(store, third, sub, 2))
+        assert got == state
+
+
+def test_an_older_layout_store_migrates_its_task_owned_state_on_restore(tmp_path):
+    """A version-1 manifest (layout 2's fixture store) holds GroupByKey state in the driver's
+    files: a restore moves it into one snapshot per namespace, and the next checkpoint names it."""
+    url = str(tmp_path / "store")
+    shutil.copytree(os.path.join(FIXTURES, "layout_v2_store"), url)
+    with open_store(url, read_only=True) as store:
+        (pid,) = store.list_pipelines()
+        last = store.list_checkpoints(pid)[-1].checkpoint_id
+        assert store.load_manifest(pid, last).task_state is None
+        before = sorted(store.read_subtask_state(pid, last, 0, 1))
+    owned = {ns for ns, _, _ in before if state_layout.is_task_owned(ns)}
+    assert owned  # the fixture holds GroupByKey state
+    with open_store(url) as store:
+        st = store.pipeline(pid)
+        st.restore()
+        assert not {ns for ns, _, _ in st.items()} & owned  # not in the driver's table
+        assert owned <= st.namespaces()
+        cid = st.checkpoint(fingerprint=store.load_manifest(pid, last).fingerprint)
+        assert set(store.load_manifest(pid, cid).task_state.namespaces) == owned
+        for parallelism in (1, 2):
+            after = []
+            for sub in range(parallelism):
+                after.extend(store.read_subtask_state(pid, cid, sub, parallelism))
+            assert sorted(after) == before

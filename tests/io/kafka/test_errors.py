@@ -1,0 +1,54 @@
+"""ReadFromKafka's failures are one line naming the cause: an unreachable broker, a missing
+topic, a deserializer that raises (naming the record's topic-partition@offset, not committed),
+and arguments sparkbeam cannot use (at construction)."""
+
+from __future__ import annotations
+
+import uuid
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from sparkbeam.io import ReadFromKafka
+from sparkbeam.io.errors import KafkaConfigError
+from tests.conftest import spark_test_options
+from tests.servers import free_port
+
+pytestmark = pytest.mark.spark
+
+
+def _run(config, topic, **kwargs):
+    p = beam.Pipeline(options=PipelineOptions(spark_test_options()))
+    _ = p | ReadFromKafka(config, [topic], max_num_records=5, **kwargs)
+    p.run().wait_until_finish()
+
+
+def test_unreachable_broker_and_missing_topic(spark, kafka_broker):
+    dead = f"127.0.0.1:{free_port()}"
+    with pytest.raises(Exception, match=rf"Kafka broker '{dead}' did not answer .*no record"):
+        _run({"bootstrap.servers": dead}, "t")
+    with pytest.raises(Exception, match=r"Kafka topic 'absent' does not exist on '127"):
+        _run(kafka_broker.config(), "absent")
+
+
+def test_deserializer_that_raises_names_the_record(spark, kafka_broker):
+    topic = "bad-" + uuid.uuid4().hex[:8]
+    kafka_broker.create_topic(topic, 1)
+    kafka_broker.produce(topic, [(None, b"1", None), (None, b"x", None)], partition=0)
+
+    def to_int(data: bytes) -> int:
+        return int(data)
+
+    config = kafka_broker.config(**{"auto.offset.reset": "earliest"})
+    with pytest.raises(Exception, match=rf"value deserializer raised on Kafka record {topic}-0@1"):
+        _run(config, topic, value_deserializer=to_int)
+
+
+def test_bad_arguments_fail_at_construction():
+    with pytest.raises(KafkaConfigError, match=r"timestamp_policy='Wall' is not one of"):
+        ReadFromKafka({"bootstrap.servers": "h:1"}, ["t"], timestamp_policy="Wall")
+    with pytest.raises(KafkaConfigError, match=r"consumer_config has no 'bootstrap.servers'"):
+        ReadFromKafka({}, ["t"])
+    with pytest.raises(KafkaConfigError, match=r"value_deserializer='com.Foo' is neither"):
+        ReadFromKafka({"bootstrap.servers": "h:1"}, ["t"], value_deserializer="com.Foo")
