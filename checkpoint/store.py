@@ -206,6 +206,12 @@ class CheckpointStore:
             self._pipelines[pid] = PipelineStore(self, pid)
         return self._pipelines[pid]
 
+    def use_max_key_groups(self, max_key_groups: int) -> None:
+        """The key groups of pipelines this store creates from now on (a run's, once its
+        parallelism is known); a pipeline already open or restored keeps its own."""
+        key_group_range(0, 1, max_key_groups)  # validates max_key_groups
+        self.max_key_groups = max_key_groups
+
     def staged_writer(
         self, pipeline_id: str, stage: str, round: int, partition: int, attempt: int
     ) -> StagedWriter:

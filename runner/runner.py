@@ -184,6 +184,7 @@ def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{
             startpoint_max_age_s=streaming_options.startpoint_max_age_s,
             filesystem_options=fs_options,
             data_plane=spark_options.data_plane,
+            max_key_groups=spark_options.max_key_groups,
         )
         executor.run()
     finally:

@@ -58,13 +58,14 @@ class PlanExecutor:
         startpoint_max_age_s: float | None = None,
         data_plane: str | None = None,
         filesystem_options: str = "{}",
+        max_key_groups: int | None = None,
     ) -> None:
         # Residual state lives in a checkpoint store; in memory unless one is given.
         store = store or open_working_store()
         self.ctx = ctx = RunContext.create(
             spark, plan, store, checkpoint_url, parallelism,
             startpoint_max_age_s=startpoint_max_age_s, data_plane=data_plane,
-            filesystem_options=filesystem_options,
+            filesystem_options=filesystem_options, max_key_groups=max_key_groups,
         )  # fmt: skip
         self.plane, self.plan, self.store = ctx.plane, plan, store
         self.rdds = StageRdds(ctx, residual_budget_s, split_policy or SplitPolicy())

@@ -96,6 +96,7 @@ class StreamingExecutor:
         drain_plan=None,
         filesystem_options: str = "{}",
         data_plane: str | None = None,
+        max_key_groups: int | None = None,
     ) -> None:
         self.plan = plan
         self.url = checkpoint_url
@@ -110,6 +111,7 @@ class StreamingExecutor:
             startpoint_max_age_s=startpoint_max_age_s,
             filesystem_options=filesystem_options,  # each loop thread's jobs carry them
             data_plane=data_plane,
+            max_key_groups=max_key_groups,
         )
         self.stop = self.ctx.stop
         self.drain_control = Drain(self.ctx, drain_plan)

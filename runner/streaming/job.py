@@ -67,6 +67,7 @@ def start_streaming(
         drain_plan=drain_plan,
         filesystem_options=fs_options,
         data_plane=spark_options.data_plane,
+        max_key_groups=spark_options.max_key_groups,
     )
     executor.start()
     executor.stop_on_signals()  # Ctrl-C: stop after the running round commits
