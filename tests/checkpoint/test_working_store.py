@@ -9,6 +9,9 @@ left 25 MB held with 0 live entries.
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+
 import pytest
 
 from sparkbeam.checkpoint import open_working_store
@@ -30,17 +33,34 @@ def test_put_delete_loop_without_a_store_leaves_nothing():
         before = _held_bytes(store.storage)  # the lock file
         state = store.pipeline("p0")
         handler = StateAndTimerBundleCheckpointHandler(state, "s1")
-        for b in range(RESIDUALS // BATCH):
-            handler.add(
-                ResidualRecord("s1", "t", f"{b}:{i}".encode() + bytes(1024), 0.0, 0.0, 0)
-                for i in range(BATCH)
-            )
-            assert len(handler.pop_due(float("inf"), limit=BATCH)) == BATCH
+        _put_and_delete(handler, RESIDUALS)
         assert handler.fired == RESIDUALS and handler.pending() == 0 and len(state) == 0
         assert _held_bytes(store.storage) == before, "deleted residuals left bytes behind"
         assert state.live_files() == set(), "the next checkpoint would name changelog segments"
+        # Nor on the driver's heap (the timers kept every fed residual's key): 5 MB more of
+        # residuals, put and deleted, leave less than 256 KB allocated.
+        gc.collect()
+        tracemalloc.start()
+        try:
+            allocated = tracemalloc.get_traced_memory()[0]
+            _put_and_delete(handler, 5 * BATCH)
+            gc.collect()
+            kept = tracemalloc.get_traced_memory()[0] - allocated
+        finally:
+            tracemalloc.stop()
+        assert kept < 256 << 10, f"{kept} bytes still allocated for 5,000 deleted residuals"
     finally:
         store.close()
+
+
+def _put_and_delete(handler, n: int) -> None:
+    """``n`` residuals of 1 KB, due at once, put and then fed (deleted), a batch at a time."""
+    for b in range(n // BATCH):
+        handler.add(
+            ResidualRecord("s1", "t", b"%d:%d:" % (b, i) + bytes(1024), 0.0, 0.0, 0)
+            for i in range(BATCH)
+        )
+        assert len(handler.pop_due(float("inf"), limit=BATCH)) == BATCH
 
 
 def test_a_working_store_refuses_a_checkpoint():
