@@ -46,8 +46,8 @@ def keyed_parallelism(pipeline_id: str, parallelism: int, max_key_groups: int) -
     if parallelism <= max_key_groups:
         return parallelism
     _LOG.warning(
-        "Pipeline %s: its checkpoints have %d key groups, fewer than the parallelism %d; its "
-        "keyed stages run %d tasks (a new --checkpoint_dir with --max_key_groups gets more)",
+        "Pipeline %s: its state has %d key groups, fewer than the parallelism %d; its keyed "
+        "stages run %d tasks (a new --checkpoint_dir with a larger --max_key_groups gets more)",
         pipeline_id, max_key_groups, parallelism, max_key_groups,
     )  # fmt: skip
     return max_key_groups

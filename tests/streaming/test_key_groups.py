@@ -108,5 +108,5 @@ def test_restore_keeps_the_store_key_groups_and_stays_exact(spark, tmp_path, cap
     again = _options(tmp_path, "--parallelism=6", "--max_key_groups=8")
     assert _write_counts(tmp_path, again, sources).wait_until_finish() == PipelineState.DONE
     assert _key_groups(tmp_path / "ckpt") == {4}
-    assert "have 4 key groups, fewer than the parallelism 6" in caplog.text
+    assert "state has 4 key groups, fewer than the parallelism 6" in caplog.text
     assert sorted(_lines(tmp_path)) == expected_counts(sources)  # each window once, none lost
