@@ -129,10 +129,8 @@ def open_store(
 
 
 def open_working_store() -> CheckpointStore:
-    """The store of a run without ``--checkpoint_dir``: its pipelines' state in memory, never
-    committed nor restored (a batch run's pending residuals and their timers). It keeps no
-    changelog: a residual put then deleted leaves nothing behind (a changelog flushed into
-    memory that no checkpoint ever names nor retention deletes held every change)."""
+    """The store of a run without ``--checkpoint_dir``: state in memory, never committed nor
+    restored, so no changelog (one flushed into memory nothing ever cleaned held every change)."""
     return open_store(MemoryStorage(), materialization_interval_s=None, changelog=False)
 
 
@@ -171,8 +169,7 @@ class CheckpointStore:
         self.materialization_files = materialization_files
         self.flush_bytes = flush_bytes
         self.read_only = read_only
-        self.changelog = changelog
-        """Whether pipelines record a changelog (False: never checkpointed, `open_store`)."""
+        self.changelog = changelog  # False: pipelines are never checkpointed (`open_store`)
         self._pipelines: dict[PipelineId, PipelineStore] = {}
         self._manifest_cache: dict[tuple[PipelineId, CheckpointId], Manifest] = {}
         self._segment_cache = SegmentCache()
