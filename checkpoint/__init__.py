@@ -50,7 +50,12 @@ from sparkbeam.checkpoint.state_table import (
     StateTable,
     make_state_table,
 )
-from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore, open_store
+from sparkbeam.checkpoint.store import (
+    CheckpointInfo,
+    CheckpointStore,
+    open_store,
+    open_working_store,
+)
 
 __all__ = [
     "CheckpointCorruptError",
@@ -87,6 +92,7 @@ __all__ = [
     "make_state_table",
     "open_staged_writer",
     "open_store",
+    "open_working_store",
     "open_storage",
     "stable_hash",
     "subtask_for_key_group",

@@ -24,7 +24,7 @@ import zlib
 from collections.abc import Iterator
 from enum import IntEnum
 
-from sparkbeam.checkpoint.errors import CheckpointCorruptError
+from sparkbeam.checkpoint.errors import CheckpointCorruptError, NoChangelogError
 from sparkbeam.checkpoint.filesystem import Storage, checksum
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
@@ -137,6 +137,31 @@ class ChangelogWriter:
     def discard(self) -> None:
         """Drop buffered records (their changes are covered by a materialization)."""
         self._buffer = SegmentBuffer()
+
+
+class NoChangelog:
+    """The driver's changelog of a store that is never committed nor restored (a run without
+    ``--checkpoint_dir``): it records nothing, so a put then a delete leaves no bytes anywhere.
+    Flushing after a change refuses (`NoChangelogError`): a checkpoint would miss it."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what  # the pipeline and store, for the error
+        self.changes = 0
+
+    def append(
+        self, op: Op, kg: int, namespace: str, key: bytes, value: bytes = b""
+    ) -> FileEntry | None:
+        self.changes += 1
+        return None
+
+    def flush(self) -> FileEntry | None:
+        if self.changes:
+            raise NoChangelogError(self.what)
+        return None
+
+    def discard(self) -> None:
+        """A materialization or a restore covers every change so far."""
+        self.changes = 0
 
 
 def check_segment(data: bytes, path: str, expected: FileEntry | None = None) -> int:

@@ -107,3 +107,15 @@ class CheckpointConflictError(RuntimeError):
 
 class StateLayoutError(ValueError):
     """A checkpoint's state was written in a layout (or value version) this code cannot read."""
+
+
+class NoChangelogError(ValueError):
+    """A checkpoint of a pipeline whose store keeps no changelog (a run without a store)."""
+
+    def __init__(self, what: str):
+        self.what = what
+        super().__init__(
+            f"{what} keeps no changelog (state in memory only, for a run without "
+            "--checkpoint_dir), so a checkpoint would miss its changes; open the store with "
+            "open_store(url), or run with --checkpoint_dir, to commit checkpoints."
+        )

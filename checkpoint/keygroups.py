@@ -4,8 +4,10 @@ Owns: `stable_hash` (identical in every process and Python version: the first 8 
 BLAKE2b, never Python's salted ``hash()``), `key_group`, and the contiguous range assignment of
 Flink's ``KeyGroupRangeAssignment``: with ``p <= max_key_groups`` subtasks, subtask ``i`` owns
 ``[ceil(i*m/p), ceil((i+1)*m/p))`` so every key group belongs to exactly one subtask for every
-``p``. Rescaling reassigns whole ranges; nothing is rehashed. Leaves to others: what a key is
-(the runner encodes elements and user keys to bytes).
+``p``. Rescaling reassigns whole ranges; nothing is rehashed. The number of key groups is
+fixed when a store's pipeline is created; `default_max_key_groups` derives it from the
+parallelism as Flink derives its default max parallelism. Leaves to others: what a key is
+(the runner encodes elements and user keys to bytes), which parallelism a run uses.
 """
 
 from __future__ import annotations
@@ -16,7 +18,19 @@ from dataclasses import dataclass
 from sparkbeam.checkpoint.ids import KeyGroup
 
 DEFAULT_MAX_KEY_GROUPS = 128
+"""The fewest key groups a default gives (Flink's ``DEFAULT_LOWER_BOUND_MAX_PARALLELISM``)."""
 MAX_KEY_GROUPS_LIMIT = 1 << 15
+"""The most key groups a store may have (Flink's ``UPPER_BOUND_MAX_PARALLELISM``)."""
+
+
+def default_max_key_groups(parallelism: int) -> int:
+    """The key groups of a new store at ``parallelism``: the power of two at or above
+    ``parallelism + parallelism // 2``, at least 128, at most 32768 -- Flink's
+    ``KeyGroupRangeAssignment.computeDefaultMaxParallelism``, so a job can later grow to
+    about 1.5x its parallelism with every subtask still owning whole key groups."""
+    wanted = max(1, parallelism + parallelism // 2)
+    power = 1 << (wanted - 1).bit_length()
+    return min(max(power, DEFAULT_MAX_KEY_GROUPS), MAX_KEY_GROUPS_LIMIT)
 
 
 def stable_hash(key: bytes) -> int:
@@ -55,12 +69,13 @@ def _check(parallelism: int, max_key_groups: int) -> None:
     if not 1 <= max_key_groups <= MAX_KEY_GROUPS_LIMIT:
         raise ValueError(
             f"max_key_groups={max_key_groups!r} must be in 1..{MAX_KEY_GROUPS_LIMIT}; "
-            f"the default is {DEFAULT_MAX_KEY_GROUPS}."
+            "leave it out to derive it from the parallelism."
         )
     if not 1 <= parallelism <= max_key_groups:
         raise ValueError(
-            f"parallelism={parallelism!r} must be in 1..max_key_groups ({max_key_groups}); "
-            "raise max_key_groups for a new store or lower the parallelism."
+            f"parallelism={parallelism!r} must be in 1..max_key_groups ({max_key_groups}): "
+            "each subtask owns whole key groups; lower the parallelism, or give a new store "
+            "more key groups (--max_key_groups)."
         )
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbeam.checkpoint import restore as restore_protocol
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.checkpoint.changelog import ChangelogWriter, Op, iter_records
+from sparkbeam.checkpoint.changelog import ChangelogWriter, NoChangelog, Op, iter_records
 from sparkbeam.checkpoint.commit import CheckpointChain
 from sparkbeam.checkpoint.errors import StoreClosedError
 from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
@@ -49,8 +49,12 @@ class PipelineStore:
         self.max_key_groups = store.max_key_groups
         self.table = make_state_table(store.state_backend, self.max_key_groups)
         """The driver-owned state (the commit protocol applies, snapshots and materializes it)."""
-        self.log = ChangelogWriter(
-            store.storage, self.directory, "driver", store.flush_bytes, name_prefix="changelog/"
+        self.log = (
+            ChangelogWriter(
+                store.storage, self.directory, "driver", store.flush_bytes, name_prefix="changelog/"
+            )
+            if store.changelog
+            else NoChangelog(f"Pipeline {pipeline_id!r} of {store.url!r}")
         )
         """The driver's changes since the last commit, flushed into the chain's segments."""
         self.chain = CheckpointChain(store, self)

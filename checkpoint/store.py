@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from sparkbeam.checkpoint.changelog import DEFAULT_FLUSH_BYTES
 from sparkbeam.checkpoint.errors import CheckpointCorruptError, StoreClosedError
-from sparkbeam.checkpoint.filesystem import TMP_PREFIX, Storage, open_storage
+from sparkbeam.checkpoint.filesystem import TMP_PREFIX, MemoryStorage, Storage, open_storage
 from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
 from sparkbeam.checkpoint.keygroups import DEFAULT_MAX_KEY_GROUPS, key_group_range
 from sparkbeam.checkpoint.layout import (
@@ -107,8 +107,12 @@ def open_store(
     flush_bytes: int = DEFAULT_FLUSH_BYTES,
     read_only: bool = False,
     break_lock: bool = False,
+    changelog: bool = True,
 ) -> CheckpointStore:
-    """Open (creating if needed) the store at ``url``; takes the write lock unless read-only."""
+    """Open (creating if needed) the store at ``url``; takes the write lock unless read-only.
+
+    ``changelog=False``: the driver records no changelog of its pipelines' changes, so their
+    checkpoints are refused (`NoChangelogError`); for state never committed nor restored."""
     return CheckpointStore(
         open_storage(url),
         max_key_groups=max_key_groups,
@@ -120,7 +124,14 @@ def open_store(
         flush_bytes=flush_bytes,
         read_only=read_only,
         break_lock=break_lock,
+        changelog=changelog,
     )
+
+
+def open_working_store() -> CheckpointStore:
+    """The store of a run without ``--checkpoint_dir``: state in memory, never committed nor
+    restored, so no changelog (one flushed into memory nothing ever cleaned held every change)."""
+    return open_store(MemoryStorage(), materialization_interval_s=None, changelog=False)
 
 
 class CheckpointStore:
@@ -139,6 +150,7 @@ class CheckpointStore:
         flush_bytes: int = DEFAULT_FLUSH_BYTES,
         read_only: bool = False,
         break_lock: bool = False,
+        changelog: bool = True,
     ):
         key_group_range(0, 1, max_key_groups)  # validates max_key_groups
         if state_backend not in STATE_BACKENDS:
@@ -157,6 +169,7 @@ class CheckpointStore:
         self.materialization_files = materialization_files
         self.flush_bytes = flush_bytes
         self.read_only = read_only
+        self.changelog = changelog  # False: pipelines are never checkpointed (`open_store`)
         self._pipelines: dict[PipelineId, PipelineStore] = {}
         self._manifest_cache: dict[tuple[PipelineId, CheckpointId], Manifest] = {}
         self._segment_cache = SegmentCache()
@@ -189,6 +202,12 @@ class CheckpointStore:
         if pid not in self._pipelines:
             self._pipelines[pid] = PipelineStore(self, pid)
         return self._pipelines[pid]
+
+    def use_max_key_groups(self, max_key_groups: int) -> None:
+        """The key groups of pipelines this store creates from now on (a run's, once its
+        parallelism is known); a pipeline already open or restored keeps its own."""
+        key_group_range(0, 1, max_key_groups)  # validates max_key_groups
+        self.max_key_groups = max_key_groups
 
     def staged_writer(
         self, pipeline_id: str, stage: str, round: int, partition: int, attempt: int

@@ -9,6 +9,7 @@ import re
 
 from apache_beam.options import pipeline_options
 
+from sparkbeam.checkpoint.keygroups import MAX_KEY_GROUPS_LIMIT
 from sparkbeam.runner.errors import PipelineOptionsError
 
 DEFAULT_MASTER = "local[*]"
@@ -80,6 +81,17 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             "Spark executor mounts at the same path (NFS...). Without it a cluster master "
             "(spark://, yarn, k8s://) refuses a local path; a relative path is always refused "
             "there. Default: off.",
+        )
+        parser.add_argument(
+            "--max_key_groups",
+            type=int,
+            default=None,
+            help="Key groups of a new checkpoint store's keyed state: the unit a restore at "
+            "another --parallelism reassigns, so the most tasks a keyed stage can have. A "
+            "restored pipeline keeps the key groups of its checkpoints (its keyed stages then "
+            "run at most that many tasks). At most 32768. Default: derived from the "
+            "parallelism as Flink derives its max parallelism: the power of two at or above "
+            "1.5 x parallelism, at least 128.",
         )
         cls._add_sdf_args(parser)
 
@@ -298,6 +310,7 @@ def check_option_values(options: pipeline_options.PipelineOptions) -> None:
             f"--parallelism={parallelism!r} must be a whole number of at least 1 (the number "
             "of partitions after a shuffle); leave it out to use Spark's default parallelism."
         )
+    _check_key_groups(options.view_as(SparkRunnerOptions).max_key_groups, parallelism, unset)
     for name, low, inclusive, meaning in _BOUNDS:
         value = next((getattr(v, name) for v in views if hasattr(v, name)), None)
         if value is None:
@@ -313,3 +326,25 @@ def check_option_values(options: pipeline_options.PipelineOptions) -> None:
             raise PipelineOptionsError(
                 f"--{name}={value!r} must be {bound} ({meaning}); fix the flag and rerun."
             )
+
+
+def _check_key_groups(max_key_groups: int | None, parallelism: int | None, unset: bool) -> None:
+    """--max_key_groups in 1..32768, and an explicit --parallelism that keyed stages can have."""
+    if max_key_groups is not None and not 1 <= max_key_groups <= MAX_KEY_GROUPS_LIMIT:
+        raise PipelineOptionsError(
+            f"--max_key_groups={max_key_groups!r} must be in 1..{MAX_KEY_GROUPS_LIMIT}; leave "
+            "it out to derive it from the parallelism."
+        )
+    if unset or parallelism is None:
+        return
+    if max_key_groups is not None and parallelism > max_key_groups:
+        raise PipelineOptionsError(
+            f"--parallelism={parallelism} is more than --max_key_groups={max_key_groups}: a "
+            "keyed stage's task owns whole key groups; raise --max_key_groups (a new store) to "
+            "at least the parallelism, lower --parallelism, or leave --max_key_groups out."
+        )
+    if parallelism > MAX_KEY_GROUPS_LIMIT:
+        raise PipelineOptionsError(
+            f"--parallelism={parallelism} is more than the {MAX_KEY_GROUPS_LIMIT} key groups a "
+            "store can have (a keyed stage's task owns whole key groups); lower --parallelism."
+        )

@@ -188,6 +188,7 @@ def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{
             filesystem_options=fs_options,
             data_plane=spark_options.data_plane,
             fresh=streaming_options.fresh,
+            max_key_groups=spark_options.max_key_groups,
         )
         with progress.BatchTicker(spark):  # a line every 10 s while it runs
             executor.run()

@@ -3,6 +3,10 @@
 An in-memory index (a heap of (fire time, key)) over timers whose payloads
 live in the checkpoint store. Rebuilt from the store on restore, so it is
 never the source of truth. Holds give the stage's output watermark.
+
+Both heaps drop cleared timers lazily (when they reach the top); once dead entries
+outnumber the live timers, the heaps are rebuilt from the live ones, so a fired residual's
+key is not kept alive (a polling SDF fires one per poll for as long as it runs).
 """
 
 from __future__ import annotations
@@ -26,6 +30,18 @@ class ResidualTimerService:
         self._timers[key] = (fire_at_ms, hold_micros)
         heapq.heappush(self._heap, (fire_at_ms, key))
         heapq.heappush(self._holds, (hold_micros, key))
+        self._compact()
+
+    def _compact(self) -> None:
+        """Rebuild the heaps from the live timers once they are mostly cleared entries
+        (amortized O(1) a change: a rebuild follows at least as many changes as it keeps)."""
+        bound = 2 * len(self._timers) + 64
+        if len(self._heap) <= bound and len(self._holds) <= bound:
+            return
+        self._heap = [(fire, key) for key, (fire, _) in self._timers.items()]
+        self._holds = [(hold, key) for key, (_, hold) in self._timers.items()]
+        heapq.heapify(self._heap)
+        heapq.heapify(self._holds)
 
     def next_fire_ms(self) -> int | None:
         """Fire time of the earliest live timer (lazily drops cleared ones)."""
@@ -47,6 +63,7 @@ class ResidualTimerService:
             _, key = heapq.heappop(self._heap)
             self._timers.pop(key, None)
             due.append(key)
+        self._compact()
         return due
 
     def hold_micros(self) -> int | None:

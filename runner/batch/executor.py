@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from sparkbeam.checkpoint import MemoryStorage, open_store
+from sparkbeam.checkpoint import open_working_store
 from sparkbeam.runner import progress
 from sparkbeam.runner.batch.build_order import build_waves
 from sparkbeam.runner.batch.driver_stages import DriverStages
@@ -60,13 +60,14 @@ class PlanExecutor:
         data_plane: str | None = None,
         filesystem_options: str = "{}",
         fresh: bool = False,
+        max_key_groups: int | None = None,
     ) -> None:
         # Residual state lives in a checkpoint store; in memory unless one is given.
-        store = store or open_store(MemoryStorage(), materialization_interval_s=None)
+        store = store or open_working_store()
         self.ctx = ctx = RunContext.create(
             spark, plan, store, checkpoint_url, parallelism,
             startpoint_max_age_s=startpoint_max_age_s, data_plane=data_plane,
-            filesystem_options=filesystem_options, fresh=fresh,
+            filesystem_options=filesystem_options, fresh=fresh, max_key_groups=max_key_groups,
         )  # fmt: skip
         self.plane, self.plan, self.store = ctx.plane, plan, store
         self.rdds = StageRdds(ctx, residual_budget_s, split_policy or SplitPolicy())

@@ -60,9 +60,12 @@ class StageRdds:
         session = self.startpoints.get(stage.pipeline)
         assignment = session.assignment(stage.id) if session is not None else None
         durable = ctx.durable and stage.is_sdf_process
+        # The pipeline's key groups: a restored pipeline keeps its checkpoints' (the commit
+        # refuses staged files of another count).
+        key_groups = ctx.store.pipeline(stage.pipeline).max_key_groups if durable else 0
         return _StageRun(
             task, ctx.components, side_bc, assignment, round_no,
-            ctx.url if durable else None, ctx.store.max_key_groups,
+            ctx.url if durable else None, key_groups,
         )  # fmt: skip
 
     def unpersist(self) -> None:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sparkbeam.checkpoint.keygroups import default_max_key_groups
 from sparkbeam.runner.metrics import merge_monitoring_infos
 from sparkbeam.runner.plane import plane_for
 from sparkbeam.runner.rounds.compatibility import RestoreGuard
@@ -70,17 +71,23 @@ class RunContext:
         url: str | None,
         parallelism: int | None,
         data_plane: str | None = None,
+        max_key_groups: int | None = None,
         **settings,
     ) -> RunContext:
-        """The context of one run: the plan's components broadcast once, its key derived."""
+        """The context of one run: the plan's components broadcast once, its key derived.
+
+        The store's new pipelines get ``max_key_groups`` (--max_key_groups), else key groups
+        derived from the run's parallelism; a restored pipeline keeps its checkpoints'."""
         plane = plane_for(spark, data_plane)
         plane.use_in_jobs(settings.get("filesystem_options", "{}"))  # loop threads: again
+        parallelism = parallelism or plane.default_parallelism()
+        store.use_max_key_groups(max_key_groups or default_max_key_groups(parallelism))
         return cls(
             plane=plane,
             plan=plan,
             plan_key=plan_key(plan),
             components=plane.broadcast(plan.components),
-            parallelism=parallelism or plane.default_parallelism(),
+            parallelism=parallelism,
             store=store,
             url=url,
             metrics=StageMetrics(),

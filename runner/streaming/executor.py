@@ -97,6 +97,7 @@ class StreamingExecutor:
         filesystem_options: str = "{}",
         data_plane: str | None = None,
         fresh: bool = False,
+        max_key_groups: int | None = None,
     ) -> None:
         self.plan = plan
         self.url = checkpoint_url
@@ -112,6 +113,7 @@ class StreamingExecutor:
             filesystem_options=filesystem_options,  # each loop thread's jobs carry them
             data_plane=data_plane,
             fresh=fresh,
+            max_key_groups=max_key_groups,
         )
         self.stop = self.ctx.stop
         self.drain_control = Drain(self.ctx, drain_plan)

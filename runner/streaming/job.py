@@ -68,6 +68,7 @@ def start_streaming(
         filesystem_options=fs_options,
         data_plane=spark_options.data_plane,
         fresh=streaming.fresh,
+        max_key_groups=spark_options.max_key_groups,
     )
     executor.start()
     executor.stop_on_signals()  # Ctrl-C: stop after the running round commits

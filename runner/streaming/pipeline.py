@@ -41,6 +41,19 @@ IMPULSE_DONE = state_layout.IMPULSE_DONE
 SIDE_INPUT_PREFIX = state_layout.SIDE_INPUT_PREFIX
 
 
+def keyed_parallelism(pipeline_id: str, parallelism: int, max_key_groups: int) -> int:
+    """The tasks of a pipeline's shuffled (keyed) stages: the run's parallelism, but at most
+    the key groups its state has (a task owns whole key groups; a store keeps its count)."""
+    if parallelism <= max_key_groups:
+        return parallelism
+    _LOG.warning(
+        "Pipeline %s: its state has %d key groups, fewer than the parallelism %d; its keyed "
+        "stages run %d tasks (a new --checkpoint_dir with a larger --max_key_groups gets more)",
+        pipeline_id, max_key_groups, parallelism, max_key_groups,
+    )  # fmt: skip
+    return max_key_groups
+
+
 class PipelineRounds:
     """The rounds of one independent pipeline, as the round loop runs them."""
 
@@ -52,6 +65,7 @@ class PipelineRounds:
         self.sdf_stages = tuple(s.id for s in self.stages if s.is_sdf_process)
         self.labels = {s.id: stage_label(s) for s in self.stages}
         self.state = None  # the PipelineStore, set by open()
+        self.parallelism = ctx.parallelism  # of its shuffled stages, set by open()
         self.handlers: dict = {}  # the loop's residual handlers, set by opened()
         self.impulse_done = False
         self.group_holds: dict[str, int] = {}
@@ -89,6 +103,9 @@ class PipelineRounds:
                 self.state.close()
                 self.state = ctx.store.pipeline(self.pipeline.id)
                 info, meta = None, {k: v for k, v in meta.items() if k == CONSUMED_METADATA_KEY}
+        self.parallelism = keyed_parallelism(
+            self.pipeline.id, ctx.parallelism, self.state.max_key_groups
+        )
         restored = RoundMetadata.from_dict(meta)
         self.group_holds = restored.group_holds or {}
         self.group_keys = restored.group_keys
@@ -203,7 +220,7 @@ class PipelineRounds:
             url=ctx.url,
             plan_key=ctx.plan_key,
             components=ctx.components,
-            parallelism=ctx.parallelism,
+            parallelism=self.parallelism,
             max_key_groups=self.state.max_key_groups,
             checkpoint_id=loop.checkpoint_id,
             round_no=loop.round_no,

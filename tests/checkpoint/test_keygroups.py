@@ -16,6 +16,7 @@ from sparkbeam.checkpoint import (
     stable_hash,
     subtask_for_key_group,
 )
+from sparkbeam.checkpoint.keygroups import default_max_key_groups
 
 KEYS = [b"", b"a", b"hello world", bytes(range(256)), "ünïcode".encode()]
 HASH_SCRIPT = (
@@ -89,3 +90,24 @@ def test_key_groups_spread_keys():
 def test_range_errors(args, match):
     with pytest.raises(ValueError, match=match):
         key_group_range(*args)
+
+
+@pytest.mark.parametrize(
+    "parallelism, expected",
+    [
+        (1, 128),
+        (2, 128),
+        (85, 128),  # 85 + 42 = 127
+        (86, 256),  # 86 + 43 = 129
+        (128, 256),
+        (200, 512),
+        (1000, 2048),
+        (21845, 32768),  # 21845 + 10922 = 32767
+        (30000, 32768),  # 45000 rounds up to 65536: capped
+    ],
+)
+def test_default_max_key_groups_is_flinks_default_max_parallelism(parallelism, expected):
+    """``KeyGroupRangeAssignment.computeDefaultMaxParallelism``: roundUpToPowerOfTwo(p + p/2),
+    at least 128, at most 32768; every subtask then owns at least one key group."""
+    assert default_max_key_groups(parallelism) == expected
+    assert len(key_group_range(parallelism - 1, parallelism, expected)) >= 1

@@ -31,11 +31,25 @@ from sparkbeam.runner.options import check_option_values
         ("--residual_budget_s=inf", r"--residual_budget_s=inf must be a finite number"),
         ("--sdf_split_after_s=1e12", r"--sdf_split_after_s=1000000000000.0 must be a fin"),
         ("--startpoint_max_age_s=inf", r"--startpoint_max_age_s=inf must be a finite number"),
+        ("--max_key_groups=0", r"--max_key_groups=0 must be in 1\.\.32768; leave it out"),
+        ("--max_key_groups=40000", r"--max_key_groups=40000 must be in 1\.\.32768"),
+        ("--parallelism=40000", r"--parallelism=40000 is more than the 32768 key groups"),
     ],
 )
 def test_bad_value_is_refused_in_one_line(flag, match):
     with pytest.raises(PipelineOptionsError, match=match) as info:
         check_option_values(PipelineOptions([flag]))
+    assert "\n" not in str(info.value)
+
+
+def test_parallelism_above_the_given_key_groups_names_both():
+    options = PipelineOptions(["--parallelism=200", "--max_key_groups=128"])
+    with pytest.raises(
+        PipelineOptionsError,
+        match=r"--parallelism=200 is more than "
+        r"--max_key_groups=128: .*raise --max_key_groups",
+    ) as info:
+        check_option_values(options)
     assert "\n" not in str(info.value)
 
 
@@ -57,6 +71,9 @@ def test_run_refuses_before_spark_starts():
         ["--parallelism=3", "--checkpoint_interval_s=0.05", "--max_restores=0"],
         ["--residual_budget_s=0", "--sdf_split_after_s=0", "--materialization_interval_s=1"],
         ["--startpoint_max_age_s=31536000", "--checkpoint_interval_s=86400"],
+        ["--parallelism=200"],  # key groups derived: 512
+        ["--parallelism=128", "--max_key_groups=128"],
+        ["--max_key_groups=8"],  # Spark's default parallelism: keyed stages clamped at run time
     ],
 )
 def test_good_values_pass(flags):

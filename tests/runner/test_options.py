@@ -39,6 +39,12 @@ def test_defaults():
     assert opts.master_url() == "local[*]"
     assert opts.spark_conf_pairs() == []
     assert opts.shuffle_parallelism() is None
+    assert opts.max_key_groups is None  # derived from the parallelism once it is known
+
+
+def test_max_key_groups_parses():
+    opts = PipelineOptions(["--max_key_groups=1024"]).view_as(SparkRunnerOptions)
+    assert opts.max_key_groups == 1024
 
 
 def test_explicit_local4_is_kept():

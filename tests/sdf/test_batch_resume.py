@@ -27,12 +27,13 @@ ROOT = Path(__file__).resolve().parents[2]
 EXPECTED = sorted(f"{n},{i}" for n, size in (("a", 12), ("b", 9), ("c", 15)) for i in range(size))
 
 
-def _cmd(out: Path, ckpt: Path) -> list[str]:
+def _cmd(out: Path, ckpt: Path, *flags: str) -> list[str]:
     return [
         sys.executable,
         str(ROOT / "tests" / "sdf" / "resumable_pipeline.py"),
         str(out),
         f"--checkpoint_dir={ckpt}",
+        *flags,
     ]
 
 
@@ -45,9 +46,15 @@ def _committed_rounds(ckpt: Path) -> list[dict]:
 
 
 def test_killed_batch_job_resumes_pending_residuals_exactly_once(tmp_path):
+    """The killed run's store has 4 key groups; the rerun's flags would give a new one 128:
+    the restored pipeline keeps 4, and so do the SDF stage's staged outputs (else the commit
+    refuses them)."""
     ckpt, out = tmp_path / "ckpt", tmp_path / "out.txt"
     proc = subprocess.Popen(
-        _cmd(out, ckpt), env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        _cmd(out, ckpt, "--max_key_groups=4"),
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     deadline = time.time() + 300
     killed_at = None
@@ -82,3 +89,12 @@ def test_killed_batch_job_resumes_pending_residuals_exactly_once(tmp_path):
     # The rerun continued the round numbering: it did not redo round 0.
     assert resumed_rounds and max(resumed_rounds) > killed_at
     assert any(m.get("finished") for m in final)
+    assert _key_groups(ckpt) == {4}
+
+
+def _key_groups(ckpt: Path) -> set[int]:
+    from sparkbeam.checkpoint import open_store
+
+    with open_store(str(ckpt), read_only=True) as store:
+        (pipeline,) = store.list_pipelines()
+        return {c.max_key_groups for c in store.list_checkpoints(pipeline)}
