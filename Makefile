@@ -63,9 +63,9 @@ test-fast: $(STAMP) java-check
 	$(PY) -m pytest -m "not slow and not cluster" $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check runner sdf translation checkpoint io sparkbeam tests examples benchmarks
-	$(VENV)/bin/ruff format --check runner sdf translation checkpoint io sparkbeam
-	$(VENV)/bin/mypy runner sdf translation checkpoint io
+	$(VENV)/bin/ruff check runner sdf translation checkpoint sparkbeam tests examples benchmarks
+	$(VENV)/bin/ruff format --check runner sdf translation checkpoint sparkbeam
+	$(VENV)/bin/mypy runner sdf translation checkpoint sparkbeam/io
 
 bench: $(STAMP) java-check
 	$(PY) benchmarks/wordcount.py --size 20

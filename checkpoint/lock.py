@@ -63,7 +63,7 @@ class StoreLock:
         except OSError as e:
             if e.errno != errno.EROFS or isinstance(e, StoreAccessError):
                 raise
-            reason = e.strerror
+            reason = e.strerror or type(e).__name__
         raise StoreAccessError(
             f"Checkpoint store {self.storage.url!r} cannot be written ({reason}, taking its lock "
             f"{LOCK_FILE!r}): a job writes checkpoints there. Give a --checkpoint_dir this user "

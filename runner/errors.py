@@ -137,7 +137,7 @@ _BEAM_USER_CODE = re.compile(r"/apache_beam/examples/|_test\.py$")
 # sparkbeam's own folders (an editable install has no "sparkbeam/" in their paths)
 _OWN = tuple(
     os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), d, "")
-    for d in ("runner", "sdf", "translation", "checkpoint", "io")
+    for d in ("runner", "sdf", "translation", "checkpoint", os.path.join("sparkbeam", "io"))
 )
 
 
