@@ -49,10 +49,6 @@ class CommitMessage:
     max_key_groups: int = DEFAULT_MAX_KEY_GROUPS
     namespaces: frozenset[str] = frozenset()
     """The namespaces its files change."""
-    entries_delta: int | None = None
-    """Entries its changes add to the state (new keys put minus existing keys deleted), when
-    the writer knows (it read the state it changed): lets the driver count the state without
-    applying the changes."""
     snapshots: tuple[TaskSnapshot, ...] = ()
     """Snapshots of task-owned key-group ranges as of this attempt's changes."""
     counts: tuple[tuple[str, int, int, int], ...] = ()
@@ -184,10 +180,8 @@ class StagedWriter:
     def set_source_position(self, name: str, value: bytes) -> None:
         self._positions[name] = bytes(value)
 
-    def finish(self, entries_delta: int | None = None) -> CommitMessage:
-        """Write what is buffered and describe it; the driver commits or ignores it.
-
-        ``entries_delta``: see `CommitMessage` (only a writer that read what it changed knows)."""
+    def finish(self) -> CommitMessage:
+        """Write what is buffered and describe it; the driver commits or ignores it."""
         entry = self._log.flush()
         if entry is not None:
             self._files.append(entry)
@@ -203,7 +197,6 @@ class StagedWriter:
             source_positions=tuple(sorted(self._positions.items())),
             max_key_groups=self.max_key_groups,
             namespaces=frozenset(self._namespaces),
-            entries_delta=entries_delta,
             snapshots=tuple(self._snapshots),
             counts=tuple(self._counts),
         )

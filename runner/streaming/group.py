@@ -126,7 +126,6 @@ class _KeysOfOneTask:
         self.out = create_OutputStream()
         self.stored: dict[bytes, bytes] = {}
         self.changes: dict[bytes, bytes | None] = {}  # staged at the end; None: deleted
-        self.entries_delta = 0  # keys the staged changes add to the state (the commit counts)
         self.hold, self.keys = MAX_MICROS, 0
         self.next_ms: float | None = None  # the earliest processing-time timer, ms
 
@@ -190,11 +189,9 @@ class _KeysOfOneTask:
         if new is None:
             if blob is not None:
                 self.changes[key] = None
-                self.entries_delta -= 1
             return
         if new != blob:
             self.changes[key] = new
-            self.entries_delta += blob is None
         self._keep(read_header(new))
 
     def _keep(self, header: tuple[int, float, int]) -> None:
@@ -215,7 +212,7 @@ class _KeysOfOneTask:
         stage_range(
             self.writer, self.task, self.partition, self.ns, self.stored, self.changes, self.keys
         )
-        staged = self.writer.finish(self.entries_delta)
+        staged = self.writer.finish()
         task = self.task
         if task.checkpoint_id is not None:  # the state just staged is the next round's read
             keep_staged(
