@@ -49,17 +49,51 @@ def test_an_unknown_master_is_named_as_such_not_as_a_storage_problem(tmp_path):
     assert "spark://host:port" in line
 
 
-def test_a_relative_input_on_a_cluster_is_refused_at_submission():
-    def read(p):
-        _ = p | "Read lines" >> beam.io.ReadFromText("./README.md") | beam.Map(len)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_FRESH = """
+import json, sys
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from sparkbeam.runner.one_line import report
+flags, read = json.loads(sys.argv[1]), sys.argv[2] == "read"
+p = beam.Pipeline(options=PipelineOptions(["--runner=SparkCheckpointRunner", *flags]))
+if read:
+    _ = p | "Read lines" >> beam.io.ReadFromText("./README.md") | beam.Map(len)
+else:
+    _ = p | beam.Create([1, 2]) | beam.Map(lambda x: x)
+try:
+    p.run().wait_until_finish()
+except Exception as e:
+    print(json.dumps(report(e)))
+"""
 
-    error = _raised(CLUSTER, pipeline=read)
-    line = _one_line(error, "SharedStorageError: 'Read lines/Read' reads './README.md', a rel")
-    assert "spark://127.0.0.1:7077" in line and os.path.abspath("README.md") in line
+
+def _one_line_in_a_fresh_process(first: str, *flags: str, read: bool = False) -> str:
+    """`_one_line` of what a run raises in a process of its own: a cluster master given by
+    flag must meet no SparkSession another test of this process left active."""
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-c", _FRESH, json.dumps(flags), "read" if read else "create"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.stdout.strip(), done.stderr[-2000:]
+    text = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = text.splitlines()
+    assert len(lines) <= 3, lines
+    assert lines[0].startswith(first), lines[0]
+    assert "Traceback" not in text
+    return lines[0]
+
+
+def test_a_relative_input_on_a_cluster_is_refused_at_submission():
+    first = "SharedStorageError: 'Read lines/Read' reads './README.md', a rel"
+    line = _one_line_in_a_fresh_process(first, CLUSTER, read=True)
+    assert "spark://127.0.0.1:7077" in line and os.path.join(ROOT, "README.md") in line
 
 
 def test_a_relative_store_on_a_cluster_is_one_line():
-    line = _one_line(_raised(CLUSTER, "--checkpoint_dir=ckpt"), "SharedStorageError: ")
+    line = _one_line_in_a_fresh_process("SharedStorageError: ", CLUSTER, "--checkpoint_dir=ckpt")
     assert "--checkpoint_dir 'ckpt' is a relative path" in line
 
 
