@@ -16,27 +16,15 @@ import time
 import apache_beam as beam
 import pytest
 from apache_beam.coders import VarIntCoder
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import userstate
 
 from sparkbeam.checkpoint import open_store
 from sparkbeam.io import WriteToFilesOnCheckpoint
-from tests.conftest import spark_test_options
 from tests.streaming.streaming_pipelines import expected_counts, windowed_counts
+from tests.streaming.test_streaming import _options
 
 pytestmark = pytest.mark.spark
-
-
-def _options(tmp_path, *extra):
-    return PipelineOptions(
-        spark_test_options(
-            "--streaming",
-            f"--checkpoint_dir={tmp_path / 'ckpt'}",
-            "--checkpoint_interval_s=0.05",
-            *extra,
-        )
-    )
 
 
 def _key_groups(ckpt) -> set[int]:
