@@ -12,7 +12,6 @@ test run.
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
 import sys
@@ -22,6 +21,8 @@ import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+from sparkbeam.runner.processes import stop_process_group
 
 BUCKET = "sparkbeam-test"
 ACCESS_KEY = "testing"
@@ -37,42 +38,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def stop_process_group(proc: subprocess.Popen, timeout: float = 10.0) -> None:
-    """SIGTERM the process group of ``proc``, then SIGKILL what is left; returns once no
-    process of the group runs (not only its leader: a child may not have died yet)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break  # nothing of the group is left
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            proc.poll()  # reaps the leader
-            if not _group_members(proc.pid):
-                break
-            time.sleep(0.05)
-        else:
-            continue  # still running: SIGKILL
-        break
-    proc.poll()
-
-
-def _group_members(pgid: int) -> list[int]:
-    """PIDs in process group ``pgid`` that have not exited (zombies count as exited)."""
-    members = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/stat") as f:
-                state, _ppid, pgrp = f.read().rsplit(")", 1)[1].split()[:3]
-        except (OSError, ValueError):
-            continue  # gone meanwhile
-        if int(pgrp) == pgid and state != "Z":
-            members.append(int(entry.name))
-    return members
 
 
 def server_env(role: str, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -24,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from sparkbeam.runner.errors import SparkSessionError
+from sparkbeam.runner.processes import stop_process_group
 from sparkbeam.runner.spark import session_conf
 
 SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -239,22 +239,3 @@ def _check_port_free(port: int) -> None:
                 "`sparkbeam serve`?) listens there; use it with "
                 f"--spark_remote=sc://{HOST}:{port}, or pick another --port."
             ) from None
-
-
-def stop_process_group(proc: subprocess.Popen, timeout: float = STOP_TIMEOUT_S) -> None:
-    """SIGTERM the process group led by ``proc``, then SIGKILL what is left."""
-    if proc.poll() is None:
-        _signal_group(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            _signal_group(proc.pid, signal.SIGKILL)
-            proc.wait(timeout)
-    _signal_group(proc.pid, signal.SIGKILL)  # workers the JVM left behind, if any
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass

@@ -25,7 +25,6 @@ import importlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ import apache_beam as beam
 from apache_beam.runners.sdf_utils import RestrictionTrackerView
 from apache_beam.utils.timestamp import Duration
 
+from sparkbeam.runner.processes import kill_process_group
 from sparkbeam.sdf.testing.static import is_offset_like
 
 OUT_FILE = "events.jsonl"
@@ -350,6 +350,7 @@ def run_until_killed(spec, ckpt, out_dir, flags, kill_round: int, timeout_s: flo
         env=_child_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        start_new_session=True,  # the kill takes the driver's JVM and Python workers with it
     )
     deadline = time.time() + timeout_s
     try:
@@ -360,14 +361,11 @@ def run_until_killed(spec, ckpt, out_dir, flags, kill_round: int, timeout_s: flo
                 if m.get("pending_residuals", 0) > 0
             ]
             if pending and max(pending) >= kill_round:
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=60)
+                kill_process_group(proc)
                 return max(pending)
             time.sleep(0.05)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(timeout=60)
+        kill_process_group(proc)
     err = proc.stderr.read().decode(errors="replace")[-3000:] if proc.stderr else ""
     raise KillError(
         f"the run ended (exit {proc.returncode}) before a checkpoint with pending residuals at "
