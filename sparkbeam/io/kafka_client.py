@@ -21,13 +21,20 @@ On a real Kafka broker both checks cost one small fetch and agree with the broke
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 import uuid
 from typing import Any
 
 from sparkbeam.io.errors import KafkaBrokerUnreachableError, KafkaTopicMissingError
 
+log = logging.getLogger(__name__)
+
 METADATA_TIMEOUT_S = 10.0
 FETCH_TIMEOUT_S = 5.0
+POLL_SLICE_S = 0.05  # a consume call returns after this once anything arrived
+CLOSE_TIMEOUT_S = 10.0
 
 # Defaults a source's consumer gets unless the user's consumer_config sets them: partitions
 # are assigned (no group rebalancing), offsets live in sparkbeam's checkpoint.
@@ -46,6 +53,39 @@ def consumer(config: dict[str, Any], **overrides: Any):
     merged = {**SOURCE_DEFAULTS, **{k: str(v) for k, v in config.items()}, **overrides}
     merged.setdefault("group.id", "sparkbeam-" + uuid.uuid4().hex[:12])
     return Consumer(merged)
+
+
+def poll(client: Any, batch_size: int, timeout_s: float) -> list:
+    """Up to ``batch_size`` records and events, as soon as any arrived (``[]`` after
+    ``timeout_s`` without any).
+
+    librdkafka's ``consume(n, timeout)`` waits for ``n`` messages or the whole timeout: with
+    fewer records than ``n`` ready every call took the full timeout, even at the partition's
+    end. Short slices return what is there within ``POLL_SLICE_S``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        messages = client.consume(batch_size, timeout=max(0.0, min(POLL_SLICE_S, left)))
+        if messages or left <= POLL_SLICE_S:
+            return messages
+
+
+def renew(client: Any, config: dict[str, Any]):
+    """A new consumer for ``config`` in place of ``client``, which is closed."""
+    close(client)
+    return consumer(config)
+
+
+def close(client: Any) -> None:
+    """Close ``client`` without waiting more than ``CLOSE_TIMEOUT_S``: librdkafka's close
+    can block for as long as a broker does not answer, and a task must not hang on it."""
+    closer = threading.Thread(target=client.close, name="kafka-close", daemon=True)
+    closer.start()
+    closer.join(CLOSE_TIMEOUT_S)
+    if closer.is_alive():
+        log.warning(
+            "A Kafka consumer did not close within %.0f s; left to finish alone.", CLOSE_TIMEOUT_S
+        )
 
 
 def bootstrap_of(config: dict[str, Any]) -> str:

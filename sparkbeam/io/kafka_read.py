@@ -137,7 +137,7 @@ class _ListPartitions(beam.DoFn):
             starts = {tp: self._start(client, *tp) for tp in parts}
             stops = self._stops(client, parts, starts)
         finally:
-            client.close()
+            kafka_client.close(client)
         for topic, partition in parts:
             yield (topic, partition, starts[(topic, partition)], stops[(topic, partition)])
 
@@ -208,7 +208,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
 
     def teardown(self):
         if self._consumer is not None:
-            self._consumer.close()
+            kafka_client.close(self._consumer)
             self._consumer = None
 
     def process(
@@ -230,8 +230,16 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         last = None
         try:
             while True:
-                messages = consumer.consume(self.batch_size, timeout=self.poll_timeout_s)
-                caught_up = not messages
+                messages = kafka_client.poll(consumer, self.batch_size, self.poll_timeout_s)
+                if not messages:
+                    # Neither a record nor the partition's end within the timeout: the broker
+                    # is away, or this consumer stopped fetching (seen with the test broker:
+                    # it never fetched again, while a new consumer read the records at once).
+                    # Not caught up, so the watermark stays; the next call gets a new consumer.
+                    self._consumer = kafka_client.renew(consumer, self.config)
+                    tracker.defer_remainder(Duration(seconds=self.idle_resume_delay_s))
+                    return
+                caught_up = False
                 for message in messages:
                     if message.error() is not None:
                         caught_up = caught_up or self._caught_up(message, topic, partition)
@@ -256,10 +264,12 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     tracker.defer_remainder()
                     return
         finally:
-            _, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
-            if high >= 0:
-                note_end_offset(topic, partition, high)
-            consumer.unassign()
+            if consumer is self._consumer:
+                tp = TopicPartition(topic, partition)
+                _, high = consumer.get_watermark_offsets(tp, cached=True)
+                if high >= 0:
+                    note_end_offset(topic, partition, high)
+                consumer.unassign()
             if self.commit_offset_in_finalize and last is not None:
                 self._to_commit[(topic, partition)] = last + 1
 
