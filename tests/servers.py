@@ -207,7 +207,12 @@ class KafkaBroker:
             kwargs = {} if partition is None else {"partition": partition}
             if ts is not None:
                 kwargs["timestamp"] = ts
-            producer.produce(topic, key=key, value=value, **kwargs)
+            while True:
+                try:
+                    producer.produce(topic, key=key, value=value, **kwargs)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    producer.poll(0.1)
             producer.poll(0)
         assert producer.flush(30) == 0, "records not acknowledged by the test broker"
 
