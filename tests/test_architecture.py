@@ -43,6 +43,8 @@ ALLOWED = {
 }  # fmt: skip
 # The front door wires everything; the warm worker daemon pre-imports the task code.
 FRONT_DOOR = {"runner": None, "runner.spark.daemon": None}
+# Leaf modules: they import nothing of sparkbeam, so any unit may use them.
+LEAVES = {"sparkbeam.runner.processes"}
 
 
 def unit_of(module: str) -> str | None:
@@ -82,11 +84,20 @@ def test_imports_follow_the_allowed_arrows():
             continue
         for name in imports_of(path):
             target = unit_of(name)
+            if name in LEAVES or name.rsplit(".", 1)[0] in LEAVES:
+                continue
             if target is None or target == unit or name in {f"sparkbeam.{f}" for f in FOLDERS}:
                 continue
             if target not in ALLOWED[unit]:
                 wrong.append(f"{module} ({unit}) imports {name} ({target})")
     assert not wrong, "imports against ARCHITECTURE.md's arrows:\n" + "\n".join(sorted(wrong))
+
+
+def test_leaves_import_nothing_of_sparkbeam():
+    for module, path in modules():
+        if module in LEAVES:
+            inner = {n for n in imports_of(path) if n.startswith("sparkbeam")}
+            assert not inner, f"{module} is a leaf (importable from any unit): {inner}"
 
 
 def test_every_subpackage_is_installed():
