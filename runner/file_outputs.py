@@ -53,7 +53,7 @@ def remove_beam_temp_dirs(prefixes: list[str], since_s: float) -> None:
     be listed or removed is named at DEBUG and left."""
     for prefix in prefixes:
         base, name = FileSystems.split(prefix)
-        pattern = FileSystems.join(base, f"beam-temp-{name}-*")
+        pattern = FileSystems.join(base, f"beam-temp-{name}-*", "*")  # a match lists files
         try:
             (result,) = FileSystems.match([pattern])
         except Exception:  # noqa: BLE001 - cleanup never hides the run's own error
@@ -73,6 +73,6 @@ def remove_beam_temp_dirs(prefixes: list[str], since_s: float) -> None:
 
 
 def _top_folder(base: str, path: str) -> str:
-    """``<base>/beam-temp-...`` of ``path`` (on object stores a match lists the files)."""
+    """``<base>/beam-temp-...`` of ``path``, a file in it."""
     rest = path[len(base) :].lstrip("/")
     return FileSystems.join(base, rest.split("/", 1)[0])

@@ -112,8 +112,8 @@ class PipelineProgress:
         )  # fmt: skip
 
 
-def started(spark, store_url: str | None) -> None:
-    """One line once Spark is up: where the job runs and where its state goes."""
+def started(spark, store_url: str | None, outputs: list[str] = ()) -> None:
+    """One line once Spark is up: where the job runs, where its state and its files go."""
     try:
         if hasattr(spark, "sparkContext") and not _is_connect(spark):
             sc = spark.sparkContext
@@ -125,8 +125,9 @@ def started(spark, store_url: str | None) -> None:
     except Exception:  # noqa: BLE001 - a progress line never fails a run
         return
     _LOG.info(
-        "running on master %s, application %s (%s), Spark UI %s; checkpoint store %s",
+        "running on master %s, application %s (%s), Spark UI %s; checkpoint store %s; output %s",
         master, app, name, ui or "-", store_url or "none (batch without --checkpoint_dir)",
+        ", ".join(outputs) or "-",
     )  # fmt: skip
 
 

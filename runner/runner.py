@@ -22,7 +22,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineRunner, PipelineS
 from apache_beam.transforms import environments
 
 from sparkbeam.checkpoint import open_store
-from sparkbeam.runner import one_line, progress
+from sparkbeam.runner import file_outputs, one_line, progress
 from sparkbeam.runner.batch.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions, SparkStreamingOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
@@ -73,6 +73,7 @@ class SparkCheckpointRunner(PipelineRunner):
         debug = options.view_as(DebugOptions)
         debug.experiments = list({*(debug.experiments or []), "beam_fn_api"})
         proto = portable_proto(pipeline, options)
+        outputs = file_outputs.of(pipeline)
         # 2. Plan it (raises naming what is unsupported).
         streaming = options.view_as(StandardOptions).streaming
         plan = translate(proto, is_drain=self._is_drain, streaming=streaming)
@@ -84,11 +85,16 @@ class SparkCheckpointRunner(PipelineRunner):
         fs_options = apply_in_driver(options)  # s3://... options here (the store), then in tasks
         store = open_job_store(plan, options, spark_options.spark_app_name or job_name)
         spark = start_spark(options, job_name, store, fs_options)
-        progress.started(spark, store.url if store is not None else None)
+        progress.started(spark, store.url if store is not None else None, outputs)
         if options.view_as(StandardOptions).streaming:
             drain_plan = lambda: translate(proto, is_drain=True, streaming=True)  # noqa: E731
             return start_streaming(spark, plan, options, store, drain_plan, fs_options)
-        executor = run_batch(spark, plan, options, store, fs_options)
+        started = time.time()
+        try:
+            executor = run_batch(spark, plan, options, store, fs_options)
+        except BaseException:
+            file_outputs.remove_beam_temp_dirs(outputs, started)
+            raise
         # 4. The result, with metrics merged from every stage.
         return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import time
+
 import apache_beam as beam
 import pytest
 from apache_beam.metrics import Metrics
@@ -35,6 +38,31 @@ def test_user_exception_names_the_step_and_traceback(spark):
     assert "Explode" in message
     assert "_explode" in message and "ZeroDivisionError: user code failed on" in message
     assert "py4j" not in message and "at org.apache" not in message
+
+
+def _fail_on_7(x):
+    if x == 7:
+        raise ValueError("seven")
+    return str(x)
+
+
+def test_a_failed_run_leaves_no_beam_temp_folder_in_the_output_directory(spark, tmp_path):
+    """WriteToText's temporary folder holds the files of the bundles that did write; the run
+    fails before the write finalizes, and its folder is removed (another one is left)."""
+    other = tmp_path / "beam-temp-out-from-an-earlier-run"
+    other.mkdir()
+    (other / "part").write_text("kept")
+    os.utime(other / "part", (time.time() - 3600, time.time() - 3600))
+    with pytest.raises(StageFailedError, match="seven"):
+        with _pipeline() as p:
+            _ = (
+                p
+                | beam.Create(range(10))
+                | beam.Map(_fail_on_7)
+                | beam.io.WriteToText(str(tmp_path / "out"))
+            )
+    assert sorted(os.listdir(tmp_path)) == [other.name]
+    assert (other / "part").read_text() == "kept"
 
 
 def test_counters_distributions_gauges_are_committed(spark):

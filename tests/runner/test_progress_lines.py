@@ -36,12 +36,15 @@ def _slow(x):
 
 
 @pytest.mark.spark
-def test_a_batch_run_prints_a_progress_line_while_it_runs(spark, monkeypatch, caplog):
+def test_a_batch_run_prints_a_progress_line_while_it_runs(spark, monkeypatch, caplog, tmp_path):
     monkeypatch.setattr(progress, "BATCH_EVERY_S", 0.5)
     caplog.set_level(logging.INFO, logger="sparkbeam")
+    out = str(tmp_path / "slow")
     with beam.Pipeline(options=PipelineOptions(spark_test_options("--parallelism=2"))) as p:
-        _ = p | beam.Create([1, 2]) | beam.Reshuffle() | beam.Map(_slow)
+        slow = p | beam.Create([1, 2]) | beam.Reshuffle() | beam.Map(_slow)
+        _ = slow | beam.Map(str) | beam.io.WriteToText(out)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("running for")]
     assert any(" tasks " in line for line in lines), lines
     started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("running on")]
     assert started and "application " in started[0] and "checkpoint store none" in started[0]
+    assert started[0].endswith(f"; output {out}"), started[0]
