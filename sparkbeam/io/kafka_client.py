@@ -110,6 +110,17 @@ def partitions_of(client: Any, topic: str, bootstrap: str) -> list[int]:
     return sorted(found.partitions)
 
 
+def topic_names(client: Any, bootstrap: str) -> list[str]:
+    """Every topic the broker lists (internal ones, ``__...``, left out)."""
+    from confluent_kafka import KafkaException
+
+    try:
+        metadata = client.list_topics(timeout=METADATA_TIMEOUT_S)
+    except KafkaException as e:
+        raise KafkaBrokerUnreachableError(bootstrap, e.args[0] if e.args else e) from None
+    return sorted(t for t in metadata.topics if not t.startswith("__"))
+
+
 def _missing_codes() -> set[int]:
     try:
         from confluent_kafka import KafkaError

@@ -1,15 +1,13 @@
 """``ReadFromKafka``: a splittable DoFn over confluent-kafka, one restriction per partition.
 
 Owns: the transform (Beam's ``apache_beam.io.kafka.ReadFromKafka`` argument names where they
-apply), the listing of a job's partitions and their start and stop offsets (once, when the
-job first starts: a restore continues from the checkpointed residuals), and the read loop:
-assign one partition at its restriction's start, poll in batches, claim each offset, and,
-once the partition is caught up (librdkafka's partition-EOF event) or after ``max_poll_s``,
-defer the remainder -- with ``idle_resume_delay_s`` when caught up, so an idle topic costs
-one small fetch per partition per delay. The residual is sparkbeam's SDF residual: offsets
-live in the checkpoint, never in the consumer group. Leaves to others: restrictions,
-watermarks and startpoints (``kafka_restrictions``), records (``kafka_records``), broker
-questions (``kafka_client``).
+apply) and the read loop: assign one partition at its restriction's start, poll in batches,
+claim each offset, and, once the partition is caught up (librdkafka's partition-EOF event) or
+after ``max_poll_s``, defer the remainder -- with ``idle_resume_delay_s`` when caught up, so an
+idle topic costs one small fetch per partition per delay. The residual is sparkbeam's SDF
+residual: offsets live in the checkpoint, never in the consumer group. Leaves to others: which
+partitions and where they start (``kafka_listing``), restrictions, watermarks and startpoints
+(``kafka_restrictions``), records (``kafka_records``), broker questions (``kafka_client``).
 """
 
 from __future__ import annotations
@@ -23,6 +21,7 @@ from apache_beam.utils.timestamp import Duration, Timestamp
 
 from sparkbeam.io import kafka_client, kafka_records
 from sparkbeam.io.errors import KafkaBrokerUnreachableError, KafkaConfigError
+from sparkbeam.io.kafka_listing import DiscoverPartitions, ListPartitions
 from sparkbeam.io.kafka_restrictions import (
     UNBOUNDED,
     KafkaRestrictionProvider,
@@ -45,7 +44,10 @@ class ReadFromKafka(beam.PTransform):
     ``commit_offset_in_finalize`` commits read offsets to the consumer group (for lag
     monitoring only: a restore reads its positions from the checkpoint). The SDF is the
     ``Read`` step of this transform: startpoints name it ``<label>/Read``, per partition with
-    ``--key <topic>-<partition>``. sparkbeam's own knobs: ``idle_resume_delay_s`` (how long a
+    ``--key <topic>-<partition>``. ``topic_pattern`` (a regular expression matched against
+    whole topic names) adds the matching topics; ``dynamic_read_poll_interval_seconds``
+    lists the partitions again at that interval while an unbounded read runs, and reads each
+    new one from where a Kafka consumer would start it. sparkbeam's own knobs: ``idle_resume_delay_s`` (how long a
     caught-up partition waits before it polls again), ``max_poll_s`` and ``batch_size`` (a call
     reads batches of ``batch_size`` records for at most ``max_poll_s``, then hands its
     remainder back to the runner, which checkpoints it).
@@ -71,6 +73,8 @@ class ReadFromKafka(beam.PTransform):
         expansion_service: Any = None,
         stop_offsets: Mapping[tuple[str, int], int] | None = None,
         stop_read_time: int | None = None,
+        dynamic_read_poll_interval_seconds: float | None = None,
+        topic_pattern: str | None = None,
         idle_resume_delay_s: float = 1.0,
         max_poll_s: float = 1.0,
         batch_size: int = 500,
@@ -87,12 +91,27 @@ class ReadFromKafka(beam.PTransform):
                 "consumer_config has no 'bootstrap.servers'; pass the broker list, e.g. "
                 "{'bootstrap.servers': 'localhost:9092'}."
             )
-        self.topics = [topics] if isinstance(topics, str) else list(topics)
-        self.listing = _ListPartitions(
-            self.consumer_config, self.topics, start_read_time, max_num_records,
-            dict(stop_offsets or {}),
-        )  # fmt: skip
+        self.topics = [topics] if isinstance(topics, str) else list(topics or ())
+        if not self.topics and topic_pattern is None:
+            raise KafkaConfigError("ReadFromKafka needs topics, or a topic_pattern to match.")
         bounded = max_num_records is not None or stop_read_time is not None
+        if dynamic_read_poll_interval_seconds is not None and (bounded or stop_offsets):
+            raise KafkaConfigError(
+                "dynamic_read_poll_interval_seconds discovers partitions of an unbounded read; "
+                "drop it, or drop max_num_records, stop_offsets and stop_read_time."
+            )
+        if dynamic_read_poll_interval_seconds is None:
+            self.listing = "Partitions" >> beam.ParDo(
+                ListPartitions(
+                    self.consumer_config, self.topics, topic_pattern, start_read_time,
+                    max_num_records, dict(stop_offsets or {}),
+                )
+            ).with_output_types(PartitionElement)  # fmt: skip
+        else:
+            self.listing = "Discover" >> DiscoverPartitions(
+                self.consumer_config, self.topics, topic_pattern, start_read_time,
+                float(dynamic_read_poll_interval_seconds),
+            )  # fmt: skip
         self.reader = (_ReadPartitions if bounded else _ReadUnboundedPartitions)(
             self.consumer_config,
             kafka_records.RecordMaker(
@@ -110,69 +129,11 @@ class ReadFromKafka(beam.PTransform):
         )
 
     def expand(self, pbegin):
-        partitions = (
-            pbegin
-            | "Impulse" >> beam.Impulse()
-            | "Partitions" >> beam.ParDo(self.listing).with_output_types(PartitionElement)
-        )
+        if isinstance(self.listing.transform, DiscoverPartitions):
+            partitions = pbegin | self.listing
+        else:
+            partitions = pbegin | "Impulse" >> beam.Impulse() | self.listing
         return partitions | "Read" >> beam.ParDo(self.reader)
-
-
-class _ListPartitions(beam.DoFn):
-    """Impulse -> ``(topic, partition, start, stop)`` for every partition of the topics."""
-
-    def __init__(self, config, topics, start_read_time, max_num_records, stop_offsets):
-        self.config, self.topics = config, topics
-        self.start_read_time, self.max_num_records = start_read_time, max_num_records
-        self.stop_offsets = stop_offsets
-
-    def process(self, _impulse):
-        client = kafka_client.consumer(self.config)
-        try:
-            bootstrap = kafka_client.bootstrap_of(self.config)
-            parts = [
-                (topic, p) for topic in self.topics
-                for p in kafka_client.partitions_of(client, topic, bootstrap)
-            ]  # fmt: skip
-            starts = {tp: self._start(client, *tp) for tp in parts}
-            stops = self._stops(client, parts, starts)
-        finally:
-            kafka_client.close(client)
-        for topic, partition in parts:
-            yield (topic, partition, starts[(topic, partition)], stops[(topic, partition)])
-
-    def _start(self, client, topic: str, partition: int) -> int:
-        if self.start_read_time is not None:
-            return kafka_client.offset_for_time(client, topic, partition, self.start_read_time)
-        if "group.id" in self.config:
-            from confluent_kafka import TopicPartition
-
-            (committed,) = client.committed([TopicPartition(topic, partition)], timeout=10)
-            if committed.offset >= 0:
-                return committed.offset
-        reset = self.config.get("auto.offset.reset", "latest")
-        if reset in ("earliest", "smallest", "beginning"):
-            return kafka_client.low_offset(client, topic, partition)
-        return kafka_client.end_offset(client, topic, partition)
-
-    def _stops(self, client, parts, starts) -> dict[tuple[str, int], int]:
-        stops = {tp: self.stop_offsets.get(tp, UNBOUNDED) for tp in parts}
-        if self.max_num_records is None:
-            return stops
-        # Share the total by backlog first, then round-robin what is left (those partitions
-        # wait for records that are not there yet).
-        left = int(self.max_num_records)
-        shares = dict.fromkeys(parts, 0)
-        for tp in parts:
-            backlog = kafka_client.end_offset(client, *tp) - starts[tp]
-            cap = stops[tp] - starts[tp]
-            shares[tp] = max(0, min(backlog, cap, left))
-            left -= shares[tp]
-        i = 0
-        while left > 0 and parts:
-            shares[parts[i % len(parts)]] += 1
-            left, i = left - 1, i + 1
-        return {tp: min(stops[tp], starts[tp] + shares[tp]) for tp in parts}
 
 
 class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
