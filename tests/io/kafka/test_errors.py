@@ -52,3 +52,10 @@ def test_bad_arguments_fail_at_construction():
         ReadFromKafka({}, ["t"])
     with pytest.raises(KafkaConfigError, match=r"value_deserializer='com.Foo' is neither"):
         ReadFromKafka({"bootstrap.servers": "h:1"}, ["t"], value_deserializer="com.Foo")
+    with pytest.raises(KafkaConfigError, match=r"needs topics, or a topic_pattern"):
+        ReadFromKafka({"bootstrap.servers": "h:1"}, [])
+    with pytest.raises(KafkaConfigError, match=r"discovers partitions of an unbounded read"):
+        ReadFromKafka(
+            {"bootstrap.servers": "h:1"}, ["t"], max_num_records=5,
+            dynamic_read_poll_interval_seconds=1,
+        )  # fmt: skip
