@@ -54,7 +54,7 @@ def test_event_time_window_fires_although_one_partition_is_empty(spark, kafka_br
     try:
         deadline = time.monotonic() + 120
         while visible(str(tmp_path / "out")) != Counter(["0 10", "10000 5"]):
-            assert time.monotonic() < deadline, visible(str(tmp_path / "out"))
+            assert time.monotonic() < deadline, (visible(str(tmp_path / "out")), run.state)
             time.sleep(0.2)
     finally:
         run.cancel()
