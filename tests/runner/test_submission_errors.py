@@ -182,3 +182,27 @@ def test_an_uncaught_error_of_a_pipeline_script_prints_its_message_alone(tmp_pat
         timeout=120,
     )
     assert "Traceback (most recent call last)" in debug.stderr
+
+
+@pytest.fixture
+def read_only_dir(tmp_path):
+    """A directory on a read-only filesystem (a tmpfs mounted ``ro``): writes fail with EROFS
+    even for root, as on a read-only volume or a snapshot mount."""
+    target = tmp_path / "ro"
+    target.mkdir()
+    mounted = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "none", str(target)], capture_output=True
+    )
+    if mounted.returncode != 0:
+        pytest.skip(f"mounting a read-only tmpfs needs root here: {mounted.stderr.decode()[:200]}")
+    try:
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=False)
+
+
+def test_a_read_only_store_is_one_line_naming_the_store_and_what_to_do(read_only_dir):
+    error = _raised(f"--checkpoint_dir={read_only_dir}")
+    line = _one_line(error, "StoreAccessError: Checkpoint store")
+    assert str(read_only_dir) in line and "cannot be written" in line, line
+    assert "Read-only file system" in line and "--checkpoint_dir" in line, line
