@@ -10,9 +10,14 @@ records of ``--value-bytes`` bytes into a ``--partitions``-partition topic, then
   also net of a 100-record run's time (the fixed cost of a run: planning, rounds, jobs);
 * ``idle``: a ``--streaming`` Kafka -> files job on an empty topic in a child process; after a
   warm-up, the CPU seconds of its whole process tree (driver, JVM, Python workers) per wall
-  second over ``--idle-s`` seconds.
+  second over ``--idle-s`` seconds;
+* ``latency``: the same job on a topic that gets one record every ``--latency-every-s`` for
+  ``--latency-s`` seconds; the time from each produce to the record's line being visible in
+  an output file (the exactly-once sink publishes at checkpoint commits), against the job's
+  own round time (Spark job + commit, from the runner's round log).
 
-Prints records/s of both and their ratio, and the idle CPU-s per wall-s.
+Prints records/s of both and their ratio, the idle CPU-s per wall-s, and the latency p50/p99
+next to the round p50 (goal: latency p50 <= round p50 + 100 ms).
 """
 
 from __future__ import annotations
@@ -114,6 +119,10 @@ def idle_cost(bootstrap: str, topic: str, idle_s: float, warm_s: float, delay_s:
 
 
 def idle_child(bootstrap: str, topic: str, tmp: str, delay_s: float) -> None:
+    """The streaming Kafka -> files job; runs until ``<tmp>/stop`` exists, then writes its
+    round times to ``<tmp>/rounds.json``."""
+    import json
+
     import apache_beam as beam
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -122,13 +131,86 @@ def idle_child(bootstrap: str, topic: str, tmp: str, delay_s: float) -> None:
     options = PipelineOptions(
         ["--runner=SparkCheckpointRunner", "--streaming", f"--checkpoint_dir={tmp}/ckpt"]
     )
-    with beam.Pipeline(options=options) as p:
-        _ = (
-            p
-            | ReadFromKafka({"bootstrap.servers": bootstrap}, [topic], idle_resume_delay_s=delay_s)
-            | beam.Map(repr)
-            | WriteToFilesOnCheckpoint(f"{tmp}/out/out")
-        )
+    p = beam.Pipeline(options=options)
+    _ = (
+        p
+        | ReadFromKafka({"bootstrap.servers": bootstrap}, [topic], idle_resume_delay_s=delay_s)
+        | beam.MapTuple(lambda _key, value: value.decode())
+        | WriteToFilesOnCheckpoint(f"{tmp}/out/out")
+    )
+    result = p.run()
+    while not os.path.exists(f"{tmp}/stop"):
+        time.sleep(0.1)
+    result.cancel()
+    rounds = [r._asdict() for loop in result.executor.loops for r in loop.round_times]
+    with open(f"{tmp}/rounds.json", "w") as f:
+        json.dump(rounds, f)
+
+
+def latency(broker, topic: str, args) -> tuple[list[float], list[float]]:
+    """(produce -> visible seconds per record, round seconds during the measurement)."""
+    import json
+    import threading
+
+    from confluent_kafka import Producer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [
+            sys.executable, __file__, "--idle-child", "--bootstrap", broker.bootstrap,
+            "--topic", topic, "--tmp", tmp, "--idle-delay-s", str(args.latency_delay_s),
+        ]  # fmt: skip
+        child = subprocess.Popen(cmd, cwd=REPO, start_new_session=True)
+        seen: dict[str, float] = {}
+        done = threading.Event()
+
+        def watch() -> None:
+            read: set[str] = set()
+            while not done.is_set():
+                for path in Path(tmp, "out").glob("out-*"):
+                    if path.name not in read:
+                        read.add(path.name)
+                        now = time.time()
+                        for line in path.read_text().split():
+                            seen.setdefault(line, now)
+                time.sleep(0.005)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        try:
+            time.sleep(args.warm_s)
+            watcher.start()
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": "0"})
+            sent: dict[str, float] = {}
+            started = time.time()
+            i = 0
+            while time.time() - started < args.latency_s:
+                value = f"r{i}"
+                sent[value] = time.time()
+                producer.produce(topic, value=value.encode())
+                producer.flush(5)
+                i += 1
+                time.sleep(max(0.0, started + i * args.latency_every_s - time.time()))
+            ended = time.time()
+            deadline = time.time() + 30
+            while len(seen) < len(sent) and time.time() < deadline:
+                time.sleep(0.05)
+            Path(tmp, "stop").touch()
+            child.wait(timeout=120)
+            rounds = json.loads(Path(tmp, "rounds.json").read_text())
+        finally:
+            done.set()
+            if child.poll() is None:
+                os.killpg(child.pid, 9)
+                child.wait()
+    lags = [seen[v] - t for v, t in sent.items() if v in seen]
+    in_window = [r["job_s"] + r["commit_s"] for r in rounds if started <= r["started"] <= ended]
+    if len(lags) < len(sent):
+        print(f"latency: {len(sent) - len(lags)} of {len(sent)} records never became visible")
+    return lags, in_window
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
 def throughput(broker, args) -> None:
@@ -153,6 +235,11 @@ def main() -> None:
     parser.add_argument("--warm-s", type=float, default=45.0)
     parser.add_argument("--idle-delay-s", type=float, default=1.0, help="idle_resume_delay_s")
     parser.add_argument("--idle-only", action="store_true", help="skip the throughput runs")
+    parser.add_argument("--latency-s", type=float, default=30.0)
+    parser.add_argument("--latency-every-s", type=float, default=0.1)
+    parser.add_argument(
+        "--latency-delay-s", type=float, default=0.1, help="idle_resume_delay_s of the latency job"
+    )
     parser.add_argument("--idle-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
@@ -168,12 +255,22 @@ def main() -> None:
         try:
             broker.create_topic("bench", args.partitions)
             broker.create_topic("idle", args.partitions)
+            broker.create_topic("latency", args.partitions)
             if not args.idle_only:
                 throughput(broker, args)
             cost = idle_cost(broker.bootstrap, "idle", args.idle_s, args.warm_s, args.idle_delay_s)
             print(
                 f"idle topic, --streaming job, idle_resume_delay_s={args.idle_delay_s}: "
                 f"{cost:.3f} CPU-s per wall-s (process tree)"
+            )
+            lags, rounds = latency(broker, "latency", args)
+            print(
+                f"latency produce -> visible, one record per {args.latency_every_s} s for "
+                f"{args.latency_s:.0f} s, idle_resume_delay_s={args.latency_delay_s}: "
+                f"p50 {_pct(lags, 0.5):.3f} s, p99 {_pct(lags, 0.99):.3f} s ({len(lags)} records); "
+                f"round (job + commit) p50 {_pct(rounds, 0.5):.3f} s over {len(rounds)} rounds; "
+                f"latency p50 - round p50 = {_pct(lags, 0.5) - _pct(rounds, 0.5):+.3f} s "
+                "(goal <= +0.100)"
             )
         finally:
             stop_process_group(broker.proc)
