@@ -81,7 +81,8 @@ class S3Recovery:
     at_end: dict[str, dict[int, int]]
 
 
-@pytest.fixture(scope="module")
+# Session, not module: under xdist the module fixture was set up twice (115 s each).
+@pytest.fixture(scope="session")
 def s3_recovery(standalone_cluster, s3_server, tmp_path_factory) -> S3Recovery:
     standalone_cluster.ensure_workers()
     tmp = tmp_path_factory.mktemp("s3-recovery")
