@@ -47,10 +47,10 @@ class ReadFromKafka(beam.PTransform):
     ``--key <topic>-<partition>``. ``topic_pattern`` (a regular expression matched against
     whole topic names) adds the matching topics; ``dynamic_read_poll_interval_seconds``
     lists the partitions again at that interval while an unbounded read runs, and reads each
-    new one from where a Kafka consumer would start it. sparkbeam's own knobs: ``idle_resume_delay_s`` (how long a
-    caught-up partition waits before it polls again), ``max_poll_s`` and ``batch_size`` (a call
-    reads batches of ``batch_size`` records for at most ``max_poll_s``, then hands its
-    remainder back to the runner, which checkpoints it).
+    new one from where a Kafka consumer would start it. sparkbeam's own knobs:
+    ``idle_resume_delay_s`` (how long a caught-up partition waits before it polls again),
+    ``max_poll_s`` and ``batch_size`` (a call reads batches of ``batch_size`` records for at
+    most ``max_poll_s``, then hands its remainder back to the runner, which checkpoints it).
     """
 
     processing_time_policy = kafka_records.PROCESSING_TIME
