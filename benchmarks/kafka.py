@@ -118,7 +118,7 @@ def idle_cost(bootstrap: str, topic: str, idle_s: float, warm_s: float, delay_s:
     return (cpu1 - cpu0) / (t1 - t0)
 
 
-def idle_child(bootstrap: str, topic: str, tmp: str, delay_s: float) -> None:
+def idle_child(bootstrap: str, topic: str, tmp: str, delay_s: float, interval_s: float) -> None:
     """The streaming Kafka -> files job; runs until ``<tmp>/stop`` exists, then writes its
     round times to ``<tmp>/rounds.json``."""
     import json
@@ -128,10 +128,10 @@ def idle_child(bootstrap: str, topic: str, tmp: str, delay_s: float) -> None:
 
     from sparkbeam.io import ReadFromKafka, WriteToFilesOnCheckpoint
 
-    options = PipelineOptions(
-        ["--runner=SparkCheckpointRunner", "--streaming", f"--checkpoint_dir={tmp}/ckpt"]
-    )
-    p = beam.Pipeline(options=options)
+    flags = ["--runner=SparkCheckpointRunner", "--streaming", f"--checkpoint_dir={tmp}/ckpt"]
+    if interval_s >= 0:
+        flags.append(f"--checkpoint_interval_s={interval_s}")
+    p = beam.Pipeline(options=PipelineOptions(flags))
     _ = (
         p
         | ReadFromKafka({"bootstrap.servers": bootstrap}, [topic], idle_resume_delay_s=delay_s)
@@ -158,6 +158,7 @@ def latency(broker, topic: str, args) -> tuple[list[float], list[float]]:
         cmd = [
             sys.executable, __file__, "--idle-child", "--bootstrap", broker.bootstrap,
             "--topic", topic, "--tmp", tmp, "--idle-delay-s", str(args.latency_delay_s),
+            "--interval-s", str(args.latency_interval_s),
         ]  # fmt: skip
         child = subprocess.Popen(cmd, cwd=REPO, start_new_session=True)
         seen: dict[str, float] = {}
@@ -240,13 +241,18 @@ def main() -> None:
     parser.add_argument(
         "--latency-delay-s", type=float, default=0.1, help="idle_resume_delay_s of the latency job"
     )
+    parser.add_argument(
+        "--latency-interval-s", type=float, default=-1.0,
+        help="--checkpoint_interval_s of the latency job (default: the runner's)",
+    )  # fmt: skip
+    parser.add_argument("--interval-s", type=float, default=-1.0, help=argparse.SUPPRESS)
     parser.add_argument("--idle-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
     parser.add_argument("--topic", help=argparse.SUPPRESS)
     parser.add_argument("--tmp", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.idle_child:
-        idle_child(args.bootstrap, args.topic, args.tmp, args.idle_delay_s)
+        idle_child(args.bootstrap, args.topic, args.tmp, args.idle_delay_s, args.interval_s)
         return
     from tests.servers import start_kafka_broker, stop_process_group
 
@@ -264,9 +270,11 @@ def main() -> None:
                 f"{cost:.3f} CPU-s per wall-s (process tree)"
             )
             lags, rounds = latency(broker, "latency", args)
+            interval = args.latency_interval_s if args.latency_interval_s >= 0 else "default"
             print(
                 f"latency produce -> visible, one record per {args.latency_every_s} s for "
-                f"{args.latency_s:.0f} s, idle_resume_delay_s={args.latency_delay_s}: "
+                f"{args.latency_s:.0f} s, idle_resume_delay_s={args.latency_delay_s}, "
+                f"checkpoint_interval_s={interval}: "
                 f"p50 {_pct(lags, 0.5):.3f} s, p99 {_pct(lags, 0.99):.3f} s ({len(lags)} records); "
                 f"round (job + commit) p50 {_pct(rounds, 0.5):.3f} s over {len(rounds)} rounds; "
                 f"latency p50 - round p50 = {_pct(lags, 0.5) - _pct(rounds, 0.5):+.3f} s "
