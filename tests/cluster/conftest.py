@@ -51,6 +51,7 @@ def pytest_sessionfinish(session, exitstatus):
     session.exitstatus = 1
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, every test of this folder runs on one worker: they share one cluster."""
     here = os.path.dirname(os.path.abspath(__file__))

@@ -81,7 +81,7 @@ class S3Recovery:
     at_end: dict[str, dict[int, int]]
 
 
-# Session, not module: under xdist the module fixture was set up twice (115 s each).
+# Session-scoped: one killed-and-resumed job for both tests, whatever order they run in.
 @pytest.fixture(scope="session")
 def s3_recovery(standalone_cluster, s3_server, tmp_path_factory) -> S3Recovery:
     standalone_cluster.ensure_workers()

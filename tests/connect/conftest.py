@@ -7,6 +7,7 @@ import os
 import pytest
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the group marks into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist, every test of this folder runs on one worker: one server for all."""
     here = os.path.dirname(os.path.abspath(__file__))
