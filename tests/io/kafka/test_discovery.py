@@ -7,28 +7,19 @@ are found by the same listing."""
 from __future__ import annotations
 
 import re
-import time
 import uuid
-from collections import Counter
 
 import apache_beam as beam
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from sparkbeam.io import ReadFromKafka, WriteToFilesOnCheckpoint
-from tests.conftest import spark_test_options
-from tests.io.kafka.kafka_pipeline import visible
+from tests.io.kafka.streaming_job import streaming_options, wait_for_exactly
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 
 def _run(kafka_broker, prefix: str, tmp_path):
-    options = PipelineOptions(
-        spark_test_options(
-            "--streaming", f"--checkpoint_dir={tmp_path / 'ckpt'}", "--checkpoint_interval_s=0.05"
-        )
-    )
-    p = beam.Pipeline(options=options)
+    p = beam.Pipeline(options=streaming_options(tmp_path))
     config = kafka_broker.config(**{"auto.offset.reset": "earliest"})
     _ = (
         p
@@ -51,14 +42,6 @@ def _produce(kafka_broker, topic: str, partitions: int, first: int, count: int) 
     return values
 
 
-def _wait_for(tmp_path, expected: list[str], run) -> None:
-    deadline = time.monotonic() + 120
-    while (seen := visible(str(tmp_path / "out"))) != Counter(expected):
-        assert not set(seen) - set(expected) and max(seen.values(), default=1) == 1, seen
-        assert time.monotonic() < deadline, (sorted(set(expected) - set(seen)), run.state)
-        time.sleep(0.2)
-
-
 def test_a_topic_that_appears_while_the_job_runs_is_read_once_also_after_a_restart(
     spark, kafka_broker, tmp_path
 ):
@@ -69,10 +52,10 @@ def test_a_topic_that_appears_while_the_job_runs_is_read_once_also_after_a_resta
     expected = _produce(kafka_broker, f"{prefix}-a", 1, 0, 3)
     run = _run(kafka_broker, prefix, tmp_path)
     try:
-        _wait_for(tmp_path, expected, run)
+        wait_for_exactly(str(tmp_path / "out"), expected, run)
         kafka_broker.create_topic(f"{prefix}-b", 2)
         expected += _produce(kafka_broker, f"{prefix}-b", 2, 0, 4)
-        _wait_for(tmp_path, expected, run)
+        wait_for_exactly(str(tmp_path / "out"), expected, run)
     finally:
         run.cancel()
     # Stopped; records arrive in the known topics and a new one, then the job restarts.
@@ -82,6 +65,6 @@ def test_a_topic_that_appears_while_the_job_runs_is_read_once_also_after_a_resta
     expected += _produce(kafka_broker, f"{prefix}-c", 1, 0, 2)
     run = _run(kafka_broker, prefix, tmp_path)
     try:
-        _wait_for(tmp_path, expected, run)
+        wait_for_exactly(str(tmp_path / "out"), expected, run)
     finally:
         run.cancel()

@@ -4,18 +4,14 @@ once it is caught up)."""
 
 from __future__ import annotations
 
-import time
 import uuid
-from collections import Counter
 
 import apache_beam as beam
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.transforms import window
 
 from sparkbeam.io import ReadFromKafka, WriteToFilesOnCheckpoint
-from tests.conftest import spark_test_options
-from tests.io.kafka.kafka_pipeline import visible
+from tests.io.kafka.streaming_job import streaming_options, wait_for_exactly
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -27,12 +23,7 @@ def test_event_time_window_fires_although_one_partition_is_empty(spark, kafka_br
     kafka_broker.create_topic(topic, 2)
     records = [(None, b"x", BASE_MS + 1000 * i) for i in range(15)]  # windows [0,10) [10,20)
     kafka_broker.produce(topic, records, partition=0)  # partition 1 stays empty
-    options = PipelineOptions(
-        spark_test_options(
-            "--streaming", f"--checkpoint_dir={tmp_path / 'ckpt'}", "--checkpoint_interval_s=0.05"
-        )
-    )
-    p = beam.Pipeline(options=options)
+    p = beam.Pipeline(options=streaming_options(tmp_path))
     config = kafka_broker.config(**{"auto.offset.reset": "earliest"})
     _ = (
         p
@@ -52,9 +43,6 @@ def test_event_time_window_fires_although_one_partition_is_empty(spark, kafka_br
     )
     run = p.run()
     try:
-        deadline = time.monotonic() + 120
-        while visible(str(tmp_path / "out")) != Counter(["0 10", "10000 5"]):
-            assert time.monotonic() < deadline, (visible(str(tmp_path / "out")), run.state)
-            time.sleep(0.2)
+        wait_for_exactly(str(tmp_path / "out"), ["0 10", "10000 5"], run)
     finally:
         run.cancel()
