@@ -1,10 +1,10 @@
 """One pipeline's driver-owned state: `PipelineStore`.
 
-Owns: the state table of the namespaces the driver itself writes (SDF residuals, side inputs,
-pushback, batch stage outputs, sink files), the driver's changelog writer that records its
-changes, its completed-work markers and source positions, applying a task's staged changes
-to those namespaces, and loading a checkpoint's driver files into them. The task-owned
-namespaces (`state_layout.is_task_owned`: GroupByKey buffers, user state and timers) are not
+Owns: the state table of the namespaces the driver itself writes (side inputs, pushback,
+batch stage outputs, sink files), the driver's changelog writer that records its changes, its
+completed-work markers and source positions, applying a task's staged changes to those
+namespaces, and loading a checkpoint's driver files into them. The task-owned namespaces
+(`state_layout.is_task_owned`: GroupByKey buffers, user state and timers, SDF residuals) are not
 here: the chain keeps only their handles (`task_state`) and tasks read them. Leaves to others: the
 commit protocol -- numbered steps, materialization, retention (`commit.CheckpointChain`) --,
 restore with fallback (`restore`), the store-wide concerns -- lock, listing, cleaning,
@@ -26,7 +26,7 @@ from sparkbeam.checkpoint.keygroups import key_group
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.manifest import Manifest
 from sparkbeam.checkpoint.materialization import write_snapshot
-from sparkbeam.checkpoint.reader import replay
+from sparkbeam.checkpoint.reader import replay, replay_namespace
 from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus, check_key
 from sparkbeam.checkpoint.state_table import make_state_table
 from sparkbeam.checkpoint.task_state import NamespaceState, RangeState, TaskState
@@ -146,13 +146,15 @@ class PipelineStore:
         self.table.clear()
         try:
             storage = self._store.storage
+            layout = int(manifest.metadata.get(state_layout.LAYOUT_KEY, 1))
+            moving = state_layout.task_owned_since(layout)
             replay(
                 storage, self.directory, manifest, self.table.put, self.table.delete,
-                driver_only=True,
+                driver_only=True, moving=moving,
             )  # fmt: skip
             task_state = manifest.task_state
-            if task_state is None:  # a version-1 manifest: tasks' state is in the driver's files
-                task_state = self._migrate(manifest)
+            if task_state is None or moving:  # tasks' state in the driver's files: move it
+                task_state = self._migrate(manifest, task_state or TaskState())
         except BaseException:
             self.table.clear()
             raise
@@ -161,9 +163,11 @@ class PipelineStore:
         self._positions = dict(manifest.source_positions)
         self.chain.adopt(manifest, task_state)
 
-    def _migrate(self, manifest: Manifest) -> TaskState:
-        """Move the task-owned namespaces of a version-1 checkpoint out of the table: one
-        snapshot file per namespace, the base of a single range (once per restore)."""
+    def _migrate(self, manifest: Manifest, task_state: TaskState) -> TaskState:
+        """Move the task-owned namespaces a checkpoint of an older layout kept in the
+        driver's files (version 1: all; layout 5: SDF residuals) out of the table into
+        ``task_state``: one snapshot file per namespace, the base of a single range (once
+        per restore)."""
         by_ns: dict[str, list] = {}
         for kg, ns, key, value in self.table.snapshot():
             if state_layout.is_task_owned(ns):
@@ -179,7 +183,28 @@ class PipelineStore:
             )  # fmt: skip
             base = RangeState(0, m, (entry,), -1, len(rows), manifest.checkpoint_id)
             out[ns] = NamespaceState((base,))
-        return TaskState(out)
+        return TaskState({**task_state.namespaces, **out})
+
+    def read_task_owned(self, namespace: str) -> dict[bytes, bytes]:
+        """{key: value} of a task-owned namespace, every key group, read from the store.
+
+        The driver reads task-owned state only for one-off work, never in a round: the
+        residual summary of a checkpoint that recorded none (an older layout), a
+        transform-level startpoint's fan-out over the pending elements at restore."""
+        chains = self.chain.task_state.namespaces.get(namespace)
+        out: dict[bytes, bytes] = {}
+        if chains is None:
+            return out
+
+        def put(ns: str, key: bytes, value: bytes, kg: int) -> None:
+            out[key] = value
+
+        def delete(ns: str, key: bytes, kg: int) -> None:
+            out.pop(key, None)
+
+        storage = self._store.storage
+        replay_namespace(storage, self.directory, namespace, chains, put, delete)
+        return out
 
     # -- checkpoint and restore (`commit`, `restore`) ----------------------------------------
     @property

@@ -63,17 +63,20 @@ def replay(
     cache: SegmentCache | None = None,
     *,
     driver_only: bool = False,
+    moving: tuple[str, ...] = (),
 ) -> None:
     """Apply the state of ``manifest`` (restricted to ``key_groups``) through put/delete:
     the driver's files, then each task-owned namespace (``driver_only``: not those; a
-    version-1 manifest's driver files hold them, and they are applied).
+    version-1 manifest's driver files hold them, and they are applied, as are the records
+    of task-owned namespaces whose prefix is in ``moving``: an older layout's driver kept
+    them, `state_layout.task_owned_since`).
 
     Raises `CheckpointCorruptError` naming the first damaged file; the caller discards what
     was applied so far.
     """
     driver_put, driver_delete = put, delete
     if manifest.task_state is not None:  # records of task-owned namespaces left from v1
-        driver_put, driver_delete = _driver_owned(put), _driver_owned(delete)
+        driver_put, driver_delete = _driver_owned(put, moving), _driver_owned(delete, moving)
     for entry in manifest.materialization:
         if key_groups is not None and not key_groups.overlaps(entry.kg_start, entry.kg_stop):
             continue
@@ -89,9 +92,9 @@ def replay(
         replay_namespace(storage, directory, ns, state, put, delete, key_groups, cache)
 
 
-def _driver_owned(change):
+def _driver_owned(change, moving: tuple[str, ...] = ()):
     def driver_owned(ns: str, *args) -> None:
-        if not state_layout.is_task_owned(ns):
+        if not state_layout.is_task_owned(ns) or ns.startswith(moving):
             change(ns, *args)
 
     return driver_owned

@@ -36,12 +36,14 @@ from typing import Any, NamedTuple
 
 from sparkbeam.checkpoint.errors import StateLayoutError
 
-LAYOUT_VERSION = 5
+LAYOUT_VERSION = 6
 # 1: before this module (pickled GroupByKey and user state): refused if it holds such state.
 # 2: side-input chunks, pending sink files and staging directories stored raw: `upgrade`d.
 # 3: user-timers values v1 only (no summary): read as they are.
 # 4: a triggered side input's every chunk under round keys: folded into its view on restore
 #    (``runner.rounds.side_input_view``; layout 5 keeps one entry per window, its latest firing).
+# 5: SDF residuals in the driver's files: moved into task-owned ranges on restore
+#    (`task_owned_since`; layout 6 keeps them in the ranges of the tasks that made them).
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
 V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read)
@@ -63,12 +65,18 @@ IMPULSE_DONE = "impulse"
 FINISHED = "finished"
 
 # Namespaces only the tasks that own their key groups write (`sparkbeam.checkpoint.task_state`).
-TASK_OWNED_PREFIXES = (GBK_PREFIX, USER_STATE_PREFIX, USER_TIMERS_PREFIX)
+TASK_OWNED_PREFIXES = (GBK_PREFIX, USER_STATE_PREFIX, USER_TIMERS_PREFIX, SDF_RESIDUAL_PREFIX)
 
 
 def is_task_owned(namespace: str) -> bool:
     """Whether tasks own ``namespace``: the driver holds its handles, never its records."""
     return namespace.startswith(TASK_OWNED_PREFIXES)
+
+
+def task_owned_since(layout: int) -> tuple[str, ...]:
+    """Prefixes of namespaces tasks own now that a checkpoint of ``layout`` kept in the
+    driver's files (moved into task-owned ranges when it is restored)."""
+    return (SDF_RESIDUAL_PREFIX,) if layout < 6 else ()
 
 
 # Namespaces layout 1 wrote in formats this one cannot read (pickle, unversioned residuals).
@@ -209,6 +217,13 @@ def decode_residual(value: bytes, namespace: str = SDF_RESIDUAL_PREFIX, where: s
     start = _RESIDUAL.size
     transform = value[start : start + n].decode("utf-8")
     return transform, value[start + n :], fire_at_ms, hold_micros, delay_ms
+
+
+def residual_timer(value: bytes, namespace: str = SDF_RESIDUAL_PREFIX) -> tuple[int, int]:
+    """(fire_at_ms, hold_micros) of `encode_residual` bytes, without copying the element."""
+    _check(value, namespace, "")
+    _, fire_at_ms, hold_micros, _, _ = _RESIDUAL.unpack_from(value)
+    return fire_at_ms, hold_micros
 
 
 # stage-output/<stage>, pushback/<stage>.

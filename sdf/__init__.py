@@ -1,12 +1,17 @@
 """Splittable-DoFn run-time support: residual handler, timers, holds."""
 
-from sparkbeam.sdf.checkpoint_handler import DueResidual, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf.checkpoint_handler import (
+    DueResidual,
+    MemoryResiduals,
+    StateAndTimerBundleCheckpointHandler,
+)
 from sparkbeam.sdf.offset_range_provider import OffsetRangeProvider
 from sparkbeam.sdf.residuals import ResidualRecord
 from sparkbeam.sdf.timer_service import ResidualTimerService
 
 __all__ = [
     "DueResidual",
+    "MemoryResiduals",
     "OffsetRangeProvider",
     "ResidualRecord",
     "ResidualTimerService",

@@ -1,29 +1,31 @@
-"""StateAndTimerBundleCheckpointHandler: residuals become durable state + timers.
+"""StateAndTimerBundleCheckpointHandler: residuals become keyed state + timers.
 
-The design of seed 003 ("SDF self-checkpoint on the Flink runner"), on the
-driver of a Spark job. For each residual root a bundle returns:
+The design of seed 003 ("SDF self-checkpoint on the Flink runner"). For each residual root a
+bundle returns:
 
-1. a unique id (a UUID: unique across restarts too);
-2. the encoded residual written as keyed state in the pipeline's checkpoint
-   store, namespace ``sdf-residual/<stage>``, keyed by the element (its
-   encoded windowed bytes) plus the id — so residuals spread over key groups
-   and follow them when parallelism changes on restore;
-3. a processing-time timer at ``produced + requested_time_delay`` (ms), whose
-   output timestamp (the watermark hold) is the min of the residual's output
-   watermarks, else the input element's timestamp.
+1. a key: the encoded residual application plus a unique id, chosen by the state that keeps
+   it (a task's state picks an id whose key group is one of its own, so the residual stays
+   with the task that made it and follows its key group when parallelism changes on restore);
+2. the encoded residual written as keyed state, namespace ``sdf-residual/<stage>``;
+3. a processing-time timer at ``produced + requested_time_delay`` (ms), whose output
+   timestamp (the watermark hold) is the min of the residual's output watermarks, else the
+   input element's timestamp.
 
-When timers come due their residuals are handed back (Approach 1: fed to the
-same stage) and their state and holds are cleared. Because the state lives in
-the store, every checkpoint includes pending residuals and their timers.
+When timers come due their residuals are handed back (Approach 1: fed to the same stage) and
+their state and holds are cleared. Where the state lives is the caller's: in a Spark task, the
+key-group range of the task (``runner.task.residual_state``: read from the checkpoint store,
+its changes staged into the round's checkpoint); on the driver of a batch run without a store,
+memory (`MemoryResiduals`).
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
-from sparkbeam.checkpoint import PipelineStore, state_layout
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.sdf.residuals import ResidualRecord, decode_pending, encode_pending
 from sparkbeam.sdf.timer_service import ResidualTimerService
 
@@ -42,10 +44,48 @@ class DueResidual:
     hold_micros: int
 
 
-class StateAndTimerBundleCheckpointHandler:
-    """Keeps one stage's pending residuals in the store, under timers."""
+class ResidualState(Protocol):
+    """Where one stage's pending residuals are kept: keyed state of ``sdf-residual/<stage>``."""
 
-    def __init__(self, state: PipelineStore, stage: str) -> None:
+    def items(self) -> Iterator[tuple[bytes, bytes]]: ...
+
+    def get(self, key: bytes) -> bytes | None: ...
+
+    def put(self, key: bytes, value: bytes) -> None: ...
+
+    def delete(self, key: bytes) -> None: ...
+
+    def new_key(self, element: bytes) -> bytes:
+        """A key no residual has had: ``element`` + 0x00 + a unique id."""
+        ...
+
+
+class MemoryResiduals:
+    """Residuals in memory (a batch run without a store: nothing is durable)."""
+
+    def __init__(self) -> None:
+        self.values: dict[bytes, bytes] = {}
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:
+        return iter(self.values.items())
+
+    def get(self, key: bytes) -> bytes | None:
+        return self.values.get(key)
+
+    def put(self, key: bytes, value: bytes) -> None:
+        self.values[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.values.pop(key, None)
+
+    def new_key(self, element: bytes) -> bytes:
+        return element + b"\x00" + uuid.uuid4().bytes
+
+
+class StateAndTimerBundleCheckpointHandler:
+    """Keeps one stage's pending residuals as keyed state, under timers."""
+
+    def __init__(self, state: ResidualState, stage: str) -> None:
         self.state = state
         self.stage = stage
         self.namespace = state_layout.sdf_residual(stage)
@@ -57,12 +97,10 @@ class StateAndTimerBundleCheckpointHandler:
         """Write each residual as state and set its timer; returns how many."""
         n = 0
         for r in records:
-            key = r.element + b"\x00" + uuid.uuid4().bytes
+            key = self.state.new_key(r.element)
             fire_at = int(r.produced_ms + r.delay_ms + 0.999)  # never earlier than asked
             self.state.put(
-                self.namespace,
-                key,
-                encode_pending(r.transform, r.element, fire_at, r.hold_micros, r.delay_ms),
+                key, encode_pending(r.transform, r.element, fire_at, r.hold_micros, r.delay_ms)
             )
             self.timers.set(key, fire_at, r.hold_micros)
             n += 1
@@ -82,20 +120,20 @@ class StateAndTimerBundleCheckpointHandler:
         """Residuals whose timers fired by ``now_ms``; their state and holds are cleared."""
         due = []
         for key in self.timers.pop_due(now_ms, limit):
-            value = self.state.get(self.namespace, key)
+            value = self.state.get(key)
             if value is None:
                 continue
             transform, element, fire_at, hold, _ = decode_pending(value, self.namespace)
-            self.state.delete(self.namespace, key)
+            self.state.delete(key)
             due.append(DueResidual(key, transform, element, fire_at, hold))
         self.fired += len(due)
         return due
 
     def restore(self) -> int:
-        """Rebuild the timers from state (after ``PipelineStore.restore``)."""
+        """Rebuild the timers from the state (as a round or a restore finds it)."""
         entries = []
-        for _, key, value in self.state.items(self.namespace):
-            _, _, fire_at, hold, _ = decode_pending(value, self.namespace)
+        for key, value in self.state.items():
+            fire_at, hold = state_layout.residual_timer(value, self.namespace)
             entries.append((key, fire_at, hold))
         self.timers.restore(entries)
         return len(entries)

@@ -13,6 +13,8 @@ to its reports (the round loop, or the executor's final job).
 
 from __future__ import annotations
 
+import time
+
 from sparkbeam.runner.batch.durability import stage_outputs_durably
 from sparkbeam.runner.rounds.carry import split_carried
 from sparkbeam.runner.rounds.context import RunContext
@@ -21,6 +23,7 @@ from sparkbeam.runner.rounds.startpoints import with_startpoints
 from sparkbeam.runner.spark.labels import job_group, stage_label
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
+from sparkbeam.runner.task.residual_state import ResidualRound, keeping_residuals, residual_limit
 from sparkbeam.sdf.startpoints.session import StartpointSession
 from sparkbeam.translation.plan import StagePlan
 
@@ -40,15 +43,42 @@ class StageRdds:
         self.startpoints: dict[str, StartpointSession] = {}  # pipeline -> its session
         self.persisted: list = []
 
-    def build(self, stage: StagePlan, input_rdd, side_bc, round_no: int, cache: bool = True):
-        """The (lazy) RDD of one run of the stage over ``input_rdd``, persisted if ``cache``
-        (its output is read more than once)."""
-        rdd = input_rdd.mapPartitions(self.task_body(stage, side_bc, round_no))
+    def build(
+        self, stage: StagePlan, input_rdd, side_bc, round_no: int, cache: bool = True,
+        clock_ms: float | None = None,
+    ):  # fmt: skip
+        """The (lazy) RDD of one run of the stage over ``input_rdd`` (None: no input),
+        persisted if ``cache`` (its output is read more than once). An SDF stage with a store
+        runs one task per subtask, which keeps its residuals and feeds those due by
+        ``clock_ms`` (``task.residual_state``)."""
+        body = self.task_body(stage, side_bc, round_no)
+        if self.ctx.durable and stage.is_sdf_process:
+            spec = self.residual_round(stage, round_no, clock_ms)
+            subtasks = self.ctx.plane.as_subtasks(input_rdd, self.ctx.parallelism)
+            rdd = subtasks.mapPartitionsWithIndex(keeping_residuals(spec, stage.id, body))
+        else:
+            rdd = input_rdd.mapPartitions(body)
         if not cache:
             return rdd
         rdd = self.ctx.plane.persist(rdd, f"{self.labels[stage.id]} (round {round_no})")
         self.persisted.append(rdd)
         return rdd
+
+    def residual_round(self, stage: StagePlan, round_no: int, clock_ms: float | None):
+        """What the stage's tasks need to keep its residuals this round."""
+        ctx = self.ctx
+        state = ctx.store.pipeline(stage.pipeline)
+        checkpoint = state.last_checkpoint_id
+        return ResidualRound(
+            pipeline=stage.pipeline,
+            url=ctx.url,
+            checkpoint_id=None if checkpoint is None else int(checkpoint),
+            round_no=round_no,
+            parallelism=ctx.parallelism,
+            max_key_groups=state.max_key_groups,
+            clock_ms=time.time() * 1000.0 if clock_ms is None else clock_ms,
+            limit=residual_limit(ctx.parallelism),
+        )
 
     def task_body(self, stage: StagePlan, side_bc, round_no: int) -> _StageRun:
         """What one task of the stage's run does with its rows (also run on the driver:

@@ -1,11 +1,12 @@
 """A batch SDF stage's part of a round: its input first, then its due residuals.
 
 ``StageRounds`` is the batch ``RoundJob`` of ``sparkbeam.runner.rounds.loop.RoundLoop``.
-Round 0 runs the stage over its input. Each residual a task returns goes to the stage's
-``StateAndTimerBundleCheckpointHandler`` (durable state + a timer, kept by the loop); between
-rounds the loop sleeps until the earliest timer — no polling, no CPU — and the due residuals
-are the next round's input (Approach 1 of seed 003). Every round's output RDD is kept for the
-stage's consumers. The loop ends when nothing is pending.
+Round 0 runs the stage over its input. Each residual a task returns is kept as state + a
+timer: with a store by the task itself, in its key groups (``task.residual_state``; every
+round is one task per subtask, which feeds its due residuals), without one by the driver
+(``rounds.feed``); between rounds the loop sleeps until the earliest timer — no polling, no
+CPU — and the due residuals are the next round's input (Approach 1 of seed 003). Every round's
+output RDD is kept for the stage's consumers. The loop ends when nothing is pending.
 
 On resume (``--checkpoint_dir``, the stage's input consumed by a committed round) the stage
 starts from its committed output chunks and its pending residuals; its round number comes
@@ -64,7 +65,9 @@ class StageRounds:
             if chunks:
                 rows = [OutputRecord(b, d) for b, d in chunks]
                 self.outputs.append(self.ctx.plane.parallelize(rows, self.ctx.parallelism))
+        residuals = RoundMetadata.from_dict(self.restored_metadata).residuals
         metadata = RoundMetadata(self.restored_round() if resume else -1, 0, None)
+        metadata.residuals = residuals if resume else {}
         session = self.rdds.startpoints.get(self.stage.pipeline)
         return Opened(self.state, metadata, None, session, input_done=resume)
 
@@ -84,18 +87,20 @@ class StageRounds:
         return time.time() * 1000.0
 
     def has_input(self, due: dict) -> bool:
-        return self.input is not None or bool(due[self.stage.id])
+        return self.input is not None or due[self.stage.id] is not None
 
     def run(self, loop: RoundLoop, due: dict) -> list:
         """Round 0 over the stage's input, later rounds over its due residuals."""
         input_rdd, self.input = self.input, None
-        if input_rdd is None:
-            rows = feed.due_rows(due[self.stage.id])
+        rows = due[self.stage.id].rows if due[self.stage.id] else ()
+        if rows:  # the driver keeps them (no store)
             input_rdd = self.ctx.plane.parallelize(rows, min(self.ctx.parallelism, len(rows)))
         label = f"{self.rdds.labels[self.stage.id]} (round {loop.round_no})"
         self.ctx.plane.describe_job(self.rdds.group, label)
         with self.ctx.plane.call_site(label):
-            rdd = self.rdds.build(self.stage, input_rdd, self.side_bc, loop.round_no)
+            rdd = self.rdds.build(
+                self.stage, input_rdd, self.side_bc, loop.round_no, clock_ms=loop.clock_ms
+            )
             action = rdd.filter(is_report).collect
             reports = run_guarded(self.stage.id, action, self.rdds.labels.get)
         self.outputs.append(rdd)
@@ -103,16 +108,17 @@ class StageRounds:
 
     def barrier(self, loop: RoundLoop, ledger: RoundLedger) -> RoundMetadata:
         """The input is consumed; the metadata names the stage, its round and its residuals."""
-        handler = loop.handlers[self.stage.id]
+        keeper = loop.residuals[self.stage.id]
         if self.ctx.durable:
             self.state.mark_completed(input_marker(self.stage.id))
         return RoundMetadata(
             round_no=loop.round_no,
-            pending_residuals=handler.pending(),
-            next_timer_ms=handler.next_fire_ms(),
+            pending_residuals=keeper.pending(),
+            next_timer_ms=keeper.next_fire_ms(),
             stage=self.stage.id,
-            watermark_hold_micros=handler.watermark_hold_micros(),
-            finished=not handler.pending(),
+            watermark_hold_micros=keeper.watermark_hold_micros(),
+            finished=not keeper.pending(),
+            residuals=feed.summaries(loop.residuals),
         )
 
     def committed(self, loop: RoundLoop, ledger: RoundLedger, meta: RoundMetadata) -> None:
@@ -129,12 +135,12 @@ class StageRounds:
         pass  # the run reports when every stage is done (``progress.batch_done``)
 
     def progress_line(self, loop: RoundLoop, wait_s: float | None = None) -> str:
-        handler = loop.handlers[self.stage.id]
-        hold = handler.watermark_hold_micros()
+        keeper = loop.residuals[self.stage.id]
+        hold = keeper.watermark_hold_micros()
         parts = [
             f"sparkbeam {self.stage.id}: round {loop.round_no}",
-            f"{handler.pending()} residual(s) pending",
-            f"{handler.fired} re-fed",
+            f"{keeper.pending()} residual(s) pending",
+            f"{keeper.fired} re-fed",
         ]
         if wait_s is not None:
             parts.append(f"next timer in {wait_s * 1000:.0f} ms")

@@ -183,6 +183,13 @@ class FramePlane:
         frames = [d.frame() for d in datasets]
         return Frames(self, functools.reduce(lambda a, b: a.unionAll(b), frames))
 
+    def as_subtasks(self, dataset: Frames | None, partitions: int) -> Frames:
+        """``dataset`` (None: no rows) as exactly ``partitions`` partitions, partition ``p``
+        being subtask ``p`` (its marker names it): rows spread round robin by a shuffle (a
+        DataFrame's partition count is not known before it is planned)."""
+        rows = self.empty() if dataset is None else dataset
+        return rows.mapPartitionsWithIndex(_round_robin).partitionBy(partitions).values()
+
     def broadcast(self, value):
         if isinstance(value, dict) and not value:
             return NO_SIDE_INPUTS
@@ -337,6 +344,11 @@ def _map(fn: Callable, items: Iterable) -> Iterator:
 
 def _filter(fn: Callable, items: Iterable) -> Iterator:
     return filter(fn, items)
+
+
+def _round_robin(index: int, items: Iterable) -> Iterator:
+    """(index + n, item) for the n-th item: `partitionBy` spreads the rows evenly."""
+    return ((index + n, item) for n, item in enumerate(items))
 
 
 def _second(pair):

@@ -38,6 +38,17 @@ class RddPlane:
             return self.sc.emptyRDD()
         return datasets[0] if len(datasets) == 1 else self.sc.union(datasets)
 
+    def as_subtasks(self, dataset, partitions: int):
+        """``dataset`` (None: no rows) as exactly ``partitions`` partitions, partition ``p``
+        being subtask ``p`` of a stage whose tasks keep state of their key groups: padded
+        with empty partitions, or coalesced; no shuffle."""
+        if dataset is None:
+            return self.sc.parallelize([], partitions)
+        n = dataset.getNumPartitions()
+        if n < partitions:
+            return self.sc.union([dataset, self.sc.parallelize([], partitions - n)])
+        return dataset.coalesce(partitions) if n > partitions else dataset
+
     def broadcast(self, value):
         if isinstance(value, dict) and not value:
             return NO_SIDE_INPUTS

@@ -1,44 +1,186 @@
 """What a round feeds back: the residuals whose timers are due, and the wait until they are.
 
-Batch and streaming rounds alike pop at most ``MAX_RESIDUALS_PER_ROUND`` due residuals per
-stage from its ``StateAndTimerBundleCheckpointHandler``; between rounds the driver sleeps until
-the earliest timer (nobody spins). Leaves to others: running the round (the loops) and keeping
-residuals durable (the handler, on the pipeline's store).
+Each SDF stage's residuals are kept by one of two keepers, both with the same face for the
+round loop (pending count, earliest timer, watermark hold, ``take_due``, ``absorb``):
+
+- `TaskResiduals` (a run with a store): the stage's tasks keep them in the key groups they
+  own (``runner.task.residual_state``) and feed those due by the round's clock themselves;
+  the driver holds only what the tasks last reported of each range -- the count, the earliest
+  timer and the hold -- summed per stage and recorded in each checkpoint's metadata, so a
+  restore reads no residual.
+- `DriverResiduals` (a batch run without a store): nothing is durable; the driver's
+  ``StateAndTimerBundleCheckpointHandler`` keeps them in memory and the round parallelizes
+  the due ones (at most ``MAX_RESIDUALS_PER_ROUND`` a round).
+
+Between rounds the driver sleeps until the earliest timer (nobody spins). Leaves to others:
+running the round (the loops) and the tasks' side (``runner.task.residual_state``).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
+from typing import Any, NamedTuple, Protocol
 
-from sparkbeam.sdf import DueResidual, StateAndTimerBundleCheckpointHandler
-
-
-def pop_due(
-    handlers: Mapping[str, StateAndTimerBundleCheckpointHandler], now_ms: float | None = None
-) -> dict[str, list[DueResidual]]:
-    """Stage -> its residuals due by ``now_ms`` (default: now), cleared from state and timers."""
-    now_ms = time.time() * 1000.0 if now_ms is None else now_ms
-    return {s: h.pop_due(now_ms) for s, h in handlers.items()}
+from sparkbeam.checkpoint import state_layout
+from sparkbeam.sdf import MemoryResiduals, StateAndTimerBundleCheckpointHandler
 
 
-def due_rows(due: list[DueResidual]) -> list[tuple[str, bytes]]:
-    """The data rows that feed due residuals back: (data-input transform, element)."""
-    return [(d.transform, d.element) for d in due]
+class Due(NamedTuple):
+    """A stage's residuals due this round: its tasks feed those due by ``clock_ms``, or the
+    driver feeds ``rows`` ((data-input transform, element); a run without a store)."""
+
+    clock_ms: float
+    rows: tuple[tuple[str, bytes], ...] = ()
 
 
-def pending(handlers: Mapping[str, StateAndTimerBundleCheckpointHandler]) -> int:
-    return sum(h.pending() for h in handlers.values())
+class Keeper(Protocol):
+    """One SDF stage's pending residuals, as the round loop sees them."""
+
+    fired: int
+
+    def pending(self) -> int: ...
+
+    def next_fire_ms(self) -> float | None: ...
+
+    def watermark_hold_micros(self) -> int | None: ...
+
+    def take_due(self, clock_ms: float) -> Due | None:
+        """This round's due residuals (None: none due by ``clock_ms``)."""
+        ...
+
+    def absorb(self, ledger: Any) -> None:
+        """What the round's tasks returned or reported of the stage's residuals."""
+        ...
+
+    def summary(self) -> dict | None:
+        """What a checkpoint records of them (None: nothing, the run has no store)."""
+        ...
 
 
-def next_fire_ms(handlers: Mapping[str, StateAndTimerBundleCheckpointHandler]) -> float | None:
+class TaskResiduals:
+    """The driver's view of residuals the stage's tasks keep: the sums of their reports."""
+
+    def __init__(self, stage: str, summary: Mapping[str, Any] | None = None) -> None:
+        summary = summary or {}
+        self.stage = stage
+        self.count = int(summary.get("pending", 0))
+        self.next_ms: float | None = summary.get("next_fire_ms")
+        self.hold: int | None = summary.get("hold_micros")
+        self.fired = 0
+
+    @classmethod
+    def restored(cls, stage: str, metadata, state) -> TaskResiduals:
+        """From a restored checkpoint's metadata; a checkpoint that recorded no summary of
+        the stage (an older layout, or another batch stage's round) is read once."""
+        summary = metadata.residuals.get(stage) if metadata.residuals is not None else None
+        if summary is not None:
+            return cls(stage, summary)
+        values = state.read_task_owned(state_layout.sdf_residual(stage)).values()
+        timers = [state_layout.residual_timer(v) for v in values]
+        return cls(
+            stage,
+            {
+                "pending": len(timers),
+                "next_fire_ms": min((f for f, _ in timers), default=None),
+                "hold_micros": min((h for _, h in timers), default=None),
+            },
+        )
+
+    def pending(self) -> int:
+        return self.count
+
+    def next_fire_ms(self) -> float | None:
+        return self.next_ms if self.count else None
+
+    def watermark_hold_micros(self) -> int | None:
+        return self.hold if self.count else None
+
+    def take_due(self, clock_ms: float) -> Due | None:
+        due = self.count and self.next_ms is not None and self.next_ms <= clock_ms
+        return Due(clock_ms) if due else None
+
+    def absorb(self, ledger) -> None:
+        """A round that ran the stage ran every subtask: their reports are all its residuals."""
+        if ledger.residuals.get(self.stage):
+            raise RuntimeError(
+                f"Stage {self.stage} returned residuals to the driver, but its tasks keep them; "
+                "this is a sparkbeam bug, please report it."
+            )
+        reports = ledger.residual_reports.get(self.stage)
+        if not reports:
+            return  # the stage did not run this round: nothing changed
+        self.count = sum(r.pending for r in reports)
+        self.next_ms = min((r.next_fire_ms for r in reports if r.pending), default=None)
+        self.hold = min((r.hold_micros for r in reports if r.pending), default=None)
+        self.fired += sum(r.fired for r in reports)
+
+    def summary(self) -> dict:
+        return {"pending": self.count, "next_fire_ms": self.next_ms, "hold_micros": self.hold}
+
+
+class DriverResiduals:
+    """Residuals of a batch run without a store: in the driver's memory."""
+
+    def __init__(self, stage: str) -> None:
+        self.handler = StateAndTimerBundleCheckpointHandler(MemoryResiduals(), stage)
+
+    @property
+    def fired(self) -> int:
+        return self.handler.fired
+
+    def pending(self) -> int:
+        return self.handler.pending()
+
+    def next_fire_ms(self) -> float | None:
+        return self.handler.next_fire_ms()
+
+    def watermark_hold_micros(self) -> int | None:
+        return self.handler.watermark_hold_micros()
+
+    def take_due(self, clock_ms: float) -> Due | None:
+        due = self.handler.pop_due(clock_ms)
+        return Due(clock_ms, tuple((d.transform, d.element) for d in due)) if due else None
+
+    def absorb(self, ledger) -> None:
+        self.handler.add(ledger.residuals.get(self.handler.stage, ()))
+
+    def summary(self) -> None:
+        return None
+
+
+def keepers(stages, durable: bool, metadata, state) -> dict[str, Keeper]:
+    """Stage -> the keeper of its residuals, as of a restored checkpoint's ``metadata``."""
+    if durable:
+        return {s: TaskResiduals.restored(s, metadata, state) for s in stages}
+    return {s: DriverResiduals(s) for s in stages}
+
+
+def take_due(keepers: Mapping[str, Keeper], clock_ms: float | None = None) -> dict:
+    """Stage -> its ``Due`` by ``clock_ms`` (default: now), or None."""
+    clock_ms = time.time() * 1000.0 if clock_ms is None else clock_ms
+    return {s: k.take_due(clock_ms) for s, k in keepers.items()}
+
+
+def pending(keepers: Mapping[str, Keeper]) -> int:
+    return sum(k.pending() for k in keepers.values())
+
+
+def next_fire_ms(keepers: Mapping[str, Keeper]) -> float | None:
     """The earliest residual timer of any stage, if one is set."""
-    times = [h.next_fire_ms() for h in handlers.values()]
+    times = [k.next_fire_ms() for k in keepers.values()]
     return min((t for t in times if t is not None), default=None)
+
+
+def summaries(keepers: Mapping[str, Keeper]) -> dict[str, dict] | None:
+    """What a checkpoint records of every stage's residuals (None: a run without a store)."""
+    out = {s: k.summary() for s, k in keepers.items()}
+    return None if any(v is None for v in out.values()) else out
 
 
 def seconds_until(next_ms: float | None) -> float:
     """How long to sleep until ``next_ms`` (epoch ms); 0 if it is due or unset."""
-    if next_ms is None:
+    if next_ms is None or math.isinf(next_ms):
         return 0.0
     return max(0.0, next_ms / 1000.0 - time.time())

@@ -3,7 +3,8 @@
 A round (batch SDF stage or streaming pipeline alike) runs one Spark job whose tasks hand
 back typed reports (``sparkbeam.runner.task.records``). ``RoundLedger.absorb`` sorts them
 once: warnings are re-issued, commit messages, sink files and startpoint outcomes wait for the
-round's checkpoint, residuals go to their stage's checkpoint handler, metrics to the result.
+round's checkpoint, residuals and residual reports go to their stage's keeper (``feed``),
+metrics to the result.
 ``RoundMetadata`` is the typed record each round's checkpoint carries (``to_dict`` /
 ``from_dict`` give the manifest's metadata keys, unchanged from before).
 
@@ -31,6 +32,7 @@ from sparkbeam.runner.task.records import (
     GroupReport,
     KeyedStateReport,
     MetricsRecord,
+    ResidualReport,
     SinkFilesRecord,
     WarningRecord,
 )
@@ -46,6 +48,9 @@ class RoundLedger:
     sink_files: list[tuple[str, str]] = field(default_factory=list)  # (staged, final)
     outcomes: list[StartpointOutcome] = field(default_factory=list)
     residuals: dict[str, list[ResidualRecord]] = field(default_factory=lambda: defaultdict(list))
+    residual_reports: dict[str, list[ResidualReport]] = field(
+        default_factory=lambda: defaultdict(list)
+    )  # SDF tasks that keep their residuals: what each range holds after the round
     metrics: dict[str, list] = field(default_factory=lambda: defaultdict(list))  # MonitoringInfo
     groups: list[GroupReport] = field(default_factory=list)
     keyed: list[KeyedStateReport] = field(default_factory=list)
@@ -60,6 +65,8 @@ class RoundLedger:
                 self.commit_stages.append(rec.stage)
             elif isinstance(rec, ResidualRecord):
                 self.residuals[rec.stage].append(rec)
+            elif isinstance(rec, ResidualReport):
+                self.residual_reports[rec.stage].append(rec)
             elif isinstance(rec, SinkFilesRecord):
                 self.sink_files.extend(rec.pairs)
             elif isinstance(rec, StartpointOutcome):
@@ -124,6 +131,7 @@ class RoundMetadata:
     watermark_micros: int | None = None  # streaming: the sources' watermark
     finished: bool = False  # streaming: nothing left to do after this round
     test_stream: dict | None = None  # streaming: the TestStream's position (``test_stream``)
+    residuals: dict[str, dict] | None = None  # SDF stage -> its residuals' summary (``feed``)
 
     def to_dict(self) -> dict[str, Any]:
         if self.group_holds is None:
@@ -133,6 +141,7 @@ class RoundMetadata:
                 "pending_residuals": self.pending_residuals,
                 "next_timer_ms": self.next_timer_ms,
                 "watermark_hold_micros": self.watermark_hold_micros,
+                **({"residuals": self.residuals} if self.residuals is not None else {}),
             }
         meta = {
             "round": self.round_no,
@@ -146,6 +155,8 @@ class RoundMetadata:
         }
         if self.test_stream is not None:
             meta["test_stream"] = self.test_stream
+        if self.residuals is not None:
+            meta["residuals"] = self.residuals
         if self.finished:
             meta[FINISHED] = True
         return meta
@@ -167,6 +178,7 @@ class RoundMetadata:
             watermark_micros=meta.get("watermark_micros"),
             finished=bool(meta.get(FINISHED)),
             test_stream=meta.get("test_stream"),
+            residuals=meta.get("residuals"),
         )
 
 

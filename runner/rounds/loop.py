@@ -6,7 +6,7 @@ the next round (the earliest timer; streaming also its interval and its stop eve
 this loop ending when nothing is pending; streaming is the same loop that does not, until its
 inputs end, it is stopped or drained.
 
-``RoundLoop`` owns the round number, the SDF stages' residual handlers, the feed, the ledger,
+``RoundLoop`` owns the round number, the SDF stages' residual keepers (``feed``), the ledger,
 the commit, the round times and the wait; a round that fails beyond Spark's task retries
 restores the last checkpoint, up to ``RunContext.max_restores`` times (batch: none). What
 differs per side is a ``RoundJob``: ``runner.batch.stage_rounds.StageRounds`` (one SDF stage:
@@ -27,7 +27,6 @@ from sparkbeam.runner.rounds import feed
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.startpoints import record_failure
-from sparkbeam.sdf import DueResidual, StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.startpoints.errors import StartpointFailedError
 from sparkbeam.sdf.startpoints.session import StartpointSession
 from sparkbeam.translation.plan import PipelinePlan
@@ -66,16 +65,16 @@ class RoundJob(Protocol):
         """Restore the latest checkpoint (again after a failed round)."""
 
     def opened(self, loop: RoundLoop, pending: int) -> None:
-        """After ``open``, with the handlers restored: the job's own bookkeeping."""
+        """After ``open``, with the residual keepers restored: the job's own bookkeeping."""
 
     def begin_round(self, loop: RoundLoop) -> float:
         """Fix what the round starts from, before the feed takes residuals (and their
         watermark holds) away; returns the feed's clock in ms (+inf: everything is due)."""
 
-    def has_input(self, due: dict[str, list[DueResidual]]) -> bool:
+    def has_input(self, due: dict[str, feed.Due | None]) -> bool:
         """Whether a round with these due residuals has anything to run."""
 
-    def run(self, loop: RoundLoop, due: dict[str, list[DueResidual]]) -> list:
+    def run(self, loop: RoundLoop, due: dict[str, feed.Due | None]) -> list:
         """Run round ``loop.round_no`` as one Spark job; its tasks' reports."""
 
     def barrier(self, loop: RoundLoop, ledger: RoundLedger) -> RoundMetadata:
@@ -102,7 +101,8 @@ class RoundLoop:
         self.pipeline = job.pipeline
         self.state: Any = None  # the PipelineStore, from the job's open()
         self.startpoints: StartpointSession | None = None
-        self.handlers: dict[str, StateAndTimerBundleCheckpointHandler] = {}
+        self.residuals: dict[str, feed.Keeper] = {}  # SDF stage -> its residuals' keeper
+        self.clock_ms = 0.0  # the feed's clock of the round being run
         self.round_no = 0
         self.checkpoint_id: int | None = None
         self.next_timer_ms: float | None = None
@@ -142,11 +142,11 @@ class RoundLoop:
         self.state, self.startpoints = opened.state, opened.startpoints
         self.checkpoint_id = opened.checkpoint_id
         self.round_no = opened.metadata.round_no + 1
-        self.handlers = {
-            s: StateAndTimerBundleCheckpointHandler(self.state, s) for s in self.job.sdf_stages
-        }
-        pending = sum(h.restore() for h in self.handlers.values())
-        self.next_timer_ms = feed.next_fire_ms(self.handlers)
+        self.residuals = feed.keepers(
+            self.job.sdf_stages, self.ctx.durable, opened.metadata, self.state
+        )
+        pending = feed.pending(self.residuals)
+        self.next_timer_ms = feed.next_fire_ms(self.residuals)
         self.finished = opened.input_done and not pending
         self.job.opened(self, pending)
 
@@ -154,7 +154,8 @@ class RoundLoop:
         """Feed what is due, one Spark job, its reports into one ledger, one checkpoint."""
         r = self.round_no
         # 1. Feed what is due.
-        due = feed.pop_due(self.handlers, self.job.begin_round(self))
+        self.clock_ms = self.job.begin_round(self)
+        due = feed.take_due(self.residuals, self.clock_ms)
         if not self.job.has_input(due):
             return  # woken before the timer: nothing to run yet
         # 2. Run one Spark job.
@@ -162,10 +163,10 @@ class RoundLoop:
         reports = self.job.run(self, due)
         t1 = time.monotonic()
         crash_point("mid-round", r)
-        # 3. Absorb its typed reports into one ledger; residuals to their stage's handler.
+        # 3. Absorb its typed reports into one ledger; residuals to their stage's keeper.
         ledger = RoundLedger().absorb(reports)
-        for stage, records in ledger.residuals.items():
-            self.handlers[stage].add(records)
+        for keeper in self.residuals.values():
+            keeper.absorb(ledger)
         # 4. Commit one checkpoint (without a store: advance in memory).
         meta = self.job.barrier(self, ledger)
         self.commit(ledger, meta)
@@ -195,7 +196,7 @@ class RoundLoop:
         self.checkpoint_id = int(cid)
 
     def pending(self) -> int:
-        return feed.pending(self.handlers)
+        return feed.pending(self.residuals)
 
     def wait(self, started: float) -> None:
         """Until the next round: the interval, or the earliest timer if nothing moves sooner."""

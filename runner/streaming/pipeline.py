@@ -66,7 +66,7 @@ class PipelineRounds:
         self.labels = {s.id: stage_label(s) for s in self.stages}
         self.state = None  # the PipelineStore, set by open()
         self.parallelism = ctx.parallelism  # of its shuffled stages, set by open()
-        self.handlers: dict = {}  # the loop's residual handlers, set by opened()
+        self.residuals: dict = {}  # the loop's residual keepers (``feed``), set by opened()
         self.impulse_done = False
         self.group_holds: dict[str, int] = {}
         self.group_keys: dict[str, int] = {}
@@ -154,7 +154,7 @@ class PipelineRounds:
         sink_files.unpublish_after(dirs, [s.id for s in self.stages], restored_round)
 
     def opened(self, loop: RoundLoop, pending: int) -> None:
-        self.handlers = loop.handlers
+        self.residuals = loop.residuals
         if loop.checkpoint_id is not None:
             _LOG.debug(
                 "Pipeline %s restored checkpoint %d: round %d next, %d residual(s) pending",
@@ -227,6 +227,7 @@ class PipelineRounds:
             impulse_done=self.impulse_done,
             marks=marks,
             due=due,
+            clock_ms=loop.clock_ms,
             previous=self.previous,
             side_values=self.side_values,
             pushed_back=self.pushed_back,
@@ -305,9 +306,9 @@ class PipelineRounds:
             else:
                 info["watermark"] = marks.stage_input[stage_id]
         timers = [r.next_processing_ms for r in (*ledger.groups, *ledger.keyed)]
-        timers.append(feed.next_fire_ms(self.handlers))
+        timers.append(feed.next_fire_ms(self.residuals))
         next_timer_ms = min((t for t in timers if t is not None), default=None)
-        pending = feed.pending(self.handlers)
+        pending = feed.pending(self.residuals)
         timers_left = sum(info["timers"] for info in stateful.values())
         holding = [
             m for st, m in zip(ledger.commit_stages, ledger.commits, strict=True)
@@ -328,6 +329,7 @@ class PipelineRounds:
             watermark_micros=marks.source(),
             finished=finished,
             test_stream=self.test_stream.position.to_dict() if self.test_stream else None,
+            residuals=feed.summaries(self.residuals),
         )
 
     def committed(self, loop: RoundLoop, ledger: RoundLedger, meta: RoundMetadata) -> None:
@@ -378,7 +380,7 @@ class PipelineRounds:
             return watermarks.compute(self.plan, self.stages, False, {}, {}, sources)
         holds = {
             **{s: info.get("hold") for s, info in self.stateful.items()},
-            **{s: h.watermark_hold_micros() for s, h in self.handlers.items()},
+            **{s: k.watermark_hold_micros() for s, k in self.residuals.items()},
         }
         marks = watermarks.compute(
             self.plan, self.stages, not self.impulse_done, holds, self.group_holds, sources

@@ -1,7 +1,8 @@
 """One streaming round as one Spark job, with as few Python tasks as the plan allows.
 
 ``RoundBuilder`` turns the live stages of a round into RDDs: the Impulse only
-until its round committed, due residuals into their SDF stage, every
+until its round committed, every SDF stage as one task per subtask that feeds the due
+residuals of its key groups and keeps the new ones (``task.residual_state``), every
 GroupByKey a key-group-partitioned shuffle into ``streaming_group.group_round``
 over the previous checkpoint's state, every stateful stage a key-group
 shuffle into a task that loads and stages its keys' state.
@@ -42,6 +43,7 @@ from sparkbeam.runner.streaming.stateful import KeyedState, StatefulRound, sdk_k
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.records import ReportKey, is_report
+from sparkbeam.runner.task.residual_state import ResidualRound, keeping_residuals, residual_limit
 from sparkbeam.runner.task.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan
 
@@ -66,7 +68,8 @@ class RoundInputs:
     round_no: int
     impulse_done: bool
     marks: watermarks.RoundWatermarks
-    due: dict  # stage -> its due residuals
+    due: dict  # stage -> its ``feed.Due`` (None: nothing due)
+    clock_ms: float  # the feed's clock: SDF tasks feed the residuals due by then
     previous: dict[str, int]  # GroupByKey -> input watermark of the last round
     side_values: dict  # side input buffer -> every chunk so far
     pushed_back: set[str]  # stages with main input held in the store
@@ -166,14 +169,15 @@ class RoundBuilder:
             for transform, buffer in stage.inputs
             if (source := self._source(buffer, stage.id, transform)) is not None
         ]
-        rows = [(d.transform, d.element) for d in self.due.get(stage.id, ())]
+        due = self.due.get(stage.id)
+        rows = list(due.rows) if due else []  # the driver's (its tasks keep them: none)
         held = stage.side_inputs and not ready(stage, inp.side_values, self.marks)
         if not held and stage.id in inp.pushed_back:
             rows += take(inp.state, stage.id)  # its side inputs are ready now
         if rows:
             inputs.append(self.plane.parallelize(rows, min(self.par, len(rows))))
         if held:  # side inputs not ready: keep the main input for a later round
-            self.held.add(stage.id)
+            self.held.add(stage.id)  # (its tasks keep their due residuals meanwhile)
             url, pipeline, kgs = inp.url, inp.pipeline, inp.max_key_groups
             hold = functools.partial(hold_rows, url, pipeline, stage.id, inp.round_no, kgs)
             return self._union(inputs).mapPartitions(hold)
@@ -181,7 +185,20 @@ class RoundBuilder:
         run = functools.partial(
             run_stage, task, inp.round_no, components, side_bc, assignment=assignment
         )
-        return self._union(inputs).mapPartitions(run)
+        if not (stage.is_sdf_process and inp.url):
+            return self._union(inputs).mapPartitions(run)
+        spec = ResidualRound(
+            pipeline=inp.pipeline,
+            url=inp.url,
+            checkpoint_id=inp.checkpoint_id,
+            round_no=inp.round_no,
+            parallelism=self.par,
+            max_key_groups=inp.max_key_groups,
+            clock_ms=due.clock_ms if due else inp.clock_ms,
+            limit=residual_limit(self.par),
+        )
+        subtasks = self.plane.as_subtasks(self._union(inputs) if inputs else None, self.par)
+        return subtasks.mapPartitionsWithIndex(keeping_residuals(spec, stage.id, run))
 
     # --- edges -----------------------------------------------------------------------
 

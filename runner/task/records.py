@@ -75,6 +75,17 @@ class KeyedStateReport(NamedTuple):
     next_processing_ms: float | None
 
 
+class ResidualReport(NamedTuple):
+    """What one SDF task's key groups hold of residuals after its round (it keeps them)."""
+
+    stage: str
+    partition: int
+    pending: int  # residuals kept after the round
+    next_fire_ms: int | None  # the earliest residual timer, if any
+    hold_micros: int | None  # the earliest residual's watermark hold, if any
+    fired: int  # residuals this task fed back this round
+
+
 REPORT_TYPES: tuple[type, ...] = (
     MetricsRecord,
     WarningRecord,
@@ -84,6 +95,7 @@ REPORT_TYPES: tuple[type, ...] = (
     StartpointOutcome,
     GroupReport,
     KeyedStateReport,
+    ResidualReport,
 )
 """Every report a task may hand the driver: the allow-list ``is_report`` checks."""
 

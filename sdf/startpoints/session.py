@@ -171,7 +171,7 @@ def fan_out(
 def _pending_keys(stage: Any, components: bytes, state: Any) -> list[str]:
     applier = StartpointApplier(stage, components, StartpointAssignment(stage.id, ""))
     keys = []
-    for _, _, value in state.items(state_layout.sdf_residual(stage.id)):
+    for value in state.read_task_owned(state_layout.sdf_residual(stage.id)).values():
         _, element, _, _, _ = decode_pending(value)
         keys.append(applier.element_key_of(element))
     return sorted(set(keys))

@@ -1,10 +1,10 @@
 """A run without ``--checkpoint_dir`` leaks nothing: residuals put then deleted leave no bytes.
 
-The store such a run opens (`open_working_store`, what ``PlanExecutor`` uses) is the only place
-a batch run's pending residuals live; a polling SDF puts and deletes one per poll for as long as
-it runs. Before, every change also went to the driver's changelog, flushed into the in-memory
-storage that no checkpoint or retention ever cleaned: 30,000 residuals of 1 KB, put and deleted,
-left 25 MB held with 0 live entries.
+A batch run without a store keeps its pending residuals in the driver's memory
+(``rounds.feed.DriverResiduals``); a polling SDF puts and deletes one per poll for as long as it
+runs. Before, every change went through the store such a run opens (`open_working_store`) and
+its driver's changelog, flushed into in-memory storage that no checkpoint or retention ever
+cleaned: 30,000 residuals of 1 KB, put and deleted, left 25 MB held with 0 live entries.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import tracemalloc
 import pytest
 
 from sparkbeam.checkpoint import open_working_store
-from sparkbeam.sdf.checkpoint_handler import StateAndTimerBundleCheckpointHandler
+from sparkbeam.runner.rounds.feed import DriverResiduals
 from sparkbeam.sdf.residuals import ResidualRecord
 
 RESIDUALS = 30_000
@@ -32,9 +32,10 @@ def test_put_delete_loop_without_a_store_leaves_nothing():
     try:
         before = _held_bytes(store.storage)  # the lock file
         state = store.pipeline("p0")
-        handler = StateAndTimerBundleCheckpointHandler(state, "s1")
+        handler = DriverResiduals("s1").handler  # what a run without a store keeps them in
         _put_and_delete(handler, RESIDUALS)
         assert handler.fired == RESIDUALS and handler.pending() == 0 and len(state) == 0
+        assert handler.state.values == {}
         assert _held_bytes(store.storage) == before, "deleted residuals left bytes behind"
         assert state.live_files() == set(), "the next checkpoint would name changelog segments"
         # Nor on the driver's heap (the timers kept every fed residual's key): 5 MB more of

@@ -1,4 +1,4 @@
-"""Residuals become durable state under processing-time timers, fed back after their delay."""
+"""Residuals become keyed state under processing-time timers, fed back after their delay."""
 
 from __future__ import annotations
 
@@ -7,15 +7,13 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.testing.util import assert_that, equal_to
 
-from sparkbeam.checkpoint import MemoryStorage, open_store
-from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
+from sparkbeam.sdf import MemoryResiduals, ResidualRecord, StateAndTimerBundleCheckpointHandler
 from tests.conftest import spark_test_options
 from tests.sdf.sdfs import ChunkedWithDelay
 
 
 def _handler():
-    store = open_store(MemoryStorage(), materialization_interval_s=None)
-    return StateAndTimerBundleCheckpointHandler(store.pipeline("p"), "stage-1")
+    return StateAndTimerBundleCheckpointHandler(MemoryResiduals(), "stage-1")
 
 
 def _record(element: bytes, produced_ms: float, delay_ms: float, hold: int = 0) -> ResidualRecord:
@@ -26,7 +24,7 @@ def test_handler_keeps_residuals_as_state_and_fires_in_time_order():
     h = _handler()
     h.add([_record(b"b", 1000.0, 500.0, hold=7), _record(b"a", 1000.0, 250.0, hold=5)])
     assert h.pending() == 2
-    assert len(list(h.state.items(h.namespace))) == 2  # durable state, one entry each
+    assert len(list(h.state.items())) == 2  # keyed state, one entry each
     assert h.next_fire_ms() == 1250
     assert h.watermark_hold_micros() == 5
     assert h.pop_due(1249.0) == []  # never before its delay
@@ -35,7 +33,7 @@ def test_handler_keeps_residuals_as_state_and_fires_in_time_order():
     assert h.watermark_hold_micros() == 7  # the fired residual's hold is released
     (second,) = h.pop_due(10_000.0)
     assert second.element == b"b"
-    assert h.pending() == 0 and list(h.state.items(h.namespace)) == []
+    assert h.pending() == 0 and list(h.state.items()) == []
 
 
 def test_identical_residuals_are_both_kept():
@@ -57,7 +55,7 @@ def test_timers_are_rebuilt_from_state_after_restore():
 @pytest.mark.parametrize(
     "budget, slack",
     [("5", 0.5), ("0", 3.0)],
-    ids=["re-fed-by-task", "re-fed-by-driver-from-store"],
+    ids=["re-fed-by-task", "re-fed-by-the-driver-in-rounds"],
 )
 def test_defer_remainder_is_honoured_to_the_millisecond(spark, budget, slack):
     delay = 0.25
@@ -94,7 +92,8 @@ def test_defer_remainder_is_honoured_to_the_millisecond(spark, budget, slack):
 @pytest.mark.spark
 @pytest.mark.slow
 def test_100k_pending_residuals_go_through_the_store_and_all_come_back(spark):
-    """Every element defers once: 100,000 residuals pending at once in the handler."""
+    """Every element defers once: 100,000 residuals pending at once (a run without a store:
+    the driver keeps them)."""
     n = 100_000
     options = PipelineOptions(spark_test_options("--residual_budget_s=0"))
     with beam.Pipeline(options=options) as p:

@@ -17,11 +17,13 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.worker.bundle_processor import DATA_OUTPUT_URN
 from apache_beam.transforms.core import RestrictionProvider
 
-from sparkbeam.checkpoint import Startpoint, StartpointKind, open_store
+from sparkbeam.checkpoint import Startpoint, StartpointKind, open_staged_writer, open_store
+from sparkbeam.checkpoint.keygroups import KeyGroupRange
 from sparkbeam.runner.rounds.edges import ENCODED_IMPULSE_VALUE
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.records import OutputRecord
+from sparkbeam.runner.task.residual_state import RangeResiduals, commit_stage
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.sdf import OffsetRangeProvider
 from sparkbeam.sdf.checkpoint_handler import StateAndTimerBundleCheckpointHandler
@@ -321,10 +323,16 @@ def test_restore_fans_out_to_pending_residuals_and_deletes_the_transform_level_e
 ):
     with open_store(str(tmp_path)) as store:
         state = store.pipeline(PID)
-        handler = StateAndTimerBundleCheckpointHandler(state, real.sdf.id)
         read = real.sdf.inputs[0][0]
+        # The stage's task keeps its residuals: staged in its key groups, then committed.
+        writer = open_staged_writer(store.storage, PID, commit_stage(real.sdf.id), 0, 0, 0)
+        handler = StateAndTimerBundleCheckpointHandler(
+            RangeResiduals({}, KeyGroupRange(0, writer.max_key_groups), writer.max_key_groups),
+            real.sdf.id,
+        )
         handler.add(ResidualRecord(real.sdf.id, read, e, 0.0, 0.0, 0) for e in real.elements())
-        state.checkpoint()
+        writer.write_all(handler.namespace, handler.state.changes)
+        state.checkpoint(commit_messages=[writer.finish()])
         sps = store.startpoints
         sps.set(PID, "ReadOffsets", "offset", "1")
         sps.set(PID, "ReadOffsets", "offset", "2", element_key=B.encode())  # explicit one wins
