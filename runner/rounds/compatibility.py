@@ -66,7 +66,7 @@ class RestoreGuard:
             try:
                 cid, pid = info.checkpoint_id, state.pipeline_id
                 where = f"Checkpoint {cid} of pipeline {pid!r} in store {store.url!r}"
-                namespaces = {ns for ns, _, _ in state.items()}
+                namespaces = state.namespaces()  # the driver's and the task-owned ones
                 state_layout.check_restorable(manifest.metadata, namespaces, where)
                 self.check(manifest, store.url)
                 state_layout.upgrade(state, manifest.metadata)  # an older layout's raw values

@@ -85,7 +85,7 @@ def test_a_commit_and_a_restore_read_no_task_owned_file_on_the_driver(tmp_path, 
     with open_store(root) as store:
         reads = Reads(store.storage, monkeypatch)
         st = store.pipeline("p")
-        st.put(state_layout.sdf_residual("s"), b"r", b"\x01driver")  # the driver's own state
+        st.put(state_layout.side_input("s"), b"r", b"\x01driver")  # the driver's own state
         for rnd in range(4):
             changes = {
                 sub: {k: _value(rnd) for k in keys[sub][rnd * 10 : rnd * 10 + 30]} for sub in (0, 1)
@@ -93,7 +93,7 @@ def test_a_commit_and_a_restore_read_no_task_owned_file_on_the_driver(tmp_path, 
             changes[0][keys[0][0]] = None if rnd == 3 else changes[0].get(keys[0][0], _value(9))
             cid = _round(store, rnd, state, changes, 2)
         assert reads.staged() == []  # four commits: no staged byte read by the driver
-        assert {ns for ns, _, _ in st.items()} == {state_layout.sdf_residual("s")}
+        assert {ns for ns, _, _ in st.items()} == {state_layout.side_input("s")}
         assert len(st) == 1 + len(state)  # counted from the tasks' reports
         assert store.load_manifest("p", cid).entries == 1 + len(state)
         with pytest.raises(ValueError, match="task-owned"):
@@ -156,7 +156,7 @@ def test_a_fallback_asks_the_tasks_to_snapshot_then_shares_no_file(tmp_path):
     state: dict[bytes, bytes] = {}
     with open_store(root) as store:
         st = store.pipeline("p")
-        st.put(state_layout.sdf_residual("s"), b"r", b"\x01driver")
+        st.put(state_layout.side_input("s"), b"r", b"\x01driver")
         first = _round(store, 0, state, {s: {k: _value(0) for k in keys[s][:5]} for s in (0, 1)}, 2)
         second = _round(store, 1, state, {0: {keys[0][9]: _value(1)}, 1: {}}, 2)
         chains = store.load_manifest("p", second).task_state.namespaces[NS]
