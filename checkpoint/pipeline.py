@@ -146,11 +146,10 @@ class PipelineStore:
         self.table.clear()
         try:
             storage = self._store.storage
-            layout = int(manifest.metadata.get(state_layout.LAYOUT_KEY, 1))
-            moving = state_layout.task_owned_since(layout)
+            moving = state_layout.task_owned_since(state_layout.layout_of(manifest.metadata))
             replay(
                 storage, self.directory, manifest, self.table.put, self.table.delete,
-                driver_only=True, moving=moving,
+                driver_only=True,
             )  # fmt: skip
             task_state = manifest.task_state
             if task_state is None or moving:  # tasks' state in the driver's files: move it

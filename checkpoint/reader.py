@@ -63,18 +63,18 @@ def replay(
     cache: SegmentCache | None = None,
     *,
     driver_only: bool = False,
-    moving: tuple[str, ...] = (),
 ) -> None:
     """Apply the state of ``manifest`` (restricted to ``key_groups``) through put/delete:
     the driver's files, then each task-owned namespace (``driver_only``: not those; a
     version-1 manifest's driver files hold them, and they are applied, as are the records
-    of task-owned namespaces whose prefix is in ``moving``: an older layout's driver kept
-    them, `state_layout.task_owned_since`).
+    of namespaces tasks own now that the manifest's layout kept in the driver's files,
+    `state_layout.task_owned_since`).
 
     Raises `CheckpointCorruptError` naming the first damaged file; the caller discards what
     was applied so far.
     """
     driver_put, driver_delete = put, delete
+    moving = state_layout.task_owned_since(state_layout.layout_of(manifest.metadata))
     if manifest.task_state is not None:  # records of task-owned namespaces left from v1
         driver_put, driver_delete = _driver_owned(put, moving), _driver_owned(delete, moving)
     for entry in manifest.materialization:

@@ -73,6 +73,11 @@ def is_task_owned(namespace: str) -> bool:
     return namespace.startswith(TASK_OWNED_PREFIXES)
 
 
+def layout_of(metadata) -> int:
+    """The state layout a checkpoint's metadata records (1: before layouts were recorded)."""
+    return int(metadata.get(LAYOUT_KEY, 1))
+
+
 def task_owned_since(layout: int) -> tuple[str, ...]:
     """Prefixes of namespaces tasks own now that a checkpoint of ``layout`` kept in the
     driver's files (moved into task-owned ranges when it is restored)."""
@@ -140,7 +145,7 @@ def check_restorable(metadata: dict, namespaces: Iterable[str], where: str) -> N
 
     ``where`` names the checkpoint (pipeline, id, store) for the message.
     """
-    version = int(metadata.get(LAYOUT_KEY, 1))
+    version = layout_of(metadata)
     if version == LAYOUT_VERSION:
         return
     held = sorted({ns for ns in namespaces if ns.startswith(UNREADABLE_BEFORE_2)})
@@ -161,7 +166,7 @@ def upgrade(state, metadata: dict) -> int:
     state: ``state`` (a ``PipelineStore``) then holds this layout's values only, and its next
     checkpoint, which records this layout version, commits them.
     """
-    if int(metadata.get(LAYOUT_KEY, 1)) >= 3:
+    if layout_of(metadata) >= 3:
         return 0
     raw = [(ns, key, value) for ns, key, value in state.items() if ns.startswith(RAW_BEFORE_3)]
     for namespace, key, value in raw:

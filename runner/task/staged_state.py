@@ -82,7 +82,7 @@ def read_task_state(
     store = _store(url)
     manifest = store.load_manifest(pipeline, checkpoint_id)
     groups = key_group_range(subtask, parallelism, manifest.max_key_groups)
-    if manifest.task_state is not None and state_layout.is_task_owned(namespace):
+    if _in_task_state(manifest, namespace):
         chains = manifest.task_state.namespaces.get(namespace)
         if chains is None:
             return {}  # nothing committed yet
@@ -109,6 +109,16 @@ def read_task_state(
         if read.replayed >= CATCH_UP_SHARE:  # a long way from the last whole read shared
             shared_reads.save(slot, kept.materialization, kept.changelog, *read.result, None)
     return read.state
+
+
+def _in_task_state(manifest, namespace: str) -> bool:
+    """Whether ``manifest`` keeps ``namespace`` in its task-owned ranges; else its driver's
+    files hold it (a version-1 manifest, or a namespace an older layout's driver kept:
+    `state_layout.task_owned_since`; the restore that moved it wrote no manifest yet)."""
+    if manifest.task_state is None or not state_layout.is_task_owned(namespace):
+        return False
+    moved = state_layout.task_owned_since(state_layout.layout_of(manifest.metadata))
+    return not namespace.startswith(moved)
 
 
 @dataclass(frozen=True)
