@@ -126,7 +126,9 @@ def run_sizes(args: argparse.Namespace) -> int:
 
 
 # -- the simulation -------------------------------------------------------------------------------
-def simulate(args: argparse.Namespace) -> int:
+def _rounds(args: argparse.Namespace, trace: bool) -> tuple:
+    """The simulated rounds: (commit times, CPU times, manifest sizes, snapshots, peak bytes);
+    ``trace``: the peak under tracemalloc, which slows every allocation (its pass is untimed)."""
     from sparkbeam.checkpoint import open_store, state_layout
     from sparkbeam.checkpoint.ids import FileEntry
     from sparkbeam.checkpoint.keygroups import key_group_range
@@ -138,10 +140,11 @@ def simulate(args: argparse.Namespace) -> int:
     p, m = args.executors, args.key_groups
     segment = int(args.changes_per_s * args.round_s * args.value_bytes / p)
     base = int(args.keys * args.value_bytes / p)
-    store = open_store(f"memory://state-scale-{os.getpid()}", max_key_groups=m)
+    store = open_store(f"memory://state-scale-{os.getpid()}-{int(trace)}", max_key_groups=m)
     st = store.pipeline("p")
     times, cpu, sizes, snapshots = [], [], [], 0
-    tracemalloc.start()
+    if trace:
+        tracemalloc.start()
     cid = None
     for rnd in range(args.rounds):
         chains = st.chain.task_state.namespaces.get(ns)
@@ -167,8 +170,18 @@ def simulate(args: argparse.Namespace) -> int:
         times.append(time.perf_counter() - t0)
         cpu.append(time.process_time() - c0)
         sizes.append(len(encode_manifest(store.load_manifest("p", cid))))
-    _, peak = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    peak = 0
+    if trace:
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    store.close()
+    return times, cpu, sizes, snapshots, peak
+
+
+def simulate(args: argparse.Namespace) -> int:
+    times, cpu, sizes, snapshots, _ = _rounds(args, trace=False)
+    peak = _rounds(args, trace=True)[-1]
+    p, m = args.executors, args.key_groups
     times_ms = sorted(t * 1000 for t in times)
     p99 = times_ms[min(len(times_ms) - 1, int(0.99 * (len(times_ms) - 1) + 0.5))]
     rows = [
@@ -186,8 +199,9 @@ def simulate(args: argparse.Namespace) -> int:
         "driver peak MB", "manifest max KB", "range snapshots",
     )  # fmt: skip
     print(_harness.format_table(head, rows))
+    segment = args.changes_per_s * args.round_s * args.value_bytes / args.executors
+    base = args.keys * args.value_bytes / args.executors
     print(f"segment per task per round: {segment / 1e6:.1f} MB; range base: {base / 1e9:.2f} GB")
-    store.close()
     return 0
 
 
