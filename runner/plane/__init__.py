@@ -35,6 +35,17 @@ class Inline:
 NO_SIDE_INPUTS = Inline({})
 
 
+def round_robin(index: int, items):
+    """(index + n, item) for the n-th item of partition ``index``: keyed so that a
+    ``partitionBy`` on the key spreads the rows evenly (subtasks of `as_subtasks`)."""
+    return ((index + n, item) for n, item in enumerate(items))
+
+
+def int_key(key: int) -> int:
+    """The partitioner of `round_robin` keys (no ``PYTHONHASHSEED`` needed)."""
+    return key
+
+
 def plane_for(spark, name: str | None = None):
     """The plane a run uses: ``frames`` over Spark Connect, else ``name`` (default ``rdd``)."""
     from sparkbeam.runner.spark.session import is_connect

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from sparkbeam.runner.plane import NO_SIDE_INPUTS
+from sparkbeam.runner.plane import NO_SIDE_INPUTS, round_robin
 from sparkbeam.runner.plane.rdd import RddPlane
 from sparkbeam.runner.plane.shipped import ArtifactBroadcaster
 from sparkbeam.runner.plane.spark_hash import target_values
@@ -185,10 +185,13 @@ class FramePlane:
 
     def as_subtasks(self, dataset: Frames | None, partitions: int) -> Frames:
         """``dataset`` (None: no rows) as exactly ``partitions`` partitions, partition ``p``
-        being subtask ``p`` (its marker names it): rows spread round robin by a shuffle (a
-        DataFrame's partition count is not known before it is planned)."""
+        being subtask ``p`` (its marker names it): a partitioned dataset of as many partitions
+        as it is, other rows spread round robin by a shuffle (a DataFrame's partition count is
+        not known before it is planned)."""
+        if dataset is not None and dataset.targets and len(dataset.targets) == partitions:
+            return dataset  # partitioned (a fusion break's Reshuffle): marked already
         rows = self.empty() if dataset is None else dataset
-        return rows.mapPartitionsWithIndex(_round_robin).partitionBy(partitions).values()
+        return rows.mapPartitionsWithIndex(round_robin).partitionBy(partitions).values()
 
     def broadcast(self, value):
         if isinstance(value, dict) and not value:
@@ -344,11 +347,6 @@ def _map(fn: Callable, items: Iterable) -> Iterator:
 
 def _filter(fn: Callable, items: Iterable) -> Iterator:
     return filter(fn, items)
-
-
-def _round_robin(index: int, items: Iterable) -> Iterator:
-    """(index + n, item) for the n-th item: `partitionBy` spreads the rows evenly."""
-    return ((index + n, item) for n, item in enumerate(items))
 
 
 def _second(pair):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyspark import StorageLevel
 
-from sparkbeam.runner.plane import NO_SIDE_INPUTS
+from sparkbeam.runner.plane import NO_SIDE_INPUTS, int_key, round_robin
 from sparkbeam.runner.spark import labels, session_conf
 from sparkbeam.runner.spark.filesystem_options import use_in_jobs
 
@@ -40,13 +40,16 @@ class RddPlane:
 
     def as_subtasks(self, dataset, partitions: int):
         """``dataset`` (None: no rows) as exactly ``partitions`` partitions, partition ``p``
-        being subtask ``p`` of a stage whose tasks keep state of their key groups: padded
-        with empty partitions, or coalesced; no shuffle."""
+        being subtask ``p`` of a stage whose tasks keep state of their key groups (an SDF's
+        residuals stay where its element first ran): fewer partitions are spread round robin
+        (a shuffle of the new input only; one partition would put every element in subtask
+        0), more are coalesced, as many are taken as they are."""
         if dataset is None:
             return self.sc.parallelize([], partitions)
         n = dataset.getNumPartitions()
         if n < partitions:
-            return self.sc.union([dataset, self.sc.parallelize([], partitions - n)])
+            keyed = dataset.mapPartitionsWithIndex(round_robin)
+            return keyed.partitionBy(partitions, int_key).values()
         return dataset.coalesce(partitions) if n > partitions else dataset
 
     def broadcast(self, value):

@@ -14,7 +14,11 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from sparkbeam.checkpoint import key_group_range, state_layout
 from sparkbeam.checkpoint.filesystem import LocalStorage
-from sparkbeam.checkpoint.keygroups import default_max_key_groups, key_group
+from sparkbeam.checkpoint.keygroups import (
+    default_max_key_groups,
+    key_group,
+    subtask_for_key_group,
+)
 from sparkbeam.checkpoint.pipeline import PipelineStore
 from sparkbeam.runner.task.residual_state import RangeResiduals
 from tests.streaming.streaming_pipelines import expected_counts, windowed_counts
@@ -55,6 +59,7 @@ def test_the_driver_commits_residual_handles_and_summaries_only(spark, tmp_path,
         return real_read(self, path, *args, **kwargs)
 
     commits: list[tuple[set, int | None, int, list]] = []
+    per_subtask: list[list[int]] = []  # residuals each of the 2 subtasks keeps, per commit
     real_checkpoint = PipelineStore.checkpoint
 
     def checkpoint(self, **kwargs):
@@ -64,7 +69,11 @@ def test_the_driver_commits_residual_handles_and_summaries_only(spark, tmp_path,
         residual_ns = [ns for ns in self.namespaces() if ns.startswith("sdf-residual/")]
         driver_ns = {ns for ns, _, _ in self.items()}
         summary = (kwargs.get("metadata") or {}).get("residuals") or {}
-        kept = sum(len(self.read_task_owned(ns)) for ns in residual_ns)  # after the commit
+        keys = [k for ns in residual_ns for k in self.read_task_owned(ns)]  # after the commit
+        kept = len(keys)
+        m = self.max_key_groups
+        owners = [subtask_for_key_group(key_group(k, m), 2, m) for k in keys]
+        per_subtask.append([owners.count(0), owners.count(1)])
         pending = sum(s["pending"] for s in summary.values())
         commits.append((driver_ns, pending, kept, staged))
         return cid
@@ -75,6 +84,9 @@ def test_the_driver_commits_residual_handles_and_summaries_only(spark, tmp_path,
     with beam.Pipeline(options=_options(tmp_path, "--parallelism=2")) as p:
         assert_that(windowed_counts(p, sources), equal_to(expected_counts(sources)))
     assert len(commits) >= 6
+    # The fusion break spreads the two sources over both subtasks; each keeps its residual.
+    both = [counts for counts in per_subtask if sum(counts) == 2]
+    assert both and all(counts == [1, 1] for counts in both)
     assert any(pending for _, pending, _, _ in commits)  # residuals were pending
     for driver_ns, pending, kept, staged in commits:
         assert not any(ns.startswith(state_layout.SDF_RESIDUAL_PREFIX) for ns in driver_ns)
