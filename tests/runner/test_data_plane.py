@@ -163,3 +163,29 @@ def test_a_reshuffle_places_its_rows_without_pythons_hash_seed(monkeypatch):
     targets = (10, 11, 12)
     expected = [targets[portable_hash(k) % 3] for k in (0, 1, 5, (4,), -3)]  # the same spread
     assert done.stdout.strip() == str(expected)
+
+
+@pytest.mark.parametrize("plane_class", [RddPlane, FramePlane], ids=["rdd", "frames"])
+def test_as_subtasks_gives_each_subtask_one_task_and_spreads_fewer_partitions(spark, plane_class):
+    """An SDF stage with a store runs one task per subtask (its residuals' key groups): rows
+    of one partition are spread over all of them, none is lost, and no input still runs each."""
+    plane = plane_class(spark) if plane_class is RddPlane else plane_class(spark, connect=False)
+    rows = [f"r{i}" for i in range(7)]
+    spread = plane.as_subtasks(plane.parallelize(rows, 1), 3).mapPartitionsWithIndex(_listed)
+    got = spread.collect()
+    assert sorted(i for i, _ in got) == [0, 1, 2]
+    assert sorted(r for _, part in got for r in part) == rows
+    assert sorted(len(part) for _, part in got) == [2, 2, 3]
+    empty = plane.as_subtasks(None, 3).mapPartitionsWithIndex(_listed).collect()
+    assert sorted(empty) == [(0, []), (1, []), (2, [])]
+
+
+def test_frames_as_subtasks_takes_a_partitioned_dataset_of_its_width_as_it_is(spark):
+    plane = FramePlane(spark, connect=False)
+    shuffled = plane.parallelize([(k, k) for k in range(6)], 2).partitionBy(3, _identity)
+    assert plane.as_subtasks(shuffled, 3) is shuffled  # the fusion break shuffled it already
+    assert plane.as_subtasks(shuffled, 2) is not shuffled
+
+
+def _listed(index, rows):
+    return iter([(index, list(rows))])
