@@ -10,7 +10,6 @@ back where the killed run wrote it.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 
@@ -21,27 +20,13 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint import state_layout as sl
 from tests.conftest import spark_test_options
-from tests.fixtures.layout_pipeline import build, expected_lines
+from tests.fixtures.layout_pipeline import build, expected_lines, manifests, output_lines
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
 OUTPUT = "/tmp/sparkbeam-layout-v2-fixture"  # where make_layout_v2_store.sh wrote it
 PIPELINE = "pipeline-0"
-
-
-def _lines(output: str) -> list[str]:
-    lines = []
-    for path in glob.glob(os.path.join(output, "out-*")):
-        with open(path) as f:
-            lines.extend(line.rstrip("\n") for line in f if line.strip())
-    return sorted(lines)
-
-
-def _manifests(url: str) -> list:
-    with open_store(url, read_only=True) as store:
-        ids = [c.checkpoint_id for c in store.list_checkpoints(PIPELINE)]
-        return [store.load_manifest(PIPELINE, cid) for cid in ids]
 
 
 def _raw_before_3_values(url: str) -> dict:
@@ -59,22 +44,22 @@ def _raw_before_3_values(url: str) -> dict:
 def test_a_layout_2_store_resumes_and_publishes_each_line_once(spark, tmp_path):
     url = str(tmp_path / "ckpt")
     shutil.copytree(os.path.join(FIXTURES, "layout_v2_store"), url)
-    before = _manifests(url)
+    before = manifests(url)
     assert [m.metadata[sl.LAYOUT_KEY] for m in before] == [2, 2, 2]
     assert {"side-input", "sink-pending", "sink-staging-dirs"} <= set(_raw_before_3_values(url))
     shutil.rmtree(OUTPUT, ignore_errors=True)
     shutil.copytree(os.path.join(FIXTURES, "layout_v2_output"), OUTPUT)
     try:
-        assert len(_lines(OUTPUT)) == 4  # rounds 1-2 published; round 3's files still staged
+        assert len(output_lines(OUTPUT)) == 4  # rounds 1-2 published; round 3's files still staged
         options = spark_test_options(
             "--streaming", f"--checkpoint_dir={url}", "--checkpoint_interval_s=0.05"
         )
         with beam.Pipeline(options=PipelineOptions(options)) as p:
             build(p, OUTPUT, side_input=True)
-        assert _lines(OUTPUT) == expected_lines()  # nothing lost, nothing published twice
+        assert output_lines(OUTPUT) == expected_lines()  # nothing lost, nothing published twice
     finally:
         shutil.rmtree(OUTPUT, ignore_errors=True)
-    after = [m for m in _manifests(url) if m.checkpoint_id > before[-1].checkpoint_id]
+    after = [m for m in manifests(url) if m.checkpoint_id > before[-1].checkpoint_id]
     assert after and all(m.metadata[sl.LAYOUT_KEY] == sl.LAYOUT_VERSION for m in after)
     assert after[0].metadata["round"] == 4  # resumed after round 3, not run from the start
     values = _raw_before_3_values(url)

@@ -17,7 +17,6 @@ path, so the output goes back where the killed run wrote it.
 
 from __future__ import annotations
 
-import glob
 import os
 import shutil
 
@@ -25,31 +24,15 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint import state_layout as sl
 from tests.conftest import spark_test_options
-from tests.fixtures.layout_pipeline import build, expected_lines
+from tests.fixtures.layout_pipeline import build, expected_lines, manifests, output_lines
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
 OUTPUT = "/tmp/sparkbeam-layout-v5-fixture"  # where make_layout_v5_store.sh wrote it
-PIPELINE = "pipeline-0"
 RESIDUALS = sl.sdf_residual("stage-2")  # the fixture's SDF stage ("Read"), in its driver files
-
-
-def _lines(output: str) -> list[str]:
-    lines = []
-    for path in glob.glob(os.path.join(output, "out-*")):
-        with open(path) as f:
-            lines.extend(line.rstrip("\n") for line in f if line.strip())
-    return sorted(lines)
-
-
-def _manifests(url: str) -> list:
-    with open_store(url, read_only=True) as store:
-        ids = [c.checkpoint_id for c in store.list_checkpoints(PIPELINE)]
-        return [store.load_manifest(PIPELINE, cid) for cid in ids]
 
 
 def _task_owned(manifest) -> set[str]:
@@ -61,7 +44,7 @@ def test_a_layout_5_store_moves_its_residuals_to_tasks_and_publishes_each_line_o
 ):
     url = str(tmp_path / "ckpt")
     shutil.copytree(os.path.join(FIXTURES, "layout_v5_store"), url)
-    before = _manifests(url)
+    before = manifests(url)
     assert [m.metadata[sl.LAYOUT_KEY] for m in before] == [5, 5, 5]
     last = before[-1]
     assert last.metadata["round"] == 3
@@ -71,7 +54,8 @@ def test_a_layout_5_store_moves_its_residuals_to_tasks_and_publishes_each_line_o
     shutil.rmtree(OUTPUT, ignore_errors=True)
     shutil.copytree(os.path.join(FIXTURES, "layout_v5_output"), OUTPUT)
     try:
-        assert len(_lines(OUTPUT)) == 4  # the first windows published; round 3's files still staged
+        # The first windows are published; round 3's files are still staged.
+        assert len(output_lines(OUTPUT)) == 4
         options = spark_test_options(
             "--streaming",
             f"--checkpoint_dir={url}",
@@ -80,10 +64,10 @@ def test_a_layout_5_store_moves_its_residuals_to_tasks_and_publishes_each_line_o
         )
         with beam.Pipeline(options=PipelineOptions(options)) as p:
             build(p, OUTPUT)
-        assert _lines(OUTPUT) == expected_lines()  # nothing lost, nothing published twice
+        assert output_lines(OUTPUT) == expected_lines()  # nothing lost, nothing published twice
     finally:
         shutil.rmtree(OUTPUT, ignore_errors=True)
-    after = [m for m in _manifests(url) if m.checkpoint_id > last.checkpoint_id]
+    after = [m for m in manifests(url) if m.checkpoint_id > last.checkpoint_id]
     assert after and all(m.metadata[sl.LAYOUT_KEY] == sl.LAYOUT_VERSION for m in after)
     assert after[0].metadata["round"] == 4  # resumed after round 3, not run from the start
     # The restored residuals are task-owned from the first resumed checkpoint on ...
