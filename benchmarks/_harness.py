@@ -174,6 +174,19 @@ def failure(child: Child, log_path: str, timeout: float | None) -> str:
     return f"exit status {child.returncode}: {error_line(log_path)} (log: {log_path})"
 
 
+def json_child(cmd: list[str], log_path: str, timeout: float) -> tuple[dict | None, str]:
+    """Run a child that prints its measurements as one JSON line: (that line's dict, "") or
+    (None, a one-line account of the failure)."""
+    import json
+
+    child = run_child(cmd, log_path, timeout)
+    with open(log_path, errors="replace") as f:
+        lines = [line for line in f if line.startswith("{")]
+    if child.returncode != 0 or not lines:
+        return None, failure(child, log_path, timeout)
+    return json.loads(lines[-1]), ""
+
+
 def best_of(runs: list[Result], system: str, workload: str = "") -> Result:
     """The fastest run of ``system`` (on ``workload``), or its first failure; every run's
     seconds attached."""

@@ -98,12 +98,10 @@ def run_sizes(args: argparse.Namespace) -> int:
                 "--shards", str(args.shards), "--positions", str(args.positions),
                 "--delay_s", str(args.delay_s),
             ]  # fmt: skip
-            run = _harness.run_child(cmd, log, args.timeout)
-            lines = [line for line in open(log) if line.startswith("{")]
-            if run.returncode != 0 or not lines:
-                print(f"N={n}: failed: {_harness.failure(run, log, args.timeout)}")
+            got, problem = _harness.json_child(cmd, log, args.timeout)
+            if got is None:
+                print(f"N={n}: failed: {problem}")
                 return 1
-            got = json.loads(lines[-1])
         base = base or got
         grown = got["driver_peak_mb"] - base["driver_peak_mb"]
         per = grown * 1e6 / (n - base["n"]) if n > base["n"] else float("nan")

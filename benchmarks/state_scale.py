@@ -100,12 +100,10 @@ def run_sizes(args: argparse.Namespace) -> int:
                 sys.executable, __file__, "--child", "--n", str(n), "--store", store,
                 "--parallelism", str(args.parallelism), "--shards", str(args.shards),
             ]  # fmt: skip
-            run = _harness.run_child(cmd, log, args.timeout)
-            lines = [line for line in open(log) if line.startswith("{")]
-            if run.returncode != 0 or not lines:
-                print(f"N={n}: failed: {_harness.failure(run, log, args.timeout)}")
+            got, problem = _harness.json_child(cmd, log, args.timeout)
+            if got is None:
+                print(f"N={n}: failed: {problem}")
                 return 1
-            got = json.loads(lines[-1])
             store_bytes = _tree_bytes(store)
         live = n * VALUE_BYTES
         base = base or got
