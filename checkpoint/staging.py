@@ -11,6 +11,7 @@ message per (stage, partition) and committing them (`store.PipelineStore.checkpo
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -22,6 +23,8 @@ from sparkbeam.checkpoint.keygroups import DEFAULT_MAX_KEY_GROUPS, key_group
 from sparkbeam.checkpoint.layout import pipeline_dir, staged_prefix
 from sparkbeam.checkpoint.materialization import write_snapshot
 from sparkbeam.checkpoint.task_state import TaskSnapshot
+
+SNAPSHOT_FILE_BYTES = 64 << 20  # a task-owned range's snapshot is written in files of this size
 
 
 class CommitStatus(Enum):
@@ -157,18 +160,23 @@ class StagedWriter:
         if entry is not None:
             self._files.append(entry)
 
-    def snapshot(self, namespace: str, start: int, stop: int, state: dict[bytes, bytes]) -> None:
-        """Write ``state``, all of a task-owned ``namespace`` in key groups ``[start, stop)`` as
-        of this attempt's changes, as that range's snapshot (`task_state`)."""
+    def snapshot(
+        self, namespace: str, start: int, stop: int, items: Iterable[tuple[bytes, bytes]],
+        file_bytes: int = SNAPSHOT_FILE_BYTES,
+    ) -> None:  # fmt: skip
+        """Write ``items``, all of a task-owned ``namespace`` in key groups ``[start, stop)``
+        as of this attempt's changes, as that range's snapshot (`task_state`): in files of
+        about ``file_bytes`` each, so a range larger than memory is written a part at a time."""
         self._check_open()
-        m = self.max_key_groups
-        rows = [(key_group(k, m), k, v) for k, v in state.items()]
-        entry = write_snapshot(
-            self.storage, pipeline_dir(self.pipeline_id), self._log.name_prefix,
-            namespace, start, stop, rows,
-        )  # fmt: skip
-        self._snapshots.append(TaskSnapshot(namespace, start, stop, (entry,), len(rows)))
-        self.count(namespace, start, stop, len(rows))
+        directory, prefix = pipeline_dir(self.pipeline_id), self._log.name_prefix
+        files, entries = [], 0
+        for rows in _snapshot_parts(items, self.max_key_groups, file_bytes):
+            files.append(
+                write_snapshot(self.storage, directory, prefix, namespace, start, stop, rows)
+            )
+            entries += len(rows)
+        self._snapshots.append(TaskSnapshot(namespace, start, stop, tuple(files), entries))
+        self.count(namespace, start, stop, entries)
 
     def count(self, namespace: str, start: int, stop: int, entries: int) -> None:
         """Report that a task-owned ``namespace`` holds ``entries`` keys in ``[start, stop)``."""
@@ -216,3 +224,20 @@ def open_staged_writer(
     return StagedWriter(
         url, pipeline_id, stage, round, partition, attempt, max_key_groups=max_key_groups
     )
+
+
+def _snapshot_parts(
+    items: Iterable[tuple[bytes, bytes]], max_key_groups: int, file_bytes: int
+) -> Iterator[list[tuple[int, bytes, bytes]]]:
+    """(key group, key, value) rows of ``items`` in parts of about ``file_bytes`` (at least
+    one part, empty when there is nothing)."""
+    rows: list[tuple[int, bytes, bytes]] = []
+    size, parts = 0, 0
+    for key, value in items:
+        rows.append((key_group(key, max_key_groups), key, value))
+        size += len(key) + len(value)
+        if size >= file_bytes:
+            yield rows
+            rows, size, parts = [], 0, parts + 1
+    if rows or not parts:
+        yield rows

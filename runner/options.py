@@ -93,6 +93,16 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             "parallelism as Flink derives its max parallelism: the power of two at or above "
             "1.5 x parallelism, at least 128.",
         )
+        parser.add_argument(
+            "--task_state_memory_mb",
+            type=int,
+            default=256,
+            help="Memory a Python worker gives the keyed state it keeps between rounds "
+            "(GroupByKey buffers, user state, SDF residuals of its key groups). A key-group "
+            "range larger than this spills to a RocksDB in the executor's Spark local "
+            "directory and is read from disk a record at a time, so state larger than the "
+            "executors' memory runs (slower). Default: 256.",
+        )
         cls._add_sdf_args(parser)
 
     @classmethod
@@ -296,6 +306,7 @@ _BOUNDS = (
     ("residual_budget_s", 0.0, True, "seconds (0: every residual goes to the store)"),
     ("sdf_split_after_s", 0.0, True, "seconds (0: no runner-initiated splits)"),
     ("startpoint_max_age_s", 0.0, False, "seconds"),
+    ("task_state_memory_mb", 0, False, "megabytes a worker keeps of state before spilling"),
 )
 
 

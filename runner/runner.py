@@ -195,6 +195,7 @@ def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{
             data_plane=spark_options.data_plane,
             fresh=streaming_options.fresh,
             max_key_groups=spark_options.max_key_groups,
+            state_memory_bytes=spark_options.task_state_memory_mb << 20,
         )
         with progress.BatchTicker(spark):  # a line every 10 s while it runs
             executor.run()

@@ -35,8 +35,8 @@ def stage_outputs_durably(
     records: Iterable, url: str, pipeline: str, stage_id: str, round_no: int, max_key_groups: int
 ) -> Iterator:
     """Task side: pass records through, staging every output chunk; end with the commit message."""
+    from sparkbeam.runner.task.range_staging import staged_writer_for_task
     from sparkbeam.runner.task.records import CommitRecord, OutputRecord
-    from sparkbeam.runner.task.staged_state import staged_writer_for_task
 
     writer = staged_writer_for_task(url, pipeline, stage_id, round_no, max_key_groups)
     namespace = output_namespace(stage_id)

@@ -40,6 +40,7 @@ from sparkbeam.runner.rounds.sink_files import (
 from sparkbeam.runner.rounds.startpoints import check_startpoints, open_session, record_failure
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
 from sparkbeam.runner.task.records import is_report
+from sparkbeam.runner.task.staged_state import DEFAULT_MEMORY_BYTES
 from sparkbeam.sdf.startpoints.errors import StartpointFailedError
 from sparkbeam.translation.plan import ExecutionPlan, StagePlan
 
@@ -61,6 +62,7 @@ class PlanExecutor:
         filesystem_options: str = "{}",
         fresh: bool = False,
         max_key_groups: int | None = None,
+        state_memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ) -> None:
         # Residual state lives in a checkpoint store; in memory unless one is given.
         store = store or open_working_store()
@@ -68,6 +70,7 @@ class PlanExecutor:
             spark, plan, store, checkpoint_url, parallelism,
             startpoint_max_age_s=startpoint_max_age_s, data_plane=data_plane,
             filesystem_options=filesystem_options, fresh=fresh, max_key_groups=max_key_groups,
+            state_memory_bytes=state_memory_bytes,
         )  # fmt: skip
         self.plane, self.plan, self.store = ctx.plane, plan, store
         self.rdds = StageRdds(ctx, residual_budget_s, split_policy or SplitPolicy())

@@ -76,6 +76,7 @@ class StageRdds:
             round_no=round_no,
             parallelism=ctx.parallelism,
             max_key_groups=state.max_key_groups,
+            memory_bytes=ctx.state_memory_bytes,
             clock_ms=time.time() * 1000.0 if clock_ms is None else clock_ms,
             limit=residual_limit(ctx.parallelism),
         )

@@ -22,6 +22,7 @@ from sparkbeam.checkpoint.keygroups import default_max_key_groups
 from sparkbeam.runner.metrics import merge_monitoring_infos
 from sparkbeam.runner.plane import plane_for
 from sparkbeam.runner.rounds.compatibility import RestoreGuard
+from sparkbeam.runner.task.staged_state import DEFAULT_MEMORY_BYTES
 from sparkbeam.runner.task.worker_context import plan_key
 from sparkbeam.translation.plan import ExecutionPlan
 
@@ -61,6 +62,7 @@ class RunContext:
     stop: threading.Event = field(default_factory=threading.Event)  # ends every loop
     filesystem_options: str = "{}"  # encoded, carried by every job (``spark.filesystem_options``)
     fresh: bool = False  # --fresh: a finished checkpoint runs again (else FinishedJobError)
+    state_memory_bytes: int = DEFAULT_MEMORY_BYTES  # --task_state_memory_mb: a worker's, kept
 
     @classmethod
     def create(

@@ -33,6 +33,7 @@ import time
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.loop import RoundLoop
 from sparkbeam.runner.streaming.pipeline import PipelineRounds
+from sparkbeam.runner.task.staged_state import DEFAULT_MEMORY_BYTES
 from sparkbeam.runner.task.worker_context import plan_key
 from sparkbeam.translation.plan import ExecutionPlan
 
@@ -98,6 +99,7 @@ class StreamingExecutor:
         data_plane: str | None = None,
         fresh: bool = False,
         max_key_groups: int | None = None,
+        state_memory_bytes: int = DEFAULT_MEMORY_BYTES,
     ) -> None:
         self.plan = plan
         self.url = checkpoint_url
@@ -114,6 +116,7 @@ class StreamingExecutor:
             data_plane=data_plane,
             fresh=fresh,
             max_key_groups=max_key_groups,
+            state_memory_bytes=state_memory_bytes,
         )
         self.stop = self.ctx.stop
         self.drain_control = Drain(self.ctx, drain_plan)

@@ -34,18 +34,14 @@ from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming.on_time_panes import OnTimePanes
 from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
 from sparkbeam.runner.task import clock
+from sparkbeam.runner.task.range_staging import stage_range, staged_writer_for_task
 from sparkbeam.runner.task.records import (
     CommitRecord,
     GroupReport,
     OutputRecord,
     is_report_key,
 )
-from sparkbeam.runner.task.staged_state import (
-    keep_staged,
-    read_task_state,
-    stage_range,
-    staged_writer_for_task,
-)
+from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.translation.plan import Edge
 
@@ -58,18 +54,12 @@ def commit_stage(buffer: str) -> str:
     return "gbk:" + buffer
 
 
-@dataclass(frozen=True)
-class GroupRound:
+@dataclass(frozen=True, kw_only=True)
+class GroupRound(StateRound):
     """What the driver ships to every task of one streaming GroupByKey in one round."""
 
     plan_key: str
     edge: Edge
-    pipeline: str
-    url: str
-    checkpoint_id: int | None  # state as of this checkpoint; None: no state yet
-    round_no: int
-    parallelism: int
-    max_key_groups: int
     input_watermark: int  # micros: fire event-time timers up to here
     previous_watermark: int  # micros: the watermark new elements are judged late against
     clock_micros: int | None = None  # a TestStream's virtual processing time; None: wall clock
@@ -133,14 +123,7 @@ class _KeysOfOneTask:
         """This task's keys' state as of the previous round's checkpoint."""
         task = self.task
         if task.checkpoint_id is not None:
-            self.stored = read_task_state(
-                task.url,
-                task.pipeline,
-                task.checkpoint_id,
-                self.partition,
-                task.parallelism,
-                self.ns,
-            )
+            self.stored = read_task_state(task, self.partition, self.ns)
         return self.stored
 
     def keep_idle(self, stored: dict[bytes, bytes], incoming: dict) -> set[bytes]:
@@ -215,10 +198,8 @@ class _KeysOfOneTask:
         staged = self.writer.finish()
         task = self.task
         if task.checkpoint_id is not None:  # the state just staged is the next round's read
-            keep_staged(
-                task.url, task.pipeline, self.partition, task.parallelism, task.max_key_groups,
-                self.ns, self.stored, self.changes, staged.files,
-            )  # fmt: skip
+            keep_staged(task, self.partition, self.ns, self.stored, self.changes, staged.files)
+        release()
         yield CommitRecord(commit_stage(edge_id), staged)
         yield GroupReport(edge_id, self.partition, self.keys, self.hold, self.next_ms)
 

@@ -69,6 +69,7 @@ def start_streaming(
         data_plane=spark_options.data_plane,
         fresh=streaming.fresh,
         max_key_groups=spark_options.max_key_groups,
+        state_memory_bytes=spark_options.task_state_memory_mb << 20,
     )
     executor.start()
     executor.stop_on_signals()  # Ctrl-C: stop after the running round commits

@@ -235,6 +235,7 @@ class PipelineRounds:
             startpoints=loop.startpoints,
             fed=self._fed,
             clock_micros=self._clock_micros(),
+            state_memory_bytes=ctx.state_memory_bytes,
         )
 
     def _clock_micros(self) -> int | None:

@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming import watermarks
+from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord, is_report
-from sparkbeam.runner.task.staged_state import staged_writer_for_task
 
 PREFIX = state_layout.PUSHBACK_PREFIX
 namespace = state_layout.pushback

@@ -77,6 +77,7 @@ class RoundInputs:
     startpoints: Any  # the StartpointSession, or None
     fed: dict[str, list[bytes]]  # TestStream buffer -> the elements its event feeds this round
     clock_micros: int | None  # a TestStream's virtual processing time; None: the wall clock
+    state_memory_bytes: int  # what a worker keeps of keyed state in memory (then spills)
 
 
 def live_stages(
@@ -159,6 +160,7 @@ class RoundBuilder:
                 round_no=inp.round_no,
                 parallelism=self.par,
                 max_key_groups=inp.max_key_groups,
+                memory_bytes=inp.state_memory_bytes,
                 input_watermark=self.marks.stage_input[stage.id],
                 clock_micros=inp.clock_micros,
             )
@@ -194,6 +196,7 @@ class RoundBuilder:
             round_no=inp.round_no,
             parallelism=self.par,
             max_key_groups=inp.max_key_groups,
+            memory_bytes=inp.state_memory_bytes,
             clock_ms=due.clock_ms if due else inp.clock_ms,
             limit=residual_limit(self.par),
         )
@@ -278,6 +281,7 @@ class RoundBuilder:
             round_no=inp.round_no,
             parallelism=par,
             max_key_groups=max_kg,
+            memory_bytes=inp.state_memory_bytes,
             input_watermark=self.marks.group_input.get(edge.id, watermarks.MAX),
             previous_watermark=inp.previous.get(edge.id, watermarks.MIN),
             clock_micros=inp.clock_micros,

@@ -29,12 +29,9 @@ from apache_beam.utils import timestamp
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task import clock
 from sparkbeam.runner.task.grouping import partition_for_key
+from sparkbeam.runner.task.range_staging import stage_range, staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport
-from sparkbeam.runner.task.staged_state import (
-    read_task_state,
-    stage_range,
-    staged_writer_for_task,
-)
+from sparkbeam.runner.task.staged_state import StateRound, read_task_state, release
 from sparkbeam.runner.task.user_state import user_key
 
 _PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
@@ -42,16 +39,10 @@ _NO_TIME = state_layout.NO_TIME
 _MAX_HOLD = timestamp.MAX_TIMESTAMP.micros
 
 
-@dataclass(frozen=True)
-class StatefulRound:
+@dataclass(frozen=True, kw_only=True)
+class StatefulRound(StateRound):
     """What the driver ships to every task of one stateful stage in one round."""
 
-    pipeline: str
-    url: str
-    checkpoint_id: int | None
-    round_no: int
-    parallelism: int
-    max_key_groups: int
     input_watermark: int  # micros
     clock_micros: int | None = None  # a TestStream's virtual processing time; None: wall clock
 
@@ -93,9 +84,8 @@ class KeyedState:
         state_in: dict[bytes, bytes] = {}
         timers_in: dict[bytes, bytes] = {}
         if spec.checkpoint_id is not None:
-            args = (spec.url, spec.pipeline, spec.checkpoint_id, subtask, spec.parallelism)
-            state_in = read_task_state(*args, state_layout.user_state(stage.id))
-            timers_in = read_task_state(*args, state_layout.user_timers(stage.id))
+            state_in = read_task_state(spec, subtask, state_layout.user_state(stage.id))
+            timers_in = read_task_state(spec, subtask, state_layout.user_timers(stage.id))
         return cls(spec, stage.id, key_impl, subtask, state_in, timers_in)
 
     def load(self, servicer, timers) -> None:
@@ -192,6 +182,7 @@ class KeyedState:
                     changes[key] = blob
             stage_range(writer, spec, self.subtask, ns, before, changes, len(held))
         yield CommitRecord(self.stage_id, writer.finish())
+        release()
         keys = len(with_state | with_timers)
         next_ms = None if next_micros == _NO_TIME else next_micros / 1000.0
         yield KeyedStateReport(self.stage_id, self.subtask, keys, count, hold, next_ms)

@@ -21,32 +21,22 @@ import functools
 import hashlib
 import itertools
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import key_group_range, state_layout
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
+from sparkbeam.runner.task.range_staging import stage_range, staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord, ResidualReport
-from sparkbeam.runner.task.staged_state import (
-    keep_staged,
-    read_task_state,
-    stage_range,
-    staged_writer_for_task,
-)
+from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.checkpoint_handler import MAX_RESIDUALS_PER_ROUND
 
 
-@dataclass(frozen=True)
-class ResidualRound:
+@dataclass(frozen=True, kw_only=True)
+class ResidualRound(StateRound):
     """What the driver ships to every task of one SDF stage in one round."""
 
-    pipeline: str
-    url: str
-    checkpoint_id: int | None
-    round_no: int
-    parallelism: int
-    max_key_groups: int
     clock_ms: float  # residuals due by then are fed (+inf: a drain feeds them all)
     limit: int  # at most this many fed per task
 
@@ -73,7 +63,7 @@ def commit_stage(stage: str) -> str:
 class RangeResiduals:
     """The residuals of one task's key groups: its read of the store, and its changes."""
 
-    def __init__(self, stored: dict[bytes, bytes], groups: KeyGroupRange, max_key_groups: int):
+    def __init__(self, stored: Mapping[bytes, bytes], groups: KeyGroupRange, max_key_groups: int):
         self.stored = stored  # read-only: the worker keeps it for the next round's read
         self.groups, self.max_key_groups = groups, max_key_groups
         self.changes: dict[bytes, bytes | None] = {}
@@ -124,11 +114,9 @@ def keep_residuals(
     groups; keep the residuals it returns; stage the changes; report the range."""
     namespace = state_layout.sdf_residual(stage)
     groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
-    stored: dict[bytes, bytes] = {}
+    stored: Mapping[bytes, bytes] = {}
     if spec.checkpoint_id is not None:
-        stored = read_task_state(
-            spec.url, spec.pipeline, spec.checkpoint_id, subtask, spec.parallelism, namespace
-        )
+        stored = read_task_state(spec, subtask, namespace)
     state = RangeResiduals(stored, groups, spec.max_key_groups)
     handler = StateAndTimerBundleCheckpointHandler(state, stage)
     handler.restore()
@@ -146,10 +134,8 @@ def keep_residuals(
     stage_range(writer, spec, subtask, namespace, stored, state.changes, handler.pending())
     staged = writer.finish()
     if spec.checkpoint_id is not None:  # what it staged is the next round's read
-        keep_staged(
-            spec.url, spec.pipeline, subtask, spec.parallelism, spec.max_key_groups,
-            namespace, stored, state.changes, staged.files,
-        )  # fmt: skip
+        keep_staged(spec, subtask, namespace, stored, state.changes, staged.files)
+    release()
     yield CommitRecord(commit_stage(stage), staged)
     yield ResidualReport(
         stage, subtask, handler.pending(), handler.next_fire_ms(),

@@ -1,40 +1,45 @@
-"""Task side of streaming state: read a subtask's key groups, stage its changes.
+"""Task side of keyed state: read a subtask's key groups, keep the read for the next round.
 
-A streaming stage with state (GroupByKey buffers, later user state) keeps no
-state in executors between rounds: each round's task reads the key groups it
-owns from the previous round's committed checkpoint and stages its changes for
-the round's checkpoint (two-phase commit: only the attempt whose report reaches
-the driver is committed). Each worker process keeps one read-only store per
-URL, whose segment cache means a changelog segment is fetched and checked
-once per process, not once per round, and the last state it read per
-(namespace, key groups): the next round's read applies only the changelog
-segments committed since, when the checkpoint extends the one it read (same
-materialization, its changelog a prefix; files are immutable and named with
-their checksums in the manifest), instead of replaying the whole state. A task that staged
-changes keeps its read with them applied (``keep_staged``): when the next checkpoint names
-exactly the files this attempt staged, that is the next read, with no replay at all. Another
-Python worker of the executor, which runs the slot next more often than not, catches up from
-what the workers share (``shared_reads``: whole reads now and then, a delta per round).
+A keyed stage (GroupByKey buffers, user state, SDF residuals) keeps its state in tasks: each
+round's task reads the key groups it owns as of the previous round's committed checkpoint and
+stages its changes for the round's checkpoint (two-phase commit: only the attempt whose report
+reaches the driver is committed). Each worker process keeps one read-only store per URL, whose
+segment cache means a changelog segment is fetched and checked once per process, and the last
+state it read per (namespace, key groups): the next round's read applies only the changelog
+segments committed since, when the checkpoint extends the one it read (same materialization,
+its changelog a prefix; files are immutable and named with their checksums in the manifest),
+instead of replaying the whole state. A task that staged changes keeps its read with them
+applied (``keep_staged``): when the next checkpoint names exactly the files this attempt
+staged, that is the next read, with no replay at all.
+
+Where a read is kept depends on its size against the round's memory budget
+(``StateRound.memory_bytes``, ``--task_state_memory_mb``): within it, a dict in the worker,
+which another Python worker of the executor catches up from through ``shared_reads``; past it,
+the executor's disk (``held_state``: a RocksDB per range, which any worker of the executor
+extends next), so state larger than memory is read and changed a record at a time.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sparkbeam.checkpoint import key_group_range, open_staged_writer, open_store, state_layout
+from sparkbeam.checkpoint import key_group_range, open_store, state_layout
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.reader import may_hold, replay, replay_changelog, replay_namespace
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
-from sparkbeam.runner.task import shared_reads
+from sparkbeam.runner.task import held_state, shared_reads
 
 _LOCK = threading.Lock()
 _STORES: dict[str, object] = {}
 
 
-def _store(url: str):
+def task_store(url: str):
+    """This worker's read-only store of ``url`` (one per process, its segment cache shared)."""
     apply_in_task()
     with _LOCK:
         store = _STORES.get(url)
@@ -44,6 +49,23 @@ def _store(url: str):
         return store
 
 
+DEFAULT_MEMORY_BYTES = 256 << 20  # a worker's kept reads; past it a read spills to disk
+CATCH_UP_SHARE = 10_000  # records replayed from the store after which a read is shared whole
+
+
+@dataclass(frozen=True, kw_only=True)
+class StateRound:
+    """What every task of a keyed stage needs of one round to read and stage its state."""
+
+    pipeline: str
+    url: str
+    checkpoint_id: int | None  # state as of this checkpoint; None: no state yet
+    round_no: int
+    parallelism: int
+    max_key_groups: int
+    memory_bytes: int = DEFAULT_MEMORY_BYTES  # --task_state_memory_mb of a worker
+
+
 @dataclass
 class _Read:
     """The state of one (namespace, key groups) as of a manifest's files (by name: a file is
@@ -51,7 +73,7 @@ class _Read:
 
     materialization: tuple[str, ...]
     changelog: tuple[str, ...]
-    state: dict[bytes, bytes]
+    state: Mapping[bytes, bytes]  # a dict, or a `SpilledState`
     size: int  # bytes of keys and values
     staged: tuple[str, ...] | None = None
     """Files an attempt staged whose changes ``state`` already holds (``keep_staged``); they
@@ -63,31 +85,26 @@ def _names(entries) -> tuple[str, ...]:
 
 
 _READS: OrderedDict[tuple, _Read] = OrderedDict()
-READ_CACHE_BYTES = 256 << 20  # per worker process; a larger state is read whole every round
-CATCH_UP_SHARE = 10_000  # records replayed from the store after which a read is shared whole
 
 
-def read_task_state(
-    url: str,
-    pipeline: str,
-    checkpoint_id: int,
-    subtask: int,
-    parallelism: int,
-    namespace: str,
-) -> dict[bytes, bytes]:
-    """{key: value} of ``namespace`` in the key groups ``subtask`` owns at ``parallelism``.
+def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[bytes, bytes]:
+    """{key: value} of ``namespace`` in the key groups ``subtask`` owns at the round's
+    parallelism, as of its checkpoint: a dict, or a `SpilledState` past the memory budget.
 
-    The caller must not change the dict (but may hand it to ``keep_staged``): this process
-    keeps it for the next round's read."""
-    store = _store(url)
-    manifest = store.load_manifest(pipeline, checkpoint_id)
-    groups = key_group_range(subtask, parallelism, manifest.max_key_groups)
+    The caller must not change it (but may hand it to ``keep_staged``): this process keeps it
+    for the next round's read. Call ``release`` when the task is done with it."""
+    held_state.release_earlier()
+    store = task_store(spec.url)
+    checkpoint_id = spec.checkpoint_id
+    manifest = store.load_manifest(spec.pipeline, checkpoint_id)
+    groups = key_group_range(subtask, spec.parallelism, manifest.max_key_groups)
     if _in_task_state(manifest, namespace):
         chains = manifest.task_state.namespaces.get(namespace)
         if chains is None:
             return {}  # nothing committed yet
         manifest = _ChainView(checkpoint_id, namespace, chains, groups)
-    slot = (url, pipeline, namespace, groups.start, groups.stop)
+    slot = (spec.url, spec.pipeline, namespace, groups.start, groups.stop)
+    budget = spec.memory_bytes
     with _LOCK:
         last = _READS.pop(slot, None)  # re-inserted only once this read succeeded
     tail = _Tail.of(last, manifest, groups)
@@ -97,18 +114,38 @@ def read_task_state(
         shared = _Tail.of(_Read(*loaded) if loaded else None, manifest, groups)
         if shared is not None and (tail is None or len(shared.rest) < len(tail.rest)):
             tail = shared
-    read = _Apply(store, pipeline, namespace, groups, slot)
+    spilled = None if tail is not None else held_state.open_spilled(slot, budget)
+    if spilled is not None:  # this range was larger than the budget: the executor kept it
+        tail = _Tail.of(_spilled_read(spilled), manifest, groups)
+    read = _Apply(store, spec.pipeline, namespace, groups, slot, budget)
+    where = f"checkpoint {checkpoint_id} of pipeline {spec.pipeline!r} in store {spec.url!r}"
+    read.where = where
     if tail is None or not read.extend(tail):
+        if spilled is not None:
+            spilled.close()  # its directory is emptied if the read spills again
         read.whole(manifest)
-    where = f"checkpoint {checkpoint_id} of pipeline {pipeline!r} in store {url!r}"
-    for value in read.changed.values():
-        state_layout.check_value(value, namespace, where)
-    if read.size <= READ_CACHE_BYTES:
+    elif spilled is not None and read.state is not spilled:
+        spilled.close()
+    if isinstance(read.state, held_state.SpilledState):
+        read.state.claim(_names(manifest.materialization), _names(manifest.changelog), None)
+    elif read.size <= budget:
         kept = _Read(_names(manifest.materialization), _names(manifest.changelog), *read.result)
-        _keep(slot, kept)
+        _keep(slot, kept, budget)
         if read.replayed >= CATCH_UP_SHARE:  # a long way from the last whole read shared
             shared_reads.save(slot, kept.materialization, kept.changelog, *read.result, None)
     return read.state
+
+
+def _spilled_read(spilled: held_state.SpilledState) -> _Read | None:
+    if spilled.identity is None:
+        return None
+    materialization, changelog, staged, _, size = spilled.identity
+    return _Read(materialization, changelog, spilled, size, staged)
+
+
+def release() -> None:
+    """The task is done with its reads: close those held on the executor's disk."""
+    held_state.release()
 
 
 def _in_task_state(manifest, namespace: str) -> bool:
@@ -155,42 +192,6 @@ def replay_whole(storage, directory: str, source, put, delete, groups, cache) ->
         replay(storage, directory, source, put, delete, groups, cache)
 
 
-def stage_range(
-    writer, spec, subtask: int, namespace: str, before: dict[bytes, bytes],
-    changes: dict[bytes, bytes | None], keys: int,
-) -> None:  # fmt: skip
-    """After a task staged ``changes`` to ``before`` (its read of ``namespace``): report how
-    many ``keys`` its key groups hold, or write their snapshot when one is due. ``spec`` has
-    the round's ``url``, ``pipeline``, ``checkpoint_id``, ``parallelism``, ``max_key_groups``."""
-    groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
-    args = (spec.url, spec.pipeline, spec.checkpoint_id, subtask, spec.parallelism, namespace)
-    if not snapshot_due(*args):
-        writer.count(namespace, groups.start, groups.stop, keys)
-        return
-    state = dict(before)
-    for key, value in changes.items():
-        if value is None:
-            state.pop(key, None)
-        else:
-            state[key] = value
-    writer.snapshot(namespace, groups.start, groups.stop, state)
-
-
-def snapshot_due(
-    url: str, pipeline: str, checkpoint_id: int | None, subtask: int, parallelism: int,
-    namespace: str,
-) -> bool:  # fmt: skip
-    """Whether the task owning ``subtask``'s key groups should snapshot ``namespace`` after
-    this round (its ranges' tails have grown, or the commit asked for a fallback)."""
-    if checkpoint_id is None:
-        return False
-    manifest = _store(url).load_manifest(pipeline, checkpoint_id)
-    chains = manifest.task_state.namespaces.get(namespace) if manifest.task_state else None
-    if chains is None:
-        return False
-    return chains.snapshot_due(key_group_range(subtask, parallelism, manifest.max_key_groups))
-
-
 @dataclass(frozen=True)
 class _Tail:
     """What a kept read lacks of a manifest: ``unchecked`` files come before the last file
@@ -223,16 +224,19 @@ class _Tail:
 
 
 class _Apply:
-    """One read's replay into a state dict: puts and deletes of ``namespace`` only; a segment
-    another worker of the executor staged is applied from its delta when there is one."""
+    """One read's replay: puts and deletes of ``namespace`` only, into a dict until it grows
+    past the budget, then into the executor's disk; a segment another worker of the executor
+    staged is applied from its delta when there is one."""
 
-    def __init__(self, store, pipeline: str, namespace: str, groups, slot: tuple) -> None:
+    def __init__(
+        self, store, pipeline: str, namespace: str, groups, slot: tuple, budget: int
+    ) -> None:
         self.store, self.directory = store, pipeline_dir(pipeline)
-        self.namespace, self.groups, self.slot = namespace, groups, slot
-        self.state: dict[bytes, bytes] = {}
-        self.changed: dict[bytes, bytes] = {}
-        self.size = 0
+        self.namespace, self.groups, self.slot, self.budget = namespace, groups, slot, budget
+        self.state: Any = {}  # a dict, or a `SpilledState` once it outgrew the budget
+        self.size = 0  # of a dict's keys and values
         self.replayed = 0  # records of the namespace replayed from the store (not deltas)
+        self.where = ""  # which checkpoint, for errors
 
     @property
     def result(self) -> tuple[dict[bytes, bytes], int]:
@@ -259,7 +263,7 @@ class _Apply:
         return True
 
     def whole(self, manifest) -> None:
-        self.state, self.changed, self.size = {}, {}, 0
+        self.state, self.size = {}, 0
         cache = self.store._segment_cache
         storage = self.store.storage
         replay_whole(storage, self.directory, manifest, self._put, self._delete, self.groups, cache)
@@ -287,36 +291,61 @@ class _Apply:
                 self._put(self.namespace, key, value, 0)
 
     def _put(self, ns: str, key: bytes, value: bytes, kg: int) -> None:
-        if ns == self.namespace:
-            old = self.state.get(key)
-            self.size += len(value) - (len(old) if old is not None else -len(key))
-            self.state[key] = self.changed[key] = value
+        if ns != self.namespace:
+            return
+        state_layout.check_value(value, ns, self.where)
+        state = self.state
+        if type(state) is not dict:
+            state.put(key, value)
+            return
+        old = state.get(key)
+        self.size += len(value) - (len(old) if old is not None else -len(key))
+        state[key] = value
+        if self.size > self.budget:
+            self._spill()
 
     def _delete(self, ns: str, key: bytes, kg: int) -> None:
-        if ns == self.namespace:
-            old = self.state.pop(key, None)
-            if old is not None:
-                self.size -= len(key) + len(old)
-            self.changed.pop(key, None)
+        if ns != self.namespace:
+            return
+        state = self.state
+        if type(state) is not dict:
+            state.delete(key)
+            return
+        old = state.pop(key, None)
+        if old is not None:
+            self.size -= len(key) + len(old)
+
+    def _spill(self) -> None:
+        """Move the dict to the executor's disk (where there is none, it stays in memory)."""
+        spilled = held_state.empty_spilled(self.slot, self.budget)
+        if spilled is not None:
+            spilled.put_all(self.state.items())
+            self.state, self.size = spilled, 0
 
 
 def keep_staged(
-    url: str,
-    pipeline: str,
+    spec: StateRound,
     subtask: int,
-    parallelism: int,
-    max_key_groups: int,
     namespace: str,
-    state: dict[bytes, bytes],
+    state: Mapping[bytes, bytes],
     changes: dict[bytes, bytes | None],
     staged: tuple[FileEntry, ...],
 ) -> None:
     """After a task staged ``changes`` (None: deleted) to ``namespace`` in the files ``staged``:
-    apply them to ``state``, the dict ``read_task_state`` returned it, and keep that as this
-    slot's read, valid for the checkpoint that commits this attempt (the files' names are
-    unique to it). Not kept if the read was not (too large)."""
-    groups = key_group_range(subtask, parallelism, max_key_groups)
-    slot = (url, pipeline, namespace, groups.start, groups.stop)
+    apply them to ``state``, what ``read_task_state`` returned, and keep that as this slot's
+    read, valid for the checkpoint that commits this attempt (the files' names are unique to
+    it). Not kept if the read was not."""
+    groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
+    slot = (spec.url, spec.pipeline, namespace, groups.start, groups.stop)
+    if isinstance(state, held_state.SpilledState):
+        if state.read_as and state.is_open:
+            for key, value in changes.items():
+                if value is None:
+                    state.delete(key)
+                else:
+                    state.put(key, value)
+            state.claim(*state.read_as, _names(staged))
+        return
     with _LOCK:
         read = _READS.pop(slot, None)
     if read is None or read.state is not state:
@@ -329,41 +358,22 @@ def keep_staged(
         if value is not None:
             state[key] = value
             size += len(key) + len(value)
-    if size <= READ_CACHE_BYTES:
+    if size <= spec.memory_bytes:
         kept = _Read(read.materialization, read.changelog, state, size, _names(staged))
-        _keep(slot, kept)
+        _keep(slot, kept, spec.memory_bytes)
     if len(staged) == 1:  # for the worker that runs this slot next (a segment, one delta)
         shared_reads.save_delta(slot, staged[0].name, changes)
 
 
-def _keep(slot: tuple, read: _Read) -> None:
+def _keep(slot: tuple, read: _Read, budget: int) -> None:
     with _LOCK:
         _READS[slot] = read
-        _evict()
+        _evict(budget)
 
 
-def _evict() -> None:
-    """Drop the least recently read states while the cache is over its bytes (under _LOCK)."""
+def _evict(budget: int) -> None:
+    """Drop the least recently read states while the cache is over ``budget`` (under _LOCK)."""
     total = sum(r.size for r in _READS.values())
-    while total > READ_CACHE_BYTES and len(_READS) > 1:
+    while total > budget and len(_READS) > 1:
         _, old = _READS.popitem(last=False)
         total -= old.size
-
-
-def staged_writer_for_task(url: str, pipeline: str, stage: str, round_no: int, max_key_groups: int):
-    """A staged writer named by this Spark task's partition and attempt."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    if ctx is None:
-        raise RuntimeError("staged_writer_for_task runs inside a Spark task only")
-    apply_in_task()
-    return open_staged_writer(
-        url,
-        pipeline,
-        stage,
-        round_no,
-        ctx.partitionId(),
-        ctx.attemptNumber(),
-        max_key_groups=max_key_groups,
-    )

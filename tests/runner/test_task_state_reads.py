@@ -35,6 +35,18 @@ def _commit(store, root: str, round_no: int, puts: dict, deletes=()) -> int:
     return st.checkpoint(fingerprint="f", parallelism=1, commit_messages=[writer.finish()])
 
 
+def _spec(root: str, checkpoint_id, parallelism: int = 1, **settings) -> staged_state.StateRound:
+    return staged_state.StateRound(
+        pipeline="p", url=root, checkpoint_id=checkpoint_id, round_no=0,
+        parallelism=parallelism, max_key_groups=128, **settings,
+    )  # fmt: skip
+
+
+def _read(root: str, checkpoint_id, subtask: int = 0, parallelism: int = 1, **settings):
+    spec = _spec(root, checkpoint_id, parallelism, **settings)
+    return staged_state.read_task_state(spec, subtask, NS)
+
+
 @pytest.fixture
 def replays(monkeypatch):
     """Counts whole-state replays (the real function runs)."""
@@ -59,7 +71,7 @@ def test_next_round_applies_only_the_new_changelog(tmp_path, replays):
     third = _commit(store, root, 3, {b"d": 5}, deletes=[b"c", b"x"])
 
     def read(cid, subtask=0, parallelism=1):
-        return staged_state.read_task_state(root, "p", cid, subtask, parallelism, NS)
+        return _read(root, cid, subtask, parallelism)
 
     assert read(first) == {b"x": _value(0), b"a": _value(1), b"b": _value(2)}
     assert read(second) == {b"x": _value(0), b"b": _value(3), b"c": _value(4)}
@@ -84,16 +96,16 @@ def test_a_new_snapshot_of_the_range_means_a_whole_read(tmp_path, replays):
     root = str(tmp_path)
     store = open_store(root)
     first = _commit(store, root, 0, {b"a": 1})
-    assert staged_state.read_task_state(root, "p", first, 0, 1, NS) == {b"a": _value(1)}
+    assert _read(root, first, 0, 1) == {b"a": _value(1)}
     writer = open_staged_writer(root, "p", "gbk:x", 1, 0, 0)
     writer.put(NS, b"b", _value(2))
-    writer.snapshot(NS, 0, 128, {b"a": _value(1), b"b": _value(2)})
+    writer.snapshot(NS, 0, 128, {b"a": _value(1), b"b": _value(2)}.items())
     second = store.pipeline("p").checkpoint(
         fingerprint="f", parallelism=1, commit_messages=[writer.finish()]
     )
     (only,) = store.load_manifest("p", second).task_state.namespaces[NS].ranges
     assert only.base and not _log(store, second)  # the snapshot replaced the range's files
-    got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
+    got = _read(root, second, 0, 1)
     assert got == {b"a": _value(1), b"b": _value(2)}
     assert replays == [first, second]
     store.close()
@@ -104,12 +116,12 @@ def test_a_damaged_new_segment_fails_the_read_and_is_not_kept(tmp_path, replays)
     store = open_store(root)
     first = _commit(store, root, 0, {b"a": 1})
     second = _commit(store, root, 1, {b"b": 2})
-    assert staged_state.read_task_state(root, "p", first, 0, 1, NS) == {b"a": _value(1)}
+    assert _read(root, first, 0, 1) == {b"a": _value(1)}
     tail = _log(store, second)[-1]
     path = tmp_path / pipeline_dir("p") / tail.name
     path.write_bytes(path.read_bytes()[:-3] + b"xyz")
     with pytest.raises(CheckpointCorruptError):
-        staged_state.read_task_state(root, "p", second, 0, 1, NS)
+        _read(root, second, 0, 1)
     assert not staged_state._READS  # a half-applied read is dropped, not kept
     store.close()
 
@@ -132,10 +144,10 @@ def test_a_read_skips_segments_of_other_key_groups(tmp_path, replays):
     other = [f for f in _log(store, cid) if "/p00001-" in f.name]
     assert len(other) == 1 and other[0].kg_start >= 64  # subtask 1 of 2 owns groups 64-127
     os.remove(os.path.join(pipeline_dir_path(root), other[0].name))
-    got = staged_state.read_task_state(root, "p", cid, 0, 2, NS)
+    got = _read(root, cid, 0, 2)
     assert got == {key: _value(0) for key in keys[0][:3]}
     with pytest.raises(CheckpointCorruptError):
-        staged_state.read_task_state(root, "p", cid, 1, 2, NS)
+        _read(root, cid, 1, 2)
     store.close()
 
 
@@ -161,7 +173,7 @@ def test_another_worker_of_the_executor_builds_on_the_shared_read(tmp_path, repl
     second = _commit(store, root, 2, {b"c": 3}, deletes=[b"a", b"x"])
 
     def read(cid):
-        return staged_state.read_task_state(root, "p", cid, 0, 1, NS)
+        return _read(root, cid, 0, 1)
 
     assert read(first) == {b"a": _value(1), b"b": _value(2), b"x": _value(9)}
     assert replays == [first]
@@ -206,7 +218,7 @@ def _first_read(tmp_path, puts: dict):
     store = open_store(root)
     _commit(store, root, 0, {b"x": 0})
     first = _commit(store, root, 1, puts)  # rebased here (see above)
-    return root, store, first, staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    return root, store, first, _read(root, first, 0, 1)
 
 
 def _stage(root: str, round_no: int, puts: dict, deletes=(), attempt: int = 0):
@@ -222,7 +234,7 @@ def _stage(root: str, round_no: int, puts: dict, deletes=(), attempt: int = 0):
 
 
 def _keep(root: str, state: dict, changes: dict, message) -> None:
-    staged_state.keep_staged(root, "p", 0, 1, 128, NS, state, changes, message.files)
+    staged_state.keep_staged(_spec(root, None), 0, NS, state, changes, message.files)
 
 
 def test_the_state_a_task_staged_is_its_next_read_once_committed(
@@ -238,7 +250,7 @@ def test_the_state_a_task_staged_is_its_next_read_once_committed(
         fingerprint="f", parallelism=1, commit_messages=[message]
     )
     applied.clear()
-    got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
+    got = _read(root, second, 0, 1)
     assert got == {b"x": _value(0), b"b": _value(3), b"c": _value(4)}
     assert replays == [first] and applied == []  # nothing replayed: the kept read is it
     store.close()
@@ -250,15 +262,15 @@ def test_a_kept_state_of_an_attempt_not_committed_is_not_read(tmp_path, replays,
     lost, changes = _stage(root, 2, {b"a": 7, b"lost": 8}, attempt=0)
     _keep(root, state, changes, lost)
     # The same checkpoint read again (a retried task) is not the kept state either.
-    assert staged_state.read_task_state(root, "p", first, 0, 1, NS) == {
+    assert _read(root, first, 0, 1) == {
         b"x": _value(0),
         b"a": _value(1),
     }
-    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    state = _read(root, first, 0, 1)
     _keep(root, state, changes, lost)
     won, _ = _stage(root, 2, {b"a": 9}, attempt=1)  # the driver committed another attempt
     second = store.pipeline("p").checkpoint(fingerprint="f", parallelism=1, commit_messages=[won])
-    got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
+    got = _read(root, second, 0, 1)
     assert got == {b"x": _value(0), b"a": _value(9)}
     assert replays == [first, first, second]
     store.close()
@@ -273,7 +285,7 @@ def test_a_task_without_changes_keeps_its_read(tmp_path, replays, monkeypatch):
     second = store.pipeline("p").checkpoint(
         fingerprint="f", parallelism=1, commit_messages=[message]
     )
-    assert staged_state.read_task_state(root, "p", second, 0, 1, NS) == {
+    assert _read(root, second, 0, 1) == {
         b"x": _value(0),
         b"a": _value(1),
     }
@@ -288,14 +300,14 @@ def test_another_worker_builds_on_the_shared_kept_state(tmp_path, replays, monke
     store = open_store(root)
     _commit(store, root, 0, {b"x": 0})
     first = _commit(store, root, 1, {b"a": 1})
-    state = staged_state.read_task_state(root, "p", first, 0, 1, NS)
+    state = _read(root, first, 0, 1)
     message, changes = _stage(root, 2, {b"b": 2}, deletes=[b"x"])
     _keep(root, state, changes, message)
     second = store.pipeline("p").checkpoint(
         fingerprint="f", parallelism=1, commit_messages=[message]
     )
     _another_worker()
-    got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
+    got = _read(root, second, 0, 1)
     assert got == {b"a": _value(1), b"b": _value(2)}
     assert replays == [first]
     store.close()
@@ -310,7 +322,7 @@ def test_a_kept_state_takes_later_rounds_of_its_slot_on_top(tmp_path, replays, m
     _keep(root, state, changes, message)
     store.pipeline("p").checkpoint(fingerprint="f", parallelism=1, commit_messages=[message])
     third = _commit(store, root, 3, {b"b": 3, b"c": 3}, deletes=[b"x"])
-    got = staged_state.read_task_state(root, "p", third, 0, 1, NS)
+    got = _read(root, third, 0, 1)
     assert got == {b"a": _value(2), b"b": _value(3), b"c": _value(3)}
     assert replays == [first]
     store.close()
@@ -331,7 +343,7 @@ def test_a_change_ordered_before_the_kept_attempts_files_means_a_whole_read(
     second = st.checkpoint(fingerprint="f", parallelism=1, commit_messages=[mine, other.finish()])
     names = [e.name for e in _log(store, second)]
     assert names.index(mine.files[0].name) > max(i for i, n in enumerate(names) if "gbk%3Aa" in n)
-    got = staged_state.read_task_state(root, "p", second, 0, 1, NS)
+    got = _read(root, second, 0, 1)
     assert got == {b"x": _value(0), b"a": _value(1), b"b": _value(3)}
     assert replays == [first, second]
     store.close()
@@ -358,7 +370,7 @@ def test_a_worker_catches_up_from_the_delta_another_worker_left(tmp_path, applie
 
     for round_no, worker in ((2, "here"), (3, "other")):
         become(worker)
-        state = staged_state.read_task_state(root, "p", checkpoint, 0, 1, NS)
+        state = _read(root, checkpoint, 0, 1)
         message, changes = _stage(root, round_no, {b"r%d" % round_no: round_no})
         _keep(root, state, changes, message)
         workers[worker] = (dict(staged_state._READS), dict(shared_reads._SEEN))
@@ -367,11 +379,11 @@ def test_a_worker_catches_up_from_the_delta_another_worker_left(tmp_path, applie
     expected = {b"x": _value(0), b"a": _value(1), b"r2": _value(2), b"r3": _value(3)}
     become("here")  # kept round 2
     applied.clear()
-    assert staged_state.read_task_state(root, "p", checkpoint, 0, 1, NS) == expected
+    assert _read(root, checkpoint, 0, 1) == expected
     assert applied == []  # round 3's changes came from the other worker's delta
     for delta in (tmp_path / "spark-local").glob("*/delta-*"):
         delta.unlink()
     become("here")
-    assert staged_state.read_task_state(root, "p", checkpoint, 0, 1, NS) == expected
+    assert _read(root, checkpoint, 0, 1) == expected
     assert applied == [1]  # without it: round 3's segment replayed
     store.close()

@@ -70,7 +70,10 @@ class _Task:
     watermark_s: float
 
     def start(self):
-        spec = stateful.StatefulRound("p", self.url, None, 3, 1, 128, int(self.watermark_s * 1e6))
+        spec = stateful.StatefulRound(
+            pipeline="p", url=self.url, checkpoint_id=None, round_no=3, parallelism=1,
+            max_key_groups=128, input_watermark=int(self.watermark_s * 1e6),
+        )  # fmt: skip
         keyed = stateful.KeyedState(spec, STAGE, KEY_CODER, 0, self.state_in, self.timers_in)
         timers = PendingTimers({FAMILY: TIMER_CODER}, {FAMILY: EVENT})
         servicer = UserStateServicer()

@@ -1,0 +1,243 @@
+"""Where a worker holds a key-group range's state past its memory budget: the executor's disk.
+
+A task's read of its key groups (``staged_state``) is kept for the next round. Up to the
+round's memory budget (``--task_state_memory_mb``) it is a dict in the Python worker. Past
+the budget it spills into a RocksDB (``rocksdict``) under the executor's Spark local directory,
+one per (store, pipeline, namespace, key groups), so state larger than the executor's memory
+is read, changed and snapshotted a record at a time instead of failing. Any Python worker of
+the executor opens the range's database next; RocksDB's own lock keeps it to one at a time,
+and a second worker that finds it held takes the next directory of the range.
+
+What a database holds is named by an identity file beside it: the manifest files its state is
+as of, the files an attempt staged on top, its entry count and bytes. The file is removed
+before the database changes and written after, so a worker killed in between leaves none and
+the next read replays the range from the durable store. A spilled range is closed when its task
+ends (`release`; a task that failed leaves it to the next task of its worker).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import marshal
+import os
+import shutil
+from collections.abc import Iterator, Mapping
+
+from sparkbeam.runner.task import shared_reads
+
+DIRECTORIES_PER_RANGE = 4  # workers of one executor that may hold one range at once
+BATCH_RECORDS = 10_000  # records written to RocksDB in one batch while replaying
+_OPEN: list[SpilledState] = []  # the ranges this worker holds open, each by one task attempt
+
+
+class SpilledState(Mapping):
+    """One range's state in a RocksDB on the executor's disk, read like the dict it replaces.
+
+    ``put``/``delete`` change it; ``identity`` says what it holds (None: unknown, replay)."""
+
+    def __init__(self, path: str, db, identity: tuple | None) -> None:
+        self.path, self._db = path, db
+        self.identity = identity  # (materialization, changelog, staged, count, size) or None
+        self.count = identity[3] if identity else 0
+        self.size = identity[4] if identity else 0
+        self.read_as: tuple = identity[:2] if identity else ()  # what its read is as of
+        self.attempt = _attempt()  # the task attempt that opened it
+
+    # -- reading ---------------------------------------------------------------------
+
+    def __getitem__(self, key: bytes) -> bytes:
+        value = self._db.get(key)
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def get(self, key: bytes, default=None):
+        value = self._db.get(key)
+        return default if value is None else value
+
+    def __contains__(self, key: object) -> bool:
+        return self._db.get(key) is not None
+
+    def __iter__(self) -> Iterator[bytes]:
+        return iter(self._db.keys())
+
+    def items(self) -> Iterator[tuple[bytes, bytes]]:  # type: ignore[override]
+        """(key, value) in key order, read from disk as they are iterated."""
+        return iter(self._db.items())
+
+    def __len__(self) -> int:
+        return self.count
+
+    # -- changing ----------------------------------------------------------------------
+
+    def forget(self) -> None:
+        """Remove the identity before the first change (a kill then leaves no claim)."""
+        if self.identity is not None:
+            _remove(self.path + ".identity")
+            self.identity = None
+
+    def put(self, key: bytes, value: bytes, *, new: bool = False) -> None:
+        """Put ``key`` (``new``: known absent, as a snapshot's rows are)."""
+        self.forget()
+        old = None if new else self._db.get(key)
+        if old is None:
+            self.count += 1
+            self.size += len(key) + len(value)
+        else:
+            self.size += len(value) - len(old)
+        self._db[key] = value
+
+    def delete(self, key: bytes) -> None:
+        self.forget()
+        old = self._db.get(key)
+        if old is not None:
+            self.count -= 1
+            self.size -= len(key) + len(old)
+            del self._db[key]
+
+    def put_all(self, items) -> None:
+        """Put ``items`` (absent keys: a dict being spilled) in batches."""
+        from rocksdict import WriteBatch
+
+        self.forget()
+        batch = WriteBatch(raw_mode=True)
+        for key, value in items:
+            batch.put(key, value)
+            self.count += 1
+            self.size += len(key) + len(value)
+            if len(batch) >= BATCH_RECORDS:
+                self._db.write(batch)
+                batch = WriteBatch(raw_mode=True)
+        self._db.write(batch)
+
+    def claim(self, materialization, changelog, staged) -> None:
+        """Write the identity: the state is that of these manifest files (and staged files)."""
+        identity = (tuple(materialization), tuple(changelog), staged, self.count, self.size)
+        partial = f"{self.path}.identity.{os.getpid()}"
+        with open(partial, "wb") as f:
+            f.write(marshal.dumps((list(identity[0]), list(identity[1]), _list(staged),
+                                   self.count, self.size)))  # fmt: skip
+        os.replace(partial, self.path + ".identity")
+        self.identity = identity
+        self.read_as = identity[:2]
+
+    @property
+    def is_open(self) -> bool:
+        return self._db is not None
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        _OPEN[:] = [s for s in _OPEN if s is not self]
+
+
+def _list(staged):
+    return None if staged is None else list(staged)
+
+
+def open_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
+    """The executor's database of ``slot`` that no other worker holds, with its identity
+    (None if it has none); None outside a Spark task or when every directory is held."""
+    root = shared_reads.shared_dir()
+    if root is None:
+        return None
+    base = os.path.join(root, "spilled", hashlib.sha256(repr(slot).encode()).hexdigest()[:32])
+    os.makedirs(base, exist_ok=True)
+    for n in range(DIRECTORIES_PER_RANGE):
+        path = os.path.join(base, str(n))
+        db = _open(path, memory_bytes)
+        if db is None:
+            continue  # another worker holds it
+        state = SpilledState(path, db, _identity(path))
+        _OPEN.append(state)
+        return state
+    return None
+
+
+def release_earlier() -> None:
+    """Close what an earlier task of this worker left open (it failed before `release`)."""
+    attempt = _attempt()
+    for state in [s for s in _OPEN if s.attempt != attempt]:
+        state.close()
+
+
+def _attempt() -> int | None:
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    return None if ctx is None else ctx.taskAttemptId()
+
+
+def empty_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
+    """`open_spilled`, emptied (its identity and records removed)."""
+    state = open_spilled(slot, memory_bytes)
+    if state is None or (state.identity is None and _is_new(state)):
+        return state
+    path = state.path
+    state.forget()
+    state.close()
+    _destroy(path)
+    db = _open(path, memory_bytes)
+    if db is None:  # another worker took it meanwhile
+        return None
+    state = SpilledState(path, db, None)
+    _OPEN.append(state)
+    return state
+
+
+def release() -> None:
+    """Close every range this worker holds open (its task is over)."""
+    for state in list(_OPEN):
+        state.close()
+
+
+def _is_new(state: SpilledState) -> bool:
+    return next(iter(state._db.keys()), None) is None
+
+
+def _options(memory_bytes: int):
+    from rocksdict import BlockBasedOptions, Cache, Options
+
+    options = Options(raw_mode=True)
+    options.create_if_missing(True)
+    # Its memory is a small part of the budget: two write buffers and a block cache.
+    part = max(1 << 20, min(64 << 20, memory_bytes // 8))
+    options.set_write_buffer_size(part)
+    options.set_max_write_buffer_number(2)
+    table = BlockBasedOptions()
+    table.set_block_cache(Cache(part))
+    options.set_block_based_table_factory(table)
+    return options
+
+
+def _open(path: str, memory_bytes: int):
+    from rocksdict import Rdict
+
+    try:
+        return Rdict(path, _options(memory_bytes))
+    except Exception as e:  # rocksdict raises a bare Exception
+        if "lock" in str(e).lower():
+            return None
+        raise
+
+
+def _destroy(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+    _remove(path + ".identity")
+
+
+def _identity(path: str) -> tuple | None:
+    try:
+        with open(path + ".identity", "rb") as f:
+            m, c, staged, count, size = marshal.loads(f.read())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    return tuple(m), tuple(c), None if staged is None else tuple(staged), count, size
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
