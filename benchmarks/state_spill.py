@@ -26,7 +26,11 @@ from benchmarks import _harness  # noqa: E402
 
 
 # PySpark's worker daemon, and sparkbeam's (its zygote forks the workers)
-_WORKER_COMMANDS = (b"pyspark.daemon", b"sparkbeam.runner.spark.zygote", b"sparkbeam.runner.spark.daemon")
+_WORKER_COMMANDS = (
+    b"pyspark.daemon",
+    b"sparkbeam.runner.spark.zygote",
+    b"sparkbeam.runner.spark.daemon",
+)
 
 
 class _WorkersPeak:

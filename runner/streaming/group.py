@@ -199,7 +199,7 @@ class _KeysOfOneTask:
         task = self.task
         if task.checkpoint_id is not None:  # the state just staged is the next round's read
             keep_staged(task, self.partition, self.ns, self.stored, self.changes, staged.files)
-        release()
+        release(self.stored)
         yield CommitRecord(commit_stage(edge_id), staged)
         yield GroupReport(edge_id, self.partition, self.keys, self.hold, self.next_ms)
 

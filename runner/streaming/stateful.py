@@ -182,7 +182,7 @@ class KeyedState:
                     changes[key] = blob
             stage_range(writer, spec, self.subtask, ns, before, changes, len(held))
         yield CommitRecord(self.stage_id, writer.finish())
-        release()
+        release(self.state_in, self.timers_in)
         keys = len(with_state | with_timers)
         next_ms = None if next_micros == _NO_TIME else next_micros / 1000.0
         yield KeyedStateReport(self.stage_id, self.subtask, keys, count, hold, next_ms)

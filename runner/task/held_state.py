@@ -11,8 +11,10 @@ and a second worker that finds it held takes the next directory of the range.
 What a database holds is named by an identity file beside it: the manifest files its state is
 as of, the files an attempt staged on top, its entry count and bytes. The file is removed
 before the database changes and written after, so a worker killed in between leaves none and
-the next read replays the range from the durable store. A spilled range is closed when its task
-ends (`release`; a task that failed leaves it to the next task of its worker).
+the next read replays the range from the durable store. A spilled range is closed when the
+stage that read it is done with it (`release`; one Spark task may run a GroupByKey and the SDF
+stage it feeds, each with its own range); one a failed task left open is closed by the next
+task of its worker.
 """
 
 from __future__ import annotations
@@ -186,10 +188,11 @@ def empty_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
     return state
 
 
-def release() -> None:
-    """Close every range this worker holds open (its task is over)."""
-    for state in list(_OPEN):
-        state.close()
+def release(*states) -> None:
+    """Close ``states`` (those that are spilled; none given: every range this worker holds)."""
+    for state in states or list(_OPEN):
+        if isinstance(state, SpilledState):
+            state.close()
 
 
 def _is_new(state: SpilledState) -> bool:
@@ -202,7 +205,7 @@ def _options(memory_bytes: int):
     options = Options(raw_mode=True)
     options.create_if_missing(True)
     # Its memory is a small part of the budget: two write buffers and a block cache.
-    part = max(1 << 20, min(64 << 20, memory_bytes // 8))
+    part = max(1 << 20, min(32 << 20, memory_bytes // 16))
     options.set_write_buffer_size(part)
     options.set_max_write_buffer_number(2)
     table = BlockBasedOptions()

@@ -135,7 +135,7 @@ def keep_residuals(
     staged = writer.finish()
     if spec.checkpoint_id is not None:  # what it staged is the next round's read
         keep_staged(spec, subtask, namespace, stored, state.changes, staged.files)
-    release()
+    release(stored)
     yield CommitRecord(commit_stage(stage), staged)
     yield ResidualReport(
         stage, subtask, handler.pending(), handler.next_fire_ms(),

@@ -92,7 +92,7 @@ def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[b
     parallelism, as of its checkpoint: a dict, or a `SpilledState` past the memory budget.
 
     The caller must not change it (but may hand it to ``keep_staged``): this process keeps it
-    for the next round's read. Call ``release`` when the task is done with it."""
+    for the next round's read. ``release`` it when the stage is done with it."""
     held_state.release_earlier()
     store = task_store(spec.url)
     checkpoint_id = spec.checkpoint_id
@@ -143,9 +143,10 @@ def _spilled_read(spilled: held_state.SpilledState) -> _Read | None:
     return _Read(materialization, changelog, spilled, size, staged)
 
 
-def release() -> None:
-    """The task is done with its reads: close those held on the executor's disk."""
-    held_state.release()
+def release(*states: Mapping[bytes, bytes]) -> None:
+    """A stage is done with these reads: close those held on the executor's disk (the next
+    worker of the executor to run the range opens them)."""
+    held_state.release(*states)
 
 
 def _in_task_state(manifest, namespace: str) -> bool:

@@ -186,3 +186,16 @@ def test_outside_an_executor_a_large_range_stays_in_memory(tmp_path, monkeypatch
     assert _read(root, first, memory_bytes=BUDGET) == _expected(_puts(300))
     assert not os.path.exists(tmp_path / "blockmgr")
     store.close()
+
+
+def test_a_stage_done_with_its_range_leaves_another_stages_range_open(tmp_path, executor_dir):
+    """One Spark task may run a GroupByKey and the SDF stage it feeds: the first to finish
+    closes only its own range."""
+    root, store = _store(tmp_path)
+    first = _commit(store, root, 0, _puts(300))
+    mine = _read(root, first, memory_bytes=BUDGET)
+    other = held_state.open_spilled(("another", "range"), BUDGET)
+    staged_state.release(mine)
+    assert not mine.is_open and other.is_open and len(other) == 0
+    staged_state.release(other)
+    store.close()
