@@ -6,7 +6,8 @@ twice over 8 rounds. Run once with a budget larger than the state (``--task_stat
 4096: each worker holds its key-group range as a dict) and once with a budget below it (the
 range spills to a RocksDB in the executor's local directory). Reported: wall time, the largest
 peak resident memory of the Python workers (``VmHWM`` of every worker process: sparkbeam's
-zygote and its forks; the JVM is apart), state per task, and exactness (every key's second count seen once).
+zygote and its forks; the JVM is apart), state per task, and exactness (every key's second
+count seen once).
 
     python benchmarks/state_spill.py --keys 3e4 --value_kb 10 --budgets 4096,32
 """
@@ -23,7 +24,6 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from benchmarks import _harness  # noqa: E402
-
 
 # PySpark's worker daemon, and sparkbeam's (its zygote forks the workers)
 _WORKER_COMMANDS = (

@@ -11,7 +11,6 @@ import pytest
 
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.task import held_state, range_staging, shared_reads, staged_state
-
 from tests.runner.test_task_state_reads import NS, _commit, _read, _spec, _stage, _value
 
 BUDGET = 2_000  # bytes: a few dozen of the test's entries
