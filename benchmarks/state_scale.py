@@ -3,10 +3,14 @@
 Two parts, both printed as tables with ratios measured in the same run:
 
 * ``--keys 1e5,1e6``: a real ``--streaming`` job with a checkpoint store, in a child process
-  per size: N keys, each given one 100-byte ``ReadModifyWriteState`` value by a stateful DoFn.
-  Reported: wall time, the driver's peak resident memory (the Python driver process; Spark's
-  JVM is apart), the store's bytes after the run against the live values' bytes, and the
-  ratio of each to the smallest size's. Exactness: the job counts the values it wrote.
+  per size: N keys, each given one 100-byte ``ReadModifyWriteState`` value by a stateful DoFn,
+  then ``--update_rounds`` rounds that each update ``--per_round`` of those keys (a steady
+  stream over a large state). Reported: wall time, the driver's peak resident memory (the
+  Python driver process; Spark's JVM is apart), the update rounds' p50 and p99 (commit to
+  commit, rounds back to back) and the driver's CPU per update round, the store's bytes
+  after the run (all of it, and the last checkpoint's files alone) against the live values'
+  bytes, and the ratio of each to the smallest size's. Exactness: the job counts the values
+  it wrote.
 * ``--simulate``: the real commit code (``PipelineStore.checkpoint`` over a memory store)
   driven by commit messages of tasks that exist only as handles: ``--executors`` tasks a
   round, each naming one staged segment of its key-group range and, when its range is due
@@ -22,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import statistics
 import sys
@@ -46,7 +51,10 @@ def child(args: argparse.Namespace) -> None:
     from apache_beam.options.pipeline_options import PipelineOptions
     from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 
+    from tests.streaming.streaming_pipelines import EventTimeOffsets
+
     n, shards = args.n, args.shards
+    rounds = _RoundTimes()
 
     class Keys(beam.DoFn):
         def process(self, shard):
@@ -71,22 +79,74 @@ def child(args: argparse.Namespace) -> None:
             f"--checkpoint_dir={args.store}",
             f"--parallelism={args.parallelism}",
             "--spark_master_url=local[2]",
+            "--checkpoint_interval_s=0.01",  # rounds back to back: commit to commit is a round
         ]
     )
+    per_round, updates = args.per_round, args.per_round * args.update_rounds
     t0 = time.perf_counter()
     p = beam.Pipeline(options=options)
-    _ = p | beam.Create(list(range(shards))) | beam.ParDo(Keys()) | beam.ParDo(Remember())
+    loaded = p | beam.Create(list(range(shards))) | beam.ParDo(Keys())
+    updated = (
+        p
+        | "Updates" >> beam.Create([("u", updates)])
+        | beam.ParDo(EventTimeOffsets(per_round=per_round, delay_s=0.0))
+        | beam.Map(lambda kv: (f"key-{kv[1] * 7919 % n:09d}", kv[1]))
+    )
+    _ = (loaded, updated) | beam.Flatten() | beam.ParDo(Remember())
     result = p.run()
     result.wait_until_finish()
     wall = time.perf_counter() - t0
     written = result.metrics().query()["counters"]
     count = sum(c.committed or c.attempted or 0 for c in written if c.key.metric.name == "written")
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    print(json.dumps({"n": n, "wall": wall, "driver_peak_mb": peak_mb, "written": count}))
+    got = {"n": n, "wall": wall, "driver_peak_mb": peak_mb, "written": count - updates}
+    print(json.dumps({**got, **rounds.summary(skip=3)}))
+
+
+class _RoundTimes(logging.Handler):
+    """The wall and driver CPU time of each round, commit to commit (sparkbeam's progress log
+    names every commit at DEBUG)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.marks: list[tuple[float, float]] = []
+        progress = logging.getLogger("sparkbeam.progress")
+        progress.setLevel(logging.DEBUG)
+        progress.addHandler(self)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if " committed (checkpoint " in record.getMessage():
+            self.marks.append((time.perf_counter(), time.process_time()))
+
+    def summary(self, skip: int) -> dict:
+        """p50/p99 of the rounds after the first ``skip`` (loading the keys), and driver CPU."""
+        marks = self.marks[skip:]
+        walls = sorted(b[0] - a[0] for a, b in zip(marks, marks[1:]))
+        cpus = sorted(b[1] - a[1] for a, b in zip(marks, marks[1:]))
+        if not walls:
+            return {"round_p50": float("nan"), "round_p99": float("nan"), "cpu_p50": float("nan")}
+        p99 = walls[min(len(walls) - 1, int(0.99 * (len(walls) - 1) + 0.5))]
+        return {"round_p50": statistics.median(walls), "round_p99": p99,
+                "cpu_p50": statistics.median(cpus), "rounds": len(walls)}  # fmt: skip
 
 
 def _tree_bytes(root: str) -> int:
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(root) for f in files)
+
+
+def _last_checkpoint_bytes(root: str) -> int:
+    """Bytes of the files the store's last checkpoint names (what a restore needs)."""
+    from sparkbeam.checkpoint import open_store
+
+    with open_store(root, read_only=True) as store:
+        (pipeline,) = store.list_pipelines()
+        last = store.list_checkpoints(pipeline)[-1].checkpoint_id
+        manifest = store.load_manifest(pipeline, last)
+    files = list(manifest.materialization) + list(manifest.changelog)
+    if manifest.task_state is not None:
+        for state in manifest.task_state.namespaces.values():
+            files += list(state.files())
+    return sum(f.size for f in {f.name: f for f in files}.values())
 
 
 def run_sizes(args: argparse.Namespace) -> int:
@@ -99,12 +159,13 @@ def run_sizes(args: argparse.Namespace) -> int:
             cmd = [
                 sys.executable, __file__, "--child", "--n", str(n), "--store", store,
                 "--parallelism", str(args.parallelism), "--shards", str(args.shards),
+                "--per_round", str(args.per_round), "--update_rounds", str(args.update_rounds),
             ]  # fmt: skip
             got, problem = _harness.json_child(cmd, log, args.timeout)
             if got is None:
                 print(f"N={n}: failed: {problem}")
                 return 1
-            store_bytes = _tree_bytes(store)
+            store_bytes, last_bytes = _tree_bytes(store), _last_checkpoint_bytes(store)
         live = n * VALUE_BYTES
         base = base or got
         rows.append(
@@ -113,12 +174,19 @@ def run_sizes(args: argparse.Namespace) -> int:
                 f"{got['wall']:.1f}",
                 f"{got['driver_peak_mb']:.0f}",
                 f"{got['driver_peak_mb'] - base['driver_peak_mb']:+.0f}",
+                f"{got['round_p50'] * 1000:.0f} ({got['round_p50'] / base['round_p50']:.2f}x)",
+                f"{got['round_p99'] * 1000:.0f} ({got['round_p99'] / got['round_p50']:.2f}x p50)",
+                f"{got['cpu_p50'] * 1000:.0f} ({got['cpu_p50'] / base['cpu_p50']:.2f}x)",
                 f"{store_bytes / 1e6:.1f}",
                 f"{store_bytes / live:.2f}",
+                f"{last_bytes / live:.2f}",
                 "yes" if got["written"] == n else f"no ({got['written']})",
             )
         )
-    head = ("keys", "wall s", "driver peak MB", "vs first", "store MB", "store/live", "exact")
+    head = (
+        "keys", "wall s", "driver peak MB", "vs first", "round p50 ms", "round p99 ms",
+        "driver CPU/round ms", "store MB", "store/live", "last checkpoint/live", "exact",
+    )  # fmt: skip
     print(_harness.format_table(head, rows))
     return 0
 
@@ -208,6 +276,8 @@ def main(argv=None) -> int:
     ap.add_argument("--keys", default="1e5,1e6", help="state sizes (default: 1e5,1e6)")
     ap.add_argument("--parallelism", type=int, default=2, help="job parallelism (default: 2)")
     ap.add_argument("--shards", type=int, default=4, help="source shards (default: 4)")
+    ap.add_argument("--per_round", type=int, default=10_000, help="updates a round (1e4)")
+    ap.add_argument("--update_rounds", type=int, default=20, help="rounds of updates (20)")
     ap.add_argument("--timeout", type=float, default=1800, help="per child, s (default: 1800)")
     ap.add_argument("--simulate", action="store_true", help="the commit over fake handles")
     ap.add_argument("--executors", type=int, default=100, help="simulated tasks (default: 100)")
