@@ -371,9 +371,7 @@ class PipelineRounds:
 
     def _scan_pushback(self) -> None:
         """Which stages have main input pushed back (only stages with side inputs can)."""
-        self.pushed_back = set()
-        if any(s.side_inputs for s in self.stages):
-            self.pushed_back = set(streaming_pushback.pending(self.state))
+        self.pushed_back = streaming_pushback.pending(self.state, self.stages)
 
     def _watermarks(self) -> watermarks.RoundWatermarks:
         sources = self.test_stream.watermarks(self.draining) if self.test_stream else None

@@ -33,14 +33,10 @@ def ready(stage, side_values: dict, marks: watermarks.RoundWatermarks) -> bool:
     )
 
 
-def pending(state) -> dict[str, int]:
-    """Rows pushed back per stage, in the pipeline's committed (and working) state."""
-    counts: dict[str, int] = {}
-    for ns, _, _ in state.items():
-        if ns.startswith(PREFIX):
-            stage = ns[len(PREFIX) :]
-            counts[stage] = counts.get(stage, 0) + 1
-    return counts
+def pending(state, stages) -> set[str]:
+    """The ``stages`` (those with side inputs) with rows pushed back in the pipeline's state;
+    reads only their pushback namespaces, not the whole table (its side inputs...)."""
+    return {s.id for s in stages if s.side_inputs and next(state.items(namespace(s.id)), None)}
 
 
 def take(state, stage_id: str) -> list[tuple[str, bytes]]:
