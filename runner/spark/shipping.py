@@ -29,6 +29,7 @@ ship the module (``errors.run_guarded`` asks ``missing_module_error``).
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import importlib.metadata
@@ -87,7 +88,7 @@ def missing_module_error(stage: str, user_traceback: str) -> ModuleNotOnExecutor
 def code_files(options, connect: bool) -> list[Path]:
     """The files a run ships: the user's modules and Beam's staged packages (on Connect,
     sparkbeam first). Each is named by its content, so the names identify the code."""
-    work = Path(tempfile.mkdtemp(prefix="sparkbeam-ship-"))
+    work = _work_dir()
     files = [f for f in (main_folder_zip(work, connect),) if f] + staged_packages(options, work)
     return [sparkbeam_zip(), *files] if connect else files
 
@@ -137,8 +138,15 @@ def sparkbeam_zip() -> Path:
             folder = Path(paths[0]).resolve()
             if not folder.is_relative_to(root):
                 tops[name] = folder
+    return _zip_paths(_work_dir(), "sparkbeam", tops)
+
+
+def _work_dir() -> Path:
+    """A new folder for zips to ship, removed when this process exits (Spark serves them
+    from there for as long as its application runs; before, every run left one in /tmp)."""
     work = Path(tempfile.mkdtemp(prefix="sparkbeam-ship-"))
-    return _zip_paths(work, "sparkbeam", tops)
+    atexit.register(shutil.rmtree, work, ignore_errors=True)
+    return work
 
 
 def main_folder_zip(work: Path, connect: bool = False) -> Path | None:

@@ -166,3 +166,19 @@ def test_a_namespace_package_ships_importable(tmp_path, monkeypatch):
         [sys.executable, "-S", "-c", probe], env=env, capture_output=True, text=True, cwd="/"
     )
     assert done.stdout.strip() == "7", done.stderr[-2000:]
+
+
+def test_the_folder_of_shipped_zips_is_removed_when_the_driver_exits(tmp_path):
+    """Spark serves the zips from it while its application runs; afterwards nothing is left
+    (every run used to leave a ``sparkbeam-ship-*`` folder in the temp directory)."""
+    code = (
+        "from sparkbeam.runner.spark.shipping import sparkbeam_zip;"
+        "z = sparkbeam_zip(); print(z.parent); assert z.exists()"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    folder = Path(proc.stdout.strip().splitlines()[-1])
+    assert folder.parent == tmp_path and not folder.exists()
