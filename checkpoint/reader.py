@@ -123,6 +123,8 @@ def replay_namespace(
 
     for sub, r, tail in state.plan(groups):
         for entry in r.base:
+            if entry.kg_stop > entry.kg_start and not sub.overlaps(entry.kg_start, entry.kg_stop):
+                continue  # a part of a split snapshot, of other key groups
             path = f"{directory}/{entry.name}"
             for kg, ns, key, value in read_materialization(storage, path, entry, sub):
                 own_put(ns, key, value, kg)

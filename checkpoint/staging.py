@@ -11,6 +11,7 @@ message per (stage, partition) and committing them (`store.PipelineStore.checkpo
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -25,6 +26,8 @@ from sparkbeam.checkpoint.materialization import write_snapshot
 from sparkbeam.checkpoint.task_state import TaskSnapshot
 
 SNAPSHOT_FILE_BYTES = 64 << 20  # a task-owned range's snapshot is written in files of this size
+SPLIT_BYTES = 8 << 20  # a range's snapshot larger than this is split by key-group sub-range,
+SPLITS = 8  # into at most this many (a restore at 2x the parallelism reads no other half)
 
 
 class CommitStatus(Enum):
@@ -165,15 +168,16 @@ class StagedWriter:
         file_bytes: int = SNAPSHOT_FILE_BYTES,
     ) -> None:  # fmt: skip
         """Write ``items``, all of a task-owned ``namespace`` in key groups ``[start, stop)``
-        as of this attempt's changes, as that range's snapshot (`task_state`): in files of
-        about ``file_bytes`` each, so a range larger than memory is written a part at a time."""
+        as of this attempt's changes, as that range's snapshot (`task_state`): a range larger
+        than `SPLIT_BYTES` in files by key-group sub-range (a restore at another parallelism
+        reads only those of its key groups), each of at most about ``file_bytes``, so a range
+        larger than memory is written a part at a time."""
         self._check_open()
         directory, prefix = pipeline_dir(self.pipeline_id), self._log.name_prefix
         files, entries = [], 0
-        for rows in _snapshot_parts(items, self.max_key_groups, file_bytes):
-            files.append(
-                write_snapshot(self.storage, directory, prefix, namespace, start, stop, rows)
-            )
+        parts = _snapshot_parts(items, self.max_key_groups, start, stop, file_bytes)
+        for lo, hi, rows in parts:
+            files.append(write_snapshot(self.storage, directory, prefix, namespace, lo, hi, rows))
             entries += len(rows)
         self._snapshots.append(TaskSnapshot(namespace, start, stop, tuple(files), entries))
         self.count(namespace, start, stop, entries)
@@ -227,17 +231,33 @@ def open_staged_writer(
 
 
 def _snapshot_parts(
-    items: Iterable[tuple[bytes, bytes]], max_key_groups: int, file_bytes: int
-) -> Iterator[list[tuple[int, bytes, bytes]]]:
-    """(key group, key, value) rows of ``items`` in parts of about ``file_bytes`` (at least
-    one part, empty when there is nothing)."""
-    rows: list[tuple[int, bytes, bytes]] = []
-    size, parts = 0, 0
+    items: Iterable[tuple[bytes, bytes]], max_key_groups: int, start: int, stop: int,
+    file_bytes: int,
+) -> Iterator[tuple[int, int, list[tuple[int, bytes, bytes]]]]:  # fmt: skip
+    """(kg_start, kg_stop, rows) of a range's snapshot: one part ``[start, stop)`` when its
+    rows total at most ``min(file_bytes, SPLIT_BYTES)`` (even none); else up to `SPLITS`
+    key-group sub-ranges, each written whenever it holds ``file_bytes / SPLITS``."""
+    n = min(SPLITS, stop - start)
+    bounds = [start + (stop - start) * i // n for i in range(n + 1)]
+    buckets: list[list[tuple[int, bytes, bytes]]] = [[] for _ in range(n)]
+    sizes = [0] * n
+    whole, split = min(file_bytes, SPLIT_BYTES), False
+    per_part = max(1, file_bytes // n)
+    total = 0
     for key, value in items:
-        rows.append((key_group(key, max_key_groups), key, value))
-        size += len(key) + len(value)
-        if size >= file_bytes:
-            yield rows
-            rows, size, parts = [], 0, parts + 1
-    if rows or not parts:
-        yield rows
+        kg = key_group(key, max_key_groups)
+        i = min(n - 1, max(0, bisect.bisect_right(bounds, kg) - 1))
+        buckets[i].append((kg, key, value))
+        size = len(key) + len(value)
+        sizes[i] += size
+        total += size
+        split = split or total > whole
+        if split and sizes[i] >= per_part:
+            yield bounds[i], bounds[i + 1], buckets[i]
+            buckets[i], sizes[i] = [], 0
+    if not split:
+        yield start, stop, [row for bucket in buckets for row in bucket]
+        return
+    for i, bucket in enumerate(buckets):
+        if bucket:
+            yield bounds[i], bounds[i + 1], bucket

@@ -199,3 +199,33 @@ def test_an_older_layout_store_migrates_its_task_owned_state_on_restore(tmp_path
             for sub in range(parallelism):
                 after.extend(store.read_subtask_state(pid, cid, sub, parallelism))
             assert sorted(after) == before
+
+
+@pytest.mark.parametrize("before, after", [(2, 4), (4, 2), (2, 3)])
+def test_a_restore_at_another_parallelism_reads_only_its_own_key_groups(
+    tmp_path, monkeypatch, before, after
+):
+    """A large range's snapshot is split by key-group sub-range: the tasks of a restore at
+    another parallelism read, in all, about the live state once (before: each half of a
+    range read its whole snapshot, 2x at 2 -> 4)."""
+    from sparkbeam.checkpoint import staging
+
+    monkeypatch.setattr(staging, "SPLIT_BYTES", 20_000)  # ranges of ~100 KB split
+    store = open_store(str(tmp_path))
+    state: dict = {}
+    by_sub = _keys_by_subtask(before, n=2_000)
+    changes = {
+        s: {k: _value(i) + bytes(40) for i, k in enumerate(keys)} for s, keys in by_sub.items()
+    }
+    cid = _round(store, 0, state, changes, before, snap=range(before))
+    files = list(store.load_manifest("p", cid).task_state.namespaces[NS].files())
+    snapshot_bytes = sum(f.size for f in files if "snap-" in f.name)
+    assert len(files) > before  # split by key groups
+    reads = Reads(store.storage, monkeypatch)
+    got: dict = {}
+    for sub in range(after):
+        got.update(_read(store, cid, sub, after))
+    assert got == state
+    read_bytes = sum(os.path.getsize(tmp_path / p) for p in reads.paths if "snap-" in p)
+    assert read_bytes <= 1.2 * snapshot_bytes
+    store.close()
