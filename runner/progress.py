@@ -135,12 +135,38 @@ def _is_connect(spark) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
+class ElementCounter:
+    """Elements a batch run's tasks moved between its stages so far (Beam's element-count
+    metrics of each finished task): a Spark accumulator the tasks add to; none over Connect."""
+
+    def __init__(self, spark, pcollections) -> None:
+        self.pcollections = frozenset(pcollections)
+        self.accumulator = None if _is_connect(spark) else spark.sparkContext.accumulator(0)
+
+    def counting(self, records):
+        """Task side: ``records`` as they are; each task's metrics added to the count."""
+        from apache_beam.portability.api import metrics_pb2
+
+        from sparkbeam.runner.task.records import MetricsRecord
+
+        for record in records:
+            if self.accumulator is not None and isinstance(record, MetricsRecord):
+                infos = [metrics_pb2.MonitoringInfo.FromString(b) for b in record.monitoring_infos]
+                self.accumulator.add(records(infos, self.pcollections))
+            yield record
+
+    def value(self) -> int | None:
+        """Driver side: the count so far (None: not counted)."""
+        return None if self.accumulator is None else self.accumulator.value
+
+
 class BatchTicker:
     """While a batch job runs: a line every ``BATCH_EVERY_S`` seconds naming the running Spark
-    stages and their tasks done/total (classic Spark: its status tracker; none over Connect)."""
+    stages and their tasks done/total (classic Spark: its status tracker; none over Connect),
+    and the elements its finished tasks moved."""
 
-    def __init__(self, spark) -> None:
-        self.spark = spark
+    def __init__(self, spark, elements: ElementCounter | None = None) -> None:
+        self.spark, self.elements = spark, elements
         self.stop = threading.Event()
         self.thread: threading.Thread | None = None
 
@@ -162,6 +188,9 @@ class BatchTicker:
                 line = running_stages(self.spark.sparkContext.statusTracker())
             except Exception:  # noqa: BLE001 - the session may be stopping
                 return
+            count = self.elements.value() if self.elements is not None else None
+            if count is not None:
+                line += f"; {count:,} element(s) so far"
             _LOG.info("running for %.0fs: %s", time.monotonic() - started, line)
 
 

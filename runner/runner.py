@@ -197,7 +197,7 @@ def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{
             max_key_groups=spark_options.max_key_groups,
             state_memory_bytes=spark_options.task_state_memory_mb << 20,
         )
-        with progress.BatchTicker(spark):  # a line every 10 s while it runs
+        with progress.BatchTicker(spark, executor.elements):  # a line every 10 s while it runs
             executor.run()
     finally:
         if store is not None:

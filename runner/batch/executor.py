@@ -73,7 +73,8 @@ class PlanExecutor:
             state_memory_bytes=state_memory_bytes,
         )  # fmt: skip
         self.plane, self.plan, self.store = ctx.plane, plan, store
-        self.rdds = StageRdds(ctx, residual_budget_s, split_policy or SplitPolicy())
+        self.elements = progress.ElementCounter(spark, {e.pcollection for e in plan.edges})
+        self.rdds = StageRdds(ctx, residual_budget_s, split_policy or SplitPolicy(), self.elements)
         self.startpoints = self.rdds.startpoints  # pipeline -> its StartpointSession
         self._labels = self.rdds.labels
         self._broadcasts: list = [ctx.components]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 
 from sparkbeam.runner.batch.durability import stage_outputs_durably
+from sparkbeam.runner.progress import ElementCounter
 from sparkbeam.runner.rounds.carry import split_carried
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.sink_files import collect_sink_files
@@ -32,9 +33,10 @@ class StageRdds:
     """Builds (and later unpersists) the RDD of each run of a batch stage."""
 
     def __init__(
-        self, ctx: RunContext, residual_budget_s: float, split_policy: SplitPolicy
-    ) -> None:
-        self.ctx = ctx
+        self, ctx: RunContext, residual_budget_s: float, split_policy: SplitPolicy,
+        elements: ElementCounter | None = None,
+    ) -> None:  # fmt: skip
+        self.ctx, self.elements = ctx, elements
         # Without a store, residuals due soon are re-fed by the task itself.
         self.residual_budget_s = 0.0 if ctx.durable else residual_budget_s
         self.split_policy = split_policy
@@ -96,7 +98,7 @@ class StageRdds:
         key_groups = ctx.store.pipeline(stage.pipeline).max_key_groups if durable else 0
         return _StageRun(
             task, ctx.components, side_bc, assignment, round_no,
-            ctx.url if durable else None, key_groups,
+            ctx.url if durable else None, key_groups, self.elements,
         )  # fmt: skip
 
     def unpersist(self) -> None:
@@ -108,10 +110,13 @@ class StageRdds:
 class _StageRun:
     """The task body of one stage run (picklable: what crosses to the executors)."""
 
-    def __init__(self, task, components, side_bc, assignment, round_no, url, max_key_groups):
+    def __init__(
+        self, task, components, side_bc, assignment, round_no, url, max_key_groups, elements
+    ) -> None:
         self.task, self.components, self.side_bc = task, components, side_bc
         self.assignment, self.round_no = assignment, round_no
         self.url, self.max_key_groups = url, max_key_groups  # url: stage outputs durably
+        self.elements = elements  # the run's ElementCounter (None: not counted)
 
     def __call__(self, rows):
         stage = self.task.stage
@@ -119,6 +124,8 @@ class _StageRun:
         rows = split_carried(rows, carried)
         records = with_startpoints(stage, self.components.value, self.assignment, rows, self._run)
         records = collect_sink_files(records, stage.id, self.round_no)
+        if self.elements is not None:
+            records = self.elements.counting(records)
         if self.url:
             records = stage_outputs_durably(
                 records, self.url, stage.pipeline, stage.id, self.round_no, self.max_key_groups

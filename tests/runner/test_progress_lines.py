@@ -1,5 +1,6 @@
 """The lines an operator reads while a job runs: the watermark as -inf, +inf or an ISO time; a
-batch run's line every few seconds naming the running Spark stage and its tasks."""
+batch run's line every few seconds naming the running Spark stage, its tasks and the elements
+moved so far."""
 
 from __future__ import annotations
 
@@ -45,6 +46,9 @@ def test_a_batch_run_prints_a_progress_line_while_it_runs(spark, monkeypatch, ca
         _ = slow | beam.Map(str) | beam.io.WriteToText(out)
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("running for")]
     assert any(" tasks " in line for line in lines), lines
+    # The elements the finished tasks moved between stages (the 2 read, reshuffled, mapped):
+    counted = [int(line.rsplit("; ", 1)[1].split()[0]) for line in lines if "so far" in line]
+    assert counted and max(counted) >= 2, lines
     started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("running on")]
     assert started and "application " in started[0] and "checkpoint store none" in started[0]
     assert started[0].endswith(f"; output {out}"), started[0]
