@@ -47,7 +47,11 @@ def test_a_batch_run_prints_a_progress_line_while_it_runs(spark, monkeypatch, ca
     lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("running for")]
     assert any(" tasks " in line for line in lines), lines
     # The elements the finished tasks moved between stages (the 2 read, reshuffled, mapped):
-    counted = [int(line.rsplit("; ", 1)[1].split()[0]) for line in lines if "so far" in line]
+    counted = [
+        int(line.rsplit("; ", 1)[1].split()[0].replace(",", ""))
+        for line in lines
+        if "so far" in line
+    ]
     assert counted and max(counted) >= 2, lines
     started = [r.getMessage() for r in caplog.records if r.getMessage().startswith("running on")]
     assert started and "application " in started[0] and "checkpoint store none" in started[0]
