@@ -47,21 +47,6 @@ def _read(root: str, checkpoint_id, subtask: int = 0, parallelism: int = 1, **se
     return staged_state.read_task_state(spec, subtask, NS)
 
 
-@pytest.fixture
-def replays(monkeypatch):
-    """Counts whole-state replays (the real function runs)."""
-    calls = []
-    real = staged_state.replay_whole
-
-    def counting(*args, **kwargs):
-        calls.append(args[2].checkpoint_id)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(staged_state, "replay_whole", counting)
-    monkeypatch.setattr(staged_state, "_READS", type(staged_state._READS)())
-    return calls
-
-
 def test_next_round_applies_only_the_new_changelog(tmp_path, replays):
     root = str(tmp_path)
     store = open_store(root)

@@ -26,19 +26,6 @@ def executor_dir(tmp_path, monkeypatch):
     held_state.release()
 
 
-@pytest.fixture
-def replays(monkeypatch):
-    calls = []
-    real = staged_state.replay_whole
-
-    def counting(*args, **kwargs):
-        calls.append(args[2].checkpoint_id)
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(staged_state, "replay_whole", counting)
-    return calls
-
-
 def _puts(n: int, start: int = 0) -> dict:
     return {b"key-%05d" % i: i for i in range(start, start + n)}
 
