@@ -143,13 +143,13 @@ class ElementCounter:
         self.pcollections = frozenset(pcollections)
         self.accumulator = None if _is_connect(spark) else spark.sparkContext.accumulator(0)
 
-    def counting(self, records):
-        """Task side: ``records`` as they are; each task's metrics added to the count."""
+    def counting(self, stream):
+        """Task side: the task's records as they are; its metrics added to the count."""
         from apache_beam.portability.api import metrics_pb2
 
         from sparkbeam.runner.task.records import MetricsRecord
 
-        for record in records:
+        for record in stream:
             if self.accumulator is not None and isinstance(record, MetricsRecord):
                 infos = [metrics_pb2.MonitoringInfo.FromString(b) for b in record.monitoring_infos]
                 self.accumulator.add(records(infos, self.pcollections))
