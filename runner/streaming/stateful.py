@@ -19,6 +19,7 @@ both in the explicit formats of ``sparkbeam.checkpoint.state_layout``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -155,37 +156,49 @@ class KeyedState:
         writer = staged_writer_for_task(
             spec.url, spec.pipeline, self.stage_id, spec.round_no, spec.max_key_groups
         )
-        with_state = (self.state_in.keys() | state_out.keys()) - {
-            k for k in touched if k not in state_out
-        }
-        with_timers = (self.timers_in.keys() | timers_out.keys()) - {
-            k for k in self.timers_loaded if k not in timers_out
-        }
-        for ns, before, after, changed, held in (
-            (self.state_ns, self.state_in, state_out, touched.keys(), with_state),
-            (
-                self.timer_ns, self.timers_in, timers_out,
-                self.timers_loaded | timers_out.keys(), with_timers,
-            ),
-        ):  # fmt: skip
+        staged = {}
+        for ns, before, after, changed in (
+            (self.state_ns, self.state_in, state_out, touched.keys()),
+            (self.timer_ns, self.timers_in, timers_out, self.timers_loaded | timers_out.keys()),
+        ):
             changes: dict[bytes, bytes | None] = {}
+            held = len(before)  # keys of the range after this round: counted, not listed
             for key in changed:
                 blob = after.get(key)
+                old = before.get(key)
                 if blob is None:
-                    if key in before:
+                    if old is not None:
                         writer.delete(ns, key)
                         changes[key] = None
+                        held -= 1
                     continue
                 self._check_owned(key)
-                if before.get(key) != blob:
+                if old != blob:
                     writer.put(ns, key, blob)
                     changes[key] = blob
-            stage_range(writer, spec, self.subtask, ns, before, changes, len(held))
+                    held += old is None
+            stage_range(writer, spec, self.subtask, ns, before, changes, held)
+            staged[ns] = (changes, held)
         yield CommitRecord(self.stage_id, writer.finish())
+        keys = self._keys_held(*staged[self.state_ns], staged[self.timer_ns][0])
         release(self.state_in, self.timers_in)
-        keys = len(with_state | with_timers)
         next_ms = None if next_micros == _NO_TIME else next_micros / 1000.0
         yield KeyedStateReport(self.stage_id, self.subtask, keys, count, hold, next_ms)
+
+    def _keys_held(self, state_changes: dict, with_state: int, timer_changes: dict) -> int:
+        """Keys with state or timers after the round: those with state (counted) and those
+        with timers only. Reads the timer keys, not the range's state (it may be on disk)."""
+
+        def has_state(key: bytes) -> bool:
+            if key in state_changes:
+                return state_changes[key] is not None
+            return key in self.state_in
+
+        timer_keys = itertools.chain(
+            (k for k in self.timers_in if timer_changes.get(k, b"") is not None),
+            (k for k, v in timer_changes.items() if v is not None and k not in self.timers_in),
+        )
+        return with_state + sum(1 for key in timer_keys if not has_state(key))
 
     def _pending_timers(self, timers) -> tuple[dict[bytes, bytes], tuple[int, int, int]]:
         """The loaded keys' timers as stored values; (count, hold, next processing-time
