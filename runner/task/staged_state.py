@@ -117,9 +117,8 @@ def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[b
     spilled = None if tail is not None else held_state.open_spilled(slot, budget)
     if spilled is not None:  # this range was larger than the budget: the executor kept it
         tail = _Tail.of(_spilled_read(spilled), manifest, groups)
-    read = _Apply(store, spec.pipeline, namespace, groups, slot, budget)
     where = f"checkpoint {checkpoint_id} of pipeline {spec.pipeline!r} in store {spec.url!r}"
-    read.where = where
+    read = _Apply(store, spec.pipeline, namespace, groups, slot, budget, where)
     if tail is None or not read.extend(tail):
         if spilled is not None:
             spilled.close()  # its directory is emptied if the read spills again
@@ -230,14 +229,14 @@ class _Apply:
     staged is applied from its delta when there is one."""
 
     def __init__(
-        self, store, pipeline: str, namespace: str, groups, slot: tuple, budget: int
+        self, store, pipeline: str, namespace: str, groups, slot: tuple, budget: int, where: str
     ) -> None:
         self.store, self.directory = store, pipeline_dir(pipeline)
         self.namespace, self.groups, self.slot, self.budget = namespace, groups, slot, budget
         self.state: Any = {}  # a dict, or a `SpilledState` once it outgrew the budget
         self.size = 0  # of a dict's keys and values
         self.replayed = 0  # records of the namespace replayed from the store (not deltas)
-        self.where = ""  # which checkpoint, for errors
+        self.where = where  # which checkpoint, for errors
 
     @property
     def result(self) -> tuple[dict[bytes, bytes], int]:
