@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from sparkbeam.checkpoint.errors import CheckpointCorruptError
 from sparkbeam.checkpoint.filesystem import Storage, checksum
@@ -53,6 +54,10 @@ def _encode(rows: tuple[list, list, list, list]) -> bytes:
         ],
         schema=SCHEMA,
     )
+    return _write_batch(batch)
+
+
+def _write_batch(batch: pa.RecordBatch) -> bytes:
     sink = io.BytesIO()
     with pa.ipc.new_file(sink, SCHEMA, options=_COMPRESSED) as writer:
         writer.write_batch(batch)
@@ -109,18 +114,25 @@ def write_snapshot(
     namespace: str,
     start: int,
     stop: int,
-    rows: list[tuple[int, bytes, bytes]],
+    columns: tuple[list[int], list[bytes], list[bytes]],
 ) -> FileEntry:
-    """One namespace's (key group, key, value) ``rows`` of key groups ``[start, stop)`` as one
-    file named ``<prefix>snap-<random>-kg-<start>-<stop>.arrow`` under ``directory`` (a
-    task-owned range's snapshot, `task_state`); the entry names it relative to ``directory``."""
-    rows = sorted(rows, key=lambda r: r[0])
-    data = _encode(
-        ([r[0] for r in rows], [namespace] * len(rows), [r[1] for r in rows], [r[2] for r in rows])
-    )
+    """One namespace's rows, ``columns`` of (key group, key, value), of key groups
+    ``[start, stop)`` as one file named ``<prefix>snap-<random>-kg-<start>-<stop>.arrow`` under
+    ``directory`` (a task-owned range's snapshot, `task_state`), its rows sorted by key group;
+    the entry names it relative to ``directory``."""
+    kgs, keys, values = columns
+    kg = pa.array(kgs, pa.uint16())
+    batch = pa.record_batch(
+        [kg, pa.repeat(pa.scalar(namespace, pa.string()), len(kg)), pa.array(keys, pa.binary()),
+         pa.array(values, pa.binary())],
+        schema=SCHEMA,
+    )  # fmt: skip
+    if len(kg) > 1:
+        batch = batch.take(pc.sort_indices(kg))  # stable: equal key groups keep their order
+    data = _write_batch(batch)
     name = f"{prefix}snap-{uuid.uuid4().hex[:12]}-kg-{start:05d}-{stop:05d}.arrow"
     storage.write(f"{directory}/{name}", data)
-    return FileEntry(name, len(data), checksum(data), len(rows), start, stop)
+    return FileEntry(name, len(data), checksum(data), len(kg), start, stop)
 
 
 def _fill(rows: tuple[list, list, list, list], entries: Iterator[Entry]) -> None:

@@ -176,9 +176,10 @@ class PipelineStore:
         for ns, rows in sorted(by_ns.items()):
             for kg, key, _ in rows:
                 self.table.delete(ns, key, kg)
+            columns = ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
             entry = write_snapshot(
                 self._store.storage, self.directory, f"migrated/chk-{manifest.checkpoint_id}",
-                ns, 0, m, rows,
+                ns, 0, m, columns,
             )  # fmt: skip
             base = RangeState(0, m, (entry,), -1, len(rows), manifest.checkpoint_id)
             out[ns] = NamespaceState((base,))

@@ -176,9 +176,10 @@ class StagedWriter:
         directory, prefix = pipeline_dir(self.pipeline_id), self._log.name_prefix
         files, entries = [], 0
         parts = _snapshot_parts(items, self.max_key_groups, start, stop, file_bytes)
-        for lo, hi, rows in parts:
-            files.append(write_snapshot(self.storage, directory, prefix, namespace, lo, hi, rows))
-            entries += len(rows)
+        for lo, hi, columns in parts:
+            entry = write_snapshot(self.storage, directory, prefix, namespace, lo, hi, columns)
+            files.append(entry)
+            entries += entry.records
         self._snapshots.append(TaskSnapshot(namespace, start, stop, tuple(files), entries))
         self.count(namespace, start, stop, entries)
 
@@ -230,34 +231,46 @@ def open_staged_writer(
     )
 
 
+_Columns = tuple[list[int], list[bytes], list[bytes]]
+
+
 def _snapshot_parts(
     items: Iterable[tuple[bytes, bytes]], max_key_groups: int, start: int, stop: int,
     file_bytes: int,
-) -> Iterator[tuple[int, int, list[tuple[int, bytes, bytes]]]]:  # fmt: skip
-    """(kg_start, kg_stop, rows) of a range's snapshot: one part ``[start, stop)`` when its
+) -> Iterator[tuple[int, int, _Columns]]:  # fmt: skip
+    """(kg_start, kg_stop, columns) of a range's snapshot: one part ``[start, stop)`` when its
     rows total at most ``min(file_bytes, SPLIT_BYTES)`` (even none); else up to `SPLITS`
     key-group sub-ranges, each written whenever it holds ``file_bytes / SPLITS``."""
     n = min(SPLITS, stop - start)
     bounds = [start + (stop - start) * i // n for i in range(n + 1)]
-    buckets: list[list[tuple[int, bytes, bytes]]] = [[] for _ in range(n)]
+    part_of = [min(n - 1, max(0, bisect.bisect_right(bounds, kg) - 1)) for kg in range(stop)]
+    parts: list[_Columns] = [([], [], []) for _ in range(n)]
     sizes = [0] * n
     whole, split = min(file_bytes, SPLIT_BYTES), False
     per_part = max(1, file_bytes // n)
     total = 0
     for key, value in items:
         kg = key_group(key, max_key_groups)
-        i = min(n - 1, max(0, bisect.bisect_right(bounds, kg) - 1))
-        buckets[i].append((kg, key, value))
+        i = part_of[kg] if kg < stop else n - 1
+        kgs, keys, values = parts[i]
+        kgs.append(kg)
+        keys.append(key)
+        values.append(value)
         size = len(key) + len(value)
         sizes[i] += size
         total += size
-        split = split or total > whole
+        if total > whole:
+            split = True
         if split and sizes[i] >= per_part:
-            yield bounds[i], bounds[i + 1], buckets[i]
-            buckets[i], sizes[i] = [], 0
+            yield bounds[i], bounds[i + 1], parts[i]
+            parts[i], sizes[i] = ([], [], []), 0
     if not split:
-        yield start, stop, [row for bucket in buckets for row in bucket]
+        whole_range: _Columns = ([], [], [])
+        for part in parts:
+            for column, part_column in zip(whole_range, part):
+                column.extend(part_column)
+        yield start, stop, whole_range
         return
-    for i, bucket in enumerate(buckets):
-        if bucket:
-            yield bounds[i], bounds[i + 1], bucket
+    for i, part in enumerate(parts):
+        if part[0]:
+            yield bounds[i], bounds[i + 1], part
