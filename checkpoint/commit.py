@@ -185,7 +185,7 @@ class CheckpointChain:
 
     def _take_handles(self, msg: CommitMessage, cid: int) -> None:
         """A task-owned message: its files appended to its namespaces' logs, then its
-        snapshots and counts (both as of its own changes)."""
+        snapshots (as of its own changes, or of an earlier round's) and counts."""
         spaces = dict(self.task_state.namespaces)
 
         def of(ns: str) -> NamespaceState:
@@ -195,7 +195,7 @@ class CheckpointChain:
             spaces[ns] = of(ns).append(msg.files)
         for snap in msg.snapshots:
             spaces[snap.namespace] = of(snap.namespace).rebase(
-                snap.start, snap.stop, snap.files, snap.entries, cid
+                snap.start, snap.stop, snap.files, snap.entries, cid, snap.since
             )
         for ns, start, stop, entries in msg.counts:
             spaces[ns] = of(ns).count(start, stop, entries)

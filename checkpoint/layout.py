@@ -7,6 +7,8 @@ Owns: the directory layout, in one place::
     pipelines/<pipeline>/manifests/chk-<id>.json one per committed checkpoint (`manifest`)
     pipelines/<pipeline>/changelog/*.seg         the driver's changelog segments (`changelog`)
     pipelines/<pipeline>/staged/<stage>/r<round>/p<partition>-a<attempt>-*.seg   task output
+      (a snapshot a task writes in the background is named ...-late-snap-*.arrow, for the
+      last round that may commit it: swept after that round as any uncommitted file)
     pipelines/<pipeline>/materializations/mat-*/kg-<start>-<stop>.arrow          snapshots
 
 Pipeline and stage ids are percent-encoded into one path component. Leaves to others: the
@@ -42,6 +44,12 @@ def pipeline_dir(pipeline_id: str) -> str:
 def staged_prefix(stage: str, round: int, partition: int, attempt: int) -> str:
     """Name prefix (relative to the pipeline dir) of one task attempt's staged segments."""
     return f"staged/{encode_component(stage)}/r{round:08d}/p{partition:05d}-a{attempt:03d}-"
+
+
+def background_prefix(stage: str, last_round: int, partition: int, attempt: int) -> str:
+    """Name prefix of a snapshot a task attempt writes in the background, named for the last
+    round that may commit it (swept after it, as any staged file no checkpoint names)."""
+    return staged_prefix(stage, last_round, partition, attempt) + "late-"
 
 
 def staged_round(name: str) -> tuple[str, int] | None:

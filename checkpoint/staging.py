@@ -56,7 +56,8 @@ class CommitMessage:
     namespaces: frozenset[str] = frozenset()
     """The namespaces its files change."""
     snapshots: tuple[TaskSnapshot, ...] = ()
-    """Snapshots of task-owned key-group ranges as of this attempt's changes."""
+    """Snapshots of task-owned key-group ranges as of this attempt's changes, or (``since``)
+    of an earlier round's, written in the background."""
     counts: tuple[tuple[str, int, int, int], ...] = ()
     """(namespace, kg start, kg stop, keys): a task-owned range's size after this attempt."""
 
@@ -168,20 +169,19 @@ class StagedWriter:
         file_bytes: int = SNAPSHOT_FILE_BYTES,
     ) -> None:  # fmt: skip
         """Write ``items``, all of a task-owned ``namespace`` in key groups ``[start, stop)``
-        as of this attempt's changes, as that range's snapshot (`task_state`): a range larger
-        than `SPLIT_BYTES` in files by key-group sub-range (a restore at another parallelism
-        reads only those of its key groups), each of at most about ``file_bytes``, so a range
-        larger than memory is written a part at a time."""
+        as of this attempt's changes, as that range's snapshot (`write_range_snapshot`)."""
         self._check_open()
-        directory, prefix = pipeline_dir(self.pipeline_id), self._log.name_prefix
-        files, entries = [], 0
-        parts = _snapshot_parts(items, self.max_key_groups, start, stop, file_bytes)
-        for lo, hi, columns in parts:
-            entry = write_snapshot(self.storage, directory, prefix, namespace, lo, hi, columns)
-            files.append(entry)
-            entries += entry.records
-        self._snapshots.append(TaskSnapshot(namespace, start, stop, tuple(files), entries))
-        self.count(namespace, start, stop, entries)
+        snap = write_range_snapshot(
+            self.storage, pipeline_dir(self.pipeline_id), self._log.name_prefix,
+            self.max_key_groups, namespace, start, stop, items, file_bytes,
+        )  # fmt: skip
+        self.add_snapshot(snap)
+        self.count(namespace, start, stop, snap.entries)
+
+    def add_snapshot(self, snapshot: TaskSnapshot) -> None:
+        """Commit ``snapshot`` with this attempt (one written in the background, ``since``)."""
+        self._check_open()
+        self._snapshots.append(snapshot)
 
     def count(self, namespace: str, start: int, stop: int, entries: int) -> None:
         """Report that a task-owned ``namespace`` holds ``entries`` keys in ``[start, stop)``."""
@@ -231,6 +231,24 @@ def open_staged_writer(
     )
 
 
+def write_range_snapshot(
+    storage: Storage, directory: str, prefix: str, max_key_groups: int, namespace: str,
+    start: int, stop: int, items: Iterable[tuple[bytes, bytes]],
+    file_bytes: int = SNAPSHOT_FILE_BYTES,
+) -> TaskSnapshot:  # fmt: skip
+    """Write ``items``, all of a task-owned ``namespace`` in key groups ``[start, stop)``, as
+    that range's snapshot (`task_state`) in files named ``<prefix>snap-...`` under
+    ``directory``: a range larger than `SPLIT_BYTES` in files by key-group sub-range (a restore
+    at another parallelism reads only those of its key groups), each of at most about
+    ``file_bytes``, so a range larger than memory is written a part at a time."""
+    files, entries = [], 0
+    for lo, hi, columns in _snapshot_parts(items, max_key_groups, start, stop, file_bytes):
+        entry = write_snapshot(storage, directory, prefix, namespace, lo, hi, columns)
+        files.append(entry)
+        entries += entry.records
+    return TaskSnapshot(namespace, start, stop, tuple(files), entries)
+
+
 _Columns = tuple[list[int], list[bytes], list[bytes]]
 
 
@@ -265,11 +283,12 @@ def _snapshot_parts(
             yield bounds[i], bounds[i + 1], parts[i]
             parts[i], sizes[i] = ([], [], []), 0
     if not split:
-        whole_range: _Columns = ([], [], [])
+        merged: _Columns = ([], [], [])
         for part in parts:
-            for column, part_column in zip(whole_range, part):
-                column.extend(part_column)
-        yield start, stop, whole_range
+            merged[0].extend(part[0])
+            merged[1].extend(part[1])
+            merged[2].extend(part[2])
+        yield start, stop, merged
         return
     for i, part in enumerate(parts):
         if part[0]:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from functools import cached_property
 
 from sparkbeam.checkpoint.ids import FileEntry
@@ -39,8 +40,18 @@ SNAPSHOT_MIN_BYTES = 4 << 20
 """A range snapshots once its tail holds this many bytes and more than its base..."""
 SNAPSHOT_MAX_SEGMENTS = 32
 """... or about this many segments (between half and all of it, depending on the range, so
-that ranges which grow alike do not all snapshot in the same round). It bounds the manifest:
-at most this many log segments per range."""
+that ranges which grow alike do not all snapshot in the same round). A task writes such a
+snapshot in the background (`Due.GROWN`), so a range may grow on until it reports it: twice
+these bounds make it `Due.OVERDUE`, written in the round. It bounds the manifest: at most
+twice this many log segments per range."""
+
+
+class Due(Enum):
+    """Why a range should snapshot after this round."""
+
+    GROWN = "grown"  # its tail passed the bounds: in the background, reported later
+    OVERDUE = "overdue"  # twice past them (no background snapshot came back): in the round
+    REQUESTED = "requested"  # the commit asked (the fallback guarantee): in the round
 
 
 def _segments_due(start: int) -> int:
@@ -177,13 +188,19 @@ class NamespaceState:
         return replace(state, ranges=state.ranges[:i] + counted + state.ranges[j:])
 
     def rebase(
-        self, start: int, stop: int, base: tuple[FileEntry, ...], entries: int, checkpoint: int
-    ) -> NamespaceState:
-        """A snapshot of ``[start, stop)`` as of everything appended so far, committed by
-        ``checkpoint``."""
+        self, start: int, stop: int, base: tuple[FileEntry, ...], entries: int, checkpoint: int,
+        since: int | None = None,
+    ) -> NamespaceState:  # fmt: skip
+        """A snapshot of ``[start, stop)`` committed by ``checkpoint``, as of everything
+        appended so far, or of the log up to sequence number ``since`` (a task wrote it in the
+        background after an earlier round); ignored if a range there already has a later base."""
+        if since is None:
+            since = self.next_seq - 1
+        elif any(r.since >= since for r in self._overlapping(start, stop)):
+            return self
         state = self._split_at(start, stop)
         i, j = state._span(start, stop)
-        new = RangeState(start, stop, base, self.next_seq - 1, entries, checkpoint)
+        new = RangeState(start, stop, base, since, entries, checkpoint)
         return replace(state, ranges=state.ranges[:i] + (new,) + state.ranges[j:])
 
     def truncated(self) -> NamespaceState:
@@ -222,17 +239,22 @@ class NamespaceState:
             out.append((sub, r, tail))
         return out
 
-    def snapshot_due(self, groups: KeyGroupRange) -> bool:
-        """Whether a task owning ``groups`` should snapshot them after this round."""
+    def snapshot_due(self, groups: KeyGroupRange) -> Due | None:
+        """Whether, and how, a task owning ``groups`` should snapshot them after this round."""
+        due = None
         for _, r, tail in self.plan(groups):
             if r.checkpoint < self.rebase_below:
-                return True
-            tail_bytes = sum(f.size for f in tail)
-            if tail_bytes >= SNAPSHOT_MIN_BYTES and tail_bytes > sum(f.size for f in r.base):
-                return True
-            if len(tail) >= _segments_due(r.start):
-                return True
-        return False
+                return Due.REQUESTED
+            tail_bytes, base_bytes = sum(f.size for f in tail), sum(f.size for f in r.base)
+            over = max(
+                len(tail) / _segments_due(r.start),
+                tail_bytes / max(SNAPSHOT_MIN_BYTES, base_bytes + 1),
+            )
+            if over >= 2:
+                due = Due.OVERDUE
+            elif over >= 1 and due is None:
+                due = Due.GROWN
+        return due
 
     # -- encoding --------------------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -262,6 +284,9 @@ class TaskSnapshot:
     stop: int
     files: tuple[FileEntry, ...]
     entries: int
+    since: int | None = None
+    """None: as of the changes of the attempt that reports it; else as of the namespace's
+    log up to this sequence number (written in the background after an earlier round)."""
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,10 @@
 """Task side of keyed state, its writes: stage a round's changes, snapshot a range when due.
 
 A task stages its changes to a key-group range in its attempt's changelog segment
-(``staged_writer_for_task``); when the range's tail has grown past its threshold, or the commit
-asked for one, it also writes the range's snapshot (``stage_range``), streamed from its read so
-a range larger than memory is written in parts. Reads are ``staged_state``'s.
+(``staged_writer_for_task``); when the range's tail has grown past its threshold it has the
+range's snapshot written in the background (``background_snapshots``), and when the commit
+asked for one, or the tail is overdue, it writes it in the round (``stage_range``), streamed
+from its read so a range larger than memory is written in parts. Reads are ``staged_state``'s.
 """
 
 from __future__ import annotations
@@ -11,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 from sparkbeam.checkpoint import key_group_range, open_staged_writer
+from sparkbeam.checkpoint.task_state import Due, NamespaceState
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
-from sparkbeam.runner.task.staged_state import StateRound, task_store
+from sparkbeam.runner.task import background_snapshots
+from sparkbeam.runner.task.staged_state import StateRound, range_slot, task_store
 
 
 def stage_range(
@@ -20,11 +23,24 @@ def stage_range(
     changes: dict[bytes, bytes | None], keys: int,
 ) -> None:  # fmt: skip
     """After a task staged ``changes`` to ``before`` (its read of ``namespace``): report how
-    many ``keys`` its key groups hold, or write their snapshot when one is due (in files of
-    at most a quarter of the memory budget)."""
+    many ``keys`` its key groups hold, and the range's snapshot when one is due: one written
+    in the background (`background_snapshots`) by an earlier round, or a new one, in the
+    background when the tail has grown, else in the round (in files of at most a quarter of
+    the memory budget)."""
     groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
-    args = (spec.url, spec.pipeline, spec.checkpoint_id, subtask, spec.parallelism, namespace)
-    if not snapshot_due(*args):
+    chains = _chains(spec, namespace)
+    due = None
+    if chains is not None:
+        slot = range_slot(spec, namespace, groups)
+        due = chains.snapshot_due(groups)
+        if due is Due.GROWN and (
+            background_snapshots.report(writer, slot, chains, groups)  # or still being written
+            or background_snapshots.start(
+                writer, slot, chains, groups, namespace, before, changes, spec.memory_bytes // 4
+            )
+        ):
+            due = None
+    if due is None:
         writer.count(namespace, groups.start, groups.stop, keys)
         return
 
@@ -32,26 +48,19 @@ def stage_range(
         for key, value in before.items():
             if key not in changes:
                 yield key, value
-        for key, value in changes.items():
-            if value is not None:
-                yield key, value
+        for key, change in changes.items():
+            if change is not None:
+                yield key, change
 
     writer.snapshot(namespace, groups.start, groups.stop, after(), spec.memory_bytes // 4)
 
 
-def snapshot_due(
-    url: str, pipeline: str, checkpoint_id: int | None, subtask: int, parallelism: int,
-    namespace: str,
-) -> bool:  # fmt: skip
-    """Whether the task owning ``subtask``'s key groups should snapshot ``namespace`` after
-    this round (its ranges' tails have grown, or the commit asked for a fallback)."""
-    if checkpoint_id is None:
-        return False
-    manifest = task_store(url).load_manifest(pipeline, checkpoint_id)
-    chains = manifest.task_state.namespaces.get(namespace) if manifest.task_state else None
-    if chains is None:
-        return False
-    return chains.snapshot_due(key_group_range(subtask, parallelism, manifest.max_key_groups))
+def _chains(spec: StateRound, namespace: str) -> NamespaceState | None:
+    """``namespace``'s ranges in the checkpoint the round's state is as of (None: none yet)."""
+    if spec.checkpoint_id is None:
+        return None
+    manifest = task_store(spec.url).load_manifest(spec.pipeline, spec.checkpoint_id)
+    return manifest.task_state.namespaces.get(namespace) if manifest.task_state else None
 
 
 def staged_writer_for_task(url: str, pipeline: str, stage: str, round_no: int, max_key_groups: int):

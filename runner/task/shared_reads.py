@@ -32,7 +32,8 @@ def shared_dir() -> str | None:
     return os.path.join(local, "sparkbeam-state-reads") if local else None
 
 
-def _slot_dir(slot: tuple) -> str | None:
+def slot_dir(slot: tuple) -> str | None:
+    """The executor's directory of one key-group slot (not created); None outside a task."""
     root = shared_dir()
     if root is None:
         return None
@@ -49,7 +50,7 @@ def _stamp(path: str) -> tuple[int, int] | None:
 
 def changed(slot: tuple) -> bool:
     """Whether the slot's whole read is not the one this process last wrote or loaded."""
-    directory = _slot_dir(slot)
+    directory = slot_dir(slot)
     if directory is None:
         return False
     return _stamp(os.path.join(directory, "whole")) not in (None, _SEEN.get(slot))
@@ -57,7 +58,7 @@ def changed(slot: tuple) -> bool:
 
 def load(slot: tuple) -> tuple | None:
     """(materialization, changelog, state, size, staged) of the slot's whole read, or None."""
-    directory = _slot_dir(slot)
+    directory = slot_dir(slot)
     if directory is None:
         return None
     try:
@@ -75,7 +76,7 @@ def load(slot: tuple) -> tuple | None:
 
 
 def save(slot: tuple, materialization, changelog, state: dict, size: int, staged) -> None:
-    directory = _slot_dir(slot)
+    directory = slot_dir(slot)
     if directory is None:
         return
     path = os.path.join(directory, "whole")
@@ -89,7 +90,7 @@ def save(slot: tuple, materialization, changelog, state: dict, size: int, staged
 
 def save_delta(slot: tuple, segment: str, changes: dict[bytes, bytes | None]) -> None:
     """The slot's changes staged in ``segment`` (None: deleted); drops the oldest deltas."""
-    directory = _slot_dir(slot)
+    directory = slot_dir(slot)
     if directory is None or not _write(_delta_path(directory, segment), (segment, changes)):
         return
     try:
@@ -103,7 +104,7 @@ def save_delta(slot: tuple, segment: str, changes: dict[bytes, bytes | None]) ->
 
 
 def load_delta(slot: tuple, segment: str) -> dict[bytes, bytes | None] | None:
-    directory = _slot_dir(slot)
+    directory = slot_dir(slot)
     if directory is None:
         return None
     try:

@@ -80,6 +80,11 @@ class _Read:
     count as read once a manifest names them all after ``changelog``."""
 
 
+def range_slot(spec: StateRound, namespace: str, groups) -> tuple:
+    """What names one key-group range's state in a worker and its executor."""
+    return (spec.url, spec.pipeline, namespace, groups.start, groups.stop)
+
+
 def _names(entries) -> tuple[str, ...]:
     return tuple(e.name for e in entries)
 
@@ -103,7 +108,7 @@ def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[b
         if chains is None:
             return {}  # nothing committed yet
         manifest = _ChainView(checkpoint_id, namespace, chains, groups)
-    slot = (spec.url, spec.pipeline, namespace, groups.start, groups.stop)
+    slot = range_slot(spec, namespace, groups)
     budget = spec.memory_bytes
     with _LOCK:
         last = _READS.pop(slot, None)  # re-inserted only once this read succeeded
@@ -336,7 +341,7 @@ def keep_staged(
     read, valid for the checkpoint that commits this attempt (the files' names are unique to
     it). Not kept if the read was not."""
     groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
-    slot = (spec.url, spec.pipeline, namespace, groups.start, groups.stop)
+    slot = range_slot(spec, namespace, groups)
     if isinstance(state, held_state.SpilledState):
         if state.read_as and state.is_open:
             for key, value in changes.items():

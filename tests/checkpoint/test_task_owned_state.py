@@ -15,6 +15,7 @@ import pytest
 
 from sparkbeam.checkpoint import key_group_range, open_store, state_layout
 from sparkbeam.checkpoint.keygroups import key_group
+from sparkbeam.checkpoint.task_state import Due
 
 NS = state_layout.gbk("ref_PCollection_x")
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "fixtures")
@@ -161,7 +162,7 @@ def test_a_fallback_asks_the_tasks_to_snapshot_then_shares_no_file(tmp_path):
         second = _round(store, 1, state, {0: {keys[0][9]: _value(1)}, 1: {}}, 2)
         chains = store.load_manifest("p", second).task_state.namespaces[NS]
         assert chains.snapshots_pending  # shared with the first: the tasks are asked
-        assert chains.snapshot_due(key_group_range(1, 2, 128))
+        assert chains.snapshot_due(key_group_range(1, 2, 128)) is Due.REQUESTED
         third = _round(store, 2, state, {0: {}, 1: {}}, 2, snap={0, 1})
         files = {
             cid: {f.name for f in store.load_manifest("p", cid).files} for cid in (second, third)

@@ -7,23 +7,12 @@ from __future__ import annotations
 
 import os
 
-import pytest
-
 from sparkbeam.checkpoint import open_store
+from sparkbeam.checkpoint.task_state import Due, NamespaceState
 from sparkbeam.runner.task import held_state, range_staging, shared_reads, staged_state
 from tests.runner.test_task_state_reads import NS, _commit, _read, _spec, _stage, _value
 
 BUDGET = 2_000  # bytes: a few dozen of the test's entries
-
-
-@pytest.fixture
-def executor_dir(tmp_path, monkeypatch):
-    """An executor's local directory; no read kept in this process before the test."""
-    local = tmp_path / "blockmgr"
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
-    monkeypatch.setattr(staged_state, "_READS", type(staged_state._READS)())
-    yield local
-    held_state.release()
 
 
 def _puts(n: int, start: int = 0) -> dict:
@@ -137,7 +126,7 @@ def test_a_range_past_the_budget_is_snapshotted_in_parts(tmp_path, executor_dir,
     first = _commit(store, root, 0, _puts(300))
     spec = _spec(root, first, memory_bytes=BUDGET)
     state = staged_state.read_task_state(spec, 0, NS)
-    monkeypatch.setattr(range_staging, "snapshot_due", lambda *args: True)
+    monkeypatch.setattr(NamespaceState, "snapshot_due", lambda *args: Due.REQUESTED)
     writer = _writer(root)
     changes = {b"key-00004": None, b"extra": _value(9)}
     writer.write_all(NS, changes)

@@ -1,0 +1,182 @@
+"""Snapshots of a key-group range written in the background, off the round's critical path.
+
+When a range's changelog tail has grown (`task_state.Due.GROWN`), the round's task hands its
+state to a thread of its Python worker and returns: the read's keys and values (shared, not
+copied: bytes do not change, and the read itself may change in the next round) and the round's
+changes. A later round's task of the range reports the finished snapshot with its commit
+message, as of the log position it holds (``TaskSnapshot.since``), whichever Python worker of
+the executor runs it: the handoff is a file in the range's executor directory (`shared_reads`).
+
+A snapshot is reported only if the round that made it committed (its attempt's segments are
+in the log, or it changed nothing), no other segment changed the range in between, and within
+`WITHIN_ROUNDS` rounds; else it is dropped, and its files, named for the last round that may
+commit them, are swept as any uncommitted staged file. One whose thread died with its worker
+never comes back: the range grows on until it is overdue and snapshotted in the round. Where
+there is no executor directory (outside Spark), or the state is on disk, it is written in the
+round.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import threading
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from sparkbeam.checkpoint.keygroups import KeyGroupRange
+from sparkbeam.checkpoint.layout import background_prefix, pipeline_dir, staged_prefix
+from sparkbeam.checkpoint.staging import StagedWriter, write_range_snapshot
+from sparkbeam.checkpoint.task_state import NamespaceState, TaskSnapshot
+from sparkbeam.runner.task import shared_reads
+
+WITHIN_ROUNDS = 8  # a background snapshot is committed within this many rounds, or dropped
+_RUNNING = "snapshot-running"
+_DONE = "snapshot-done-"
+_LOG = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class _Made:
+    """A finished background snapshot and what says which log position it holds."""
+
+    snapshot: TaskSnapshot
+    round_no: int  # the round whose state it holds
+    read_seq: int  # that round's read was as of the log up to here
+    attempt: str  # the name prefix of that round's attempt's staged segments
+    changed: bool  # whether that attempt changed the namespace
+
+
+def report(writer: StagedWriter, slot: tuple, chains: NamespaceState, groups) -> bool:
+    """Add to ``writer`` the background snapshot of ``slot`` that finished, if it holds for
+    the log of ``chains``; whether one was added or is still being written."""
+    directory = shared_reads.slot_dir(slot)
+    if directory is None:
+        return False
+    held = [_as_of_log(made, chains, groups, writer.round) for made in _take_done(directory)]
+    latest = max((s for s in held if s is not None), key=lambda s: s.since or 0, default=None)
+    if latest is not None:
+        writer.add_snapshot(latest)
+    return latest is not None or _running(directory, writer.round)
+
+
+def start(
+    writer: StagedWriter, slot: tuple, chains: NamespaceState, groups: KeyGroupRange,
+    namespace: str, before: Mapping[bytes, bytes], changes: dict[bytes, bytes | None],
+    file_bytes: int,
+) -> bool:  # fmt: skip
+    """Snapshot ``before`` with ``changes`` applied (None: deleted) in a thread; False where
+    it cannot (no executor directory, or ``before`` is on disk): write it in the round."""
+    directory = shared_reads.slot_dir(slot)
+    if directory is None or type(before) is not dict:
+        return False
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, _RUNNING), "w") as f:
+            f.write(f"{os.getpid()} {writer.round}")
+    except OSError:
+        return False
+    keys, values, changes = list(before), list(before.values()), dict(changes)
+    last = writer.round + WITHIN_ROUNDS - 1  # the last round that may commit it
+    prefix = background_prefix(writer.stage, last, writer.partition, writer.attempt)
+    made = _Made(
+        TaskSnapshot(namespace, groups.start, groups.stop, (), 0),
+        writer.round,
+        chains.next_seq - 1,
+        staged_prefix(writer.stage, writer.round, writer.partition, writer.attempt),
+        bool(changes),
+    )
+
+    def after():
+        for key, value in zip(keys, values):
+            if key not in changes:
+                yield key, value
+        for key, change in changes.items():
+            if change is not None:
+                yield key, change
+
+    def write() -> None:
+        try:
+            snapshot = write_range_snapshot(
+                writer.storage, pipeline_dir(writer.pipeline_id), prefix, writer.max_key_groups,
+                namespace, groups.start, groups.stop, after(), file_bytes,
+            )  # fmt: skip
+            _put_done(directory, replace(made, snapshot=snapshot))
+        except Exception:  # the range is snapshotted in a later round instead
+            _LOG.debug("background snapshot of %s failed", slot, exc_info=True)
+        finally:
+            _remove(os.path.join(directory, _RUNNING))
+
+    threading.Thread(target=write, name=f"sparkbeam-snapshot-{namespace}", daemon=True).start()
+    return True
+
+
+def _as_of_log(made: _Made, chains: NamespaceState, groups, round_no: int) -> TaskSnapshot | None:
+    """``made`` as of its position in ``chains``' log, or None if it does not hold there."""
+    if round_no - made.round_no >= WITHIN_ROUNDS:
+        return None
+    mine = [seq for seq, f in chains.log if f.name.startswith(made.attempt)]
+    if made.changed and not mine:
+        return None  # another attempt of its round committed (or a later base truncated it)
+    since = max([made.read_seq, *mine])
+    for seq, f in chains.log:
+        if made.read_seq < seq <= since and not f.name.startswith(made.attempt):
+            start, stop = (f.kg_start, f.kg_stop) if f.kg_stop > f.kg_start else (0, 1 << 16)
+            if start < groups.stop and groups.start < stop:
+                return None  # another segment changed the range in between
+    if any(r.since >= since for _, r, _ in chains.plan(groups)):
+        return None  # a later base is committed
+    return replace(made.snapshot, since=since)
+
+
+def _running(directory: str, round_no: int) -> bool:
+    try:
+        with open(os.path.join(directory, _RUNNING)) as f:
+            pid, made = (int(v) for v in f.read().split())
+    except (OSError, ValueError):
+        return False
+    if round_no - made >= WITHIN_ROUNDS:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        pass  # alive, another user's
+    return True
+
+
+def _put_done(directory: str, made: _Made) -> None:
+    path = os.path.join(directory, f"{_DONE}{uuid.uuid4().hex}")
+    with open(f"{path}.partial", "wb") as f:
+        pickle.dump(made, f)
+    os.replace(f"{path}.partial", path)
+
+
+def _take_done(directory: str) -> list[_Made]:
+    """The finished snapshots of the directory, each taken by one worker only."""
+    try:
+        names = [n for n in os.listdir(directory) if n.startswith(_DONE) and "." not in n]
+    except OSError:
+        return []
+    out = []
+    for name in names:
+        taken = os.path.join(directory, f"{name}.taken-{os.getpid()}")
+        try:
+            os.rename(os.path.join(directory, name), taken)
+            with open(taken, "rb") as f:
+                out.append(pickle.load(f))
+        except (OSError, EOFError, pickle.UnpicklingError):
+            continue
+        finally:
+            _remove(taken)
+    return out
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass
