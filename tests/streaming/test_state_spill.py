@@ -16,6 +16,7 @@ import pytest
 from apache_beam.coders import BytesCoder
 from apache_beam.transforms import userstate
 
+from sparkbeam.checkpoint import open_store
 from sparkbeam.io import WriteToFilesOnCheckpoint
 from sparkbeam.runner.task import shared_reads
 from tests.streaming.streaming_pipelines import EventTimeOffsets
@@ -68,3 +69,46 @@ def test_state_four_times_the_budget_is_held_on_the_executors_disk_and_exact(spa
         if os.path.getmtime(path) >= started
     ]
     assert claims
+
+
+class _Count(beam.DoFn):
+    """Stateful: (key, elements of the key so far)."""
+
+    STATE = userstate.ReadModifyWriteStateSpec("count", BytesCoder())
+
+    def process(self, kv, state=beam.DoFn.StateParam(STATE)):
+        count = int(state.read() or b"0") + 1
+        state.write(b"%d" % count)
+        yield kv[0], count
+
+
+def test_a_grown_range_is_snapshotted_in_the_background_and_the_output_is_exact(spark, tmp_path):
+    """A range whose tail passes 16 segments is snapshotted by a thread of the worker, off
+    the round (`background_snapshots`), and a later round commits it; the output is exact."""
+    keys, rounds = 20, 24  # every key changes in every round, in both tasks' ranges
+    options = _options(tmp_path, "--parallelism=2")
+    with beam.Pipeline(options=options) as p:
+        _ = (
+            p
+            | beam.Create([("a", keys * rounds)])
+            | beam.ParDo(EventTimeOffsets(per_round=keys, delay_s=0.01))
+            | beam.Map(lambda kv: (f"k{kv[1] % keys}", kv[1]))
+            | beam.ParDo(_Count())
+            | WriteToFilesOnCheckpoint(str(tmp_path / "out" / "counts"), format_fn=repr)
+        )
+    lines = []
+    for path in glob.glob(str(tmp_path / "out" / "counts-*")):
+        with open(path) as f:
+            lines += f.read().splitlines()
+    expected = [repr((f"k{k}", c)) for k in range(keys) for c in range(1, rounds + 1)]
+    assert sorted(lines) == sorted(expected)
+    store = open_store(str(tmp_path / "ckpt"), read_only=True)
+    (pipeline,) = store.list_pipelines()
+    bases = [
+        f.name
+        for c in store.list_checkpoints(pipeline)
+        for ns in store.load_manifest(pipeline, c.checkpoint_id).task_state.namespaces.values()
+        for r in ns.ranges
+        for f in r.base
+    ]
+    assert any("-late-" in name for name in bases), bases
