@@ -3,8 +3,10 @@
 Owns: the transform (Beam's ``apache_beam.io.kafka.ReadFromKafka`` argument names where they
 apply) and the read loop: assign one partition at its restriction's start, poll in batches,
 claim each offset, and, once the partition is caught up (librdkafka's partition-EOF event) or
-after ``max_poll_s``, defer the remainder -- with ``idle_resume_delay_s`` when caught up, so an
-idle topic costs one small fetch per partition per delay. The residual is sparkbeam's SDF
+after ``max_poll_s``, defer the remainder -- with ``idle_resume_delay_s`` when caught up, or
+``max_idle_resume_delay_s`` when the call found nothing, ending on a multiple of the delay on
+the wall clock so that the partitions of an idle topic poll in the same round: one small fetch
+each per delay. The residual is sparkbeam's SDF
 residual: offsets live in the checkpoint, never in the consumer group. Leaves to others: which
 partitions and where they start (``kafka_listing``), restrictions, watermarks and startpoints
 (``kafka_restrictions``), records (``kafka_records``), broker questions (``kafka_client``).
@@ -48,7 +50,8 @@ class ReadFromKafka(beam.PTransform):
     whole topic names) adds the matching topics; ``dynamic_read_poll_interval_seconds``
     lists the partitions again at that interval while an unbounded read runs, and reads each
     new one from where a Kafka consumer would start it. sparkbeam's own knobs:
-    ``idle_resume_delay_s`` (how long a caught-up partition waits before it polls again),
+    ``idle_resume_delay_s`` (how long a caught-up partition waits before it polls again) and
+    ``max_idle_resume_delay_s`` (how long after a poll that found nothing; by default 4x it),
     ``max_poll_s`` and ``batch_size`` (a call reads batches of ``batch_size`` records for at
     most ``max_poll_s``, then hands its remainder back to the runner, which checkpoints it).
     """
@@ -78,8 +81,18 @@ class ReadFromKafka(beam.PTransform):
         idle_resume_delay_s: float = 1.0,
         max_poll_s: float = 1.0,
         batch_size: int = 500,
+        max_idle_resume_delay_s: float | None = None,
     ) -> None:
         super().__init__()
+        if not idle_resume_delay_s > 0:
+            raise KafkaConfigError(f"idle_resume_delay_s={idle_resume_delay_s} must be > 0.")
+        if max_idle_resume_delay_s is None:
+            max_idle_resume_delay_s = 4 * idle_resume_delay_s
+        if not idle_resume_delay_s <= max_idle_resume_delay_s < float("inf"):
+            raise KafkaConfigError(
+                f"max_idle_resume_delay_s={max_idle_resume_delay_s} must be finite and at least "
+                f"idle_resume_delay_s={idle_resume_delay_s}."
+            )
         if max_read_time is not None:
             raise KafkaConfigError(
                 "max_read_time is not supported by sparkbeam's ReadFromKafka; bound the read "
@@ -124,6 +137,7 @@ class ReadFromKafka(beam.PTransform):
             poll_timeout_s=float(consumer_polling_timeout),
             stop_read_time=stop_read_time,
             idle_resume_delay_s=idle_resume_delay_s,
+            max_idle_resume_delay_s=max_idle_resume_delay_s,
             max_poll_s=max_poll_s,
             batch_size=batch_size,
         )
@@ -142,13 +156,14 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
 
     def __init__(
         self, config, records, *, commit_offset_in_finalize, poll_timeout_s, stop_read_time,
-        idle_resume_delay_s, max_poll_s, batch_size,
+        idle_resume_delay_s, max_idle_resume_delay_s, max_poll_s, batch_size,
     ) -> None:  # fmt: skip
         KafkaRestrictionProvider.__init__(self, config)
         self.config, self.records = config, records
         self.commit_offset_in_finalize = commit_offset_in_finalize
         self.poll_timeout_s, self.stop_read_time = poll_timeout_s, stop_read_time
         self.idle_resume_delay_s, self.max_poll_s = idle_resume_delay_s, max_poll_s
+        self.max_idle_s = max_idle_resume_delay_s
         self.batch_size = batch_size
         self._consumer = None
 
@@ -219,7 +234,8 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     if self._past_stop_wall_time():
                         tracker.try_claim(UNBOUNDED)
                         return
-                    tracker.defer_remainder(Duration(seconds=self.idle_resume_delay_s))
+                    delay = self.idle_resume_delay_s if last is not None else self.max_idle_s
+                    tracker.defer_remainder(Duration(seconds=idle_wait(delay, time.time())))
                     return
                 if time.monotonic() >= deadline:
                     tracker.defer_remainder()
@@ -253,6 +269,14 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
 
     def _past_stop_wall_time(self) -> bool:
         return self.stop_read_time is not None and time.time() * 1000 >= self.stop_read_time
+
+
+def idle_wait(delay_s: float, now: float) -> float:
+    """How long a caught-up partition waits before it polls again: about ``delay_s``, ending
+    on a multiple of it on the wall clock (at least half of it away), so that partitions
+    deferred in different rounds resume in the same one."""
+    wait = delay_s - now % delay_s
+    return wait + delay_s if wait < delay_s / 2 else wait
 
 
 class _ReadUnboundedPartitions(_ReadPartitions):
