@@ -40,6 +40,25 @@ class _PaddedCount(beam.DoFn):
         yield kv[0], count
 
 
+def _counts(options, tmp_path, count_fn, keys: int, n: int, per_round: int) -> list[str]:
+    """Run ``n`` elements, ``per_round`` a round, over ``keys`` keys through the stateful
+    ``count_fn``; the lines it wrote exactly once."""
+    with beam.Pipeline(options=options) as p:
+        _ = (
+            p
+            | beam.Create([("a", n)])
+            | beam.ParDo(EventTimeOffsets(per_round=per_round, delay_s=0.01))
+            | beam.Map(lambda kv: (f"k{kv[1] % keys}", kv[1]))
+            | beam.ParDo(count_fn)
+            | WriteToFilesOnCheckpoint(str(tmp_path / "out" / "counts"), format_fn=repr)
+        )
+    lines = []
+    for path in glob.glob(str(tmp_path / "out" / "counts-*")):
+        with open(path) as f:
+            lines += f.read().splitlines()
+    return lines
+
+
 def _executor_dir(spark) -> str:
     """Where this session's Python workers keep what they share (their Spark local dir)."""
     return spark.sparkContext.parallelize([0], 1).map(lambda _: shared_reads.shared_dir()).first()
@@ -49,19 +68,7 @@ def test_state_four_times_the_budget_is_held_on_the_executors_disk_and_exact(spa
     started = time.time()
     n = 2 * KEYS  # two elements per key, in four rounds
     options = _options(tmp_path, "--parallelism=2", "--task_state_memory_mb=1")
-    with beam.Pipeline(options=options) as p:
-        _ = (
-            p
-            | beam.Create([("a", n)])
-            | beam.ParDo(EventTimeOffsets(per_round=KEYS // 2, delay_s=0.05))
-            | beam.Map(lambda kv: (f"k{kv[1] % KEYS}", kv[1]))
-            | beam.ParDo(_PaddedCount())
-            | WriteToFilesOnCheckpoint(str(tmp_path / "out" / "counts"), format_fn=repr)
-        )
-    lines = []
-    for path in glob.glob(str(tmp_path / "out" / "counts-*")):
-        with open(path) as f:
-            lines += f.read().splitlines()
+    lines = _counts(options, tmp_path, _PaddedCount(), KEYS, n, per_round=KEYS // 2)
     assert sorted(lines) == sorted(repr((f"k{k}", c)) for k in range(KEYS) for c in (1, 2))
     claims = [  # each a range a worker held on disk past the budget, and what it held
         path
@@ -87,19 +94,7 @@ def test_a_grown_range_is_snapshotted_in_the_background_and_the_output_is_exact(
     the round (`background_snapshots`), and a later round commits it; the output is exact."""
     keys, rounds = 20, 24  # every key changes in every round, in both tasks' ranges
     options = _options(tmp_path, "--parallelism=2")
-    with beam.Pipeline(options=options) as p:
-        _ = (
-            p
-            | beam.Create([("a", keys * rounds)])
-            | beam.ParDo(EventTimeOffsets(per_round=keys, delay_s=0.01))
-            | beam.Map(lambda kv: (f"k{kv[1] % keys}", kv[1]))
-            | beam.ParDo(_Count())
-            | WriteToFilesOnCheckpoint(str(tmp_path / "out" / "counts"), format_fn=repr)
-        )
-    lines = []
-    for path in glob.glob(str(tmp_path / "out" / "counts-*")):
-        with open(path) as f:
-            lines += f.read().splitlines()
+    lines = _counts(options, tmp_path, _Count(), keys, keys * rounds, per_round=keys)
     expected = [repr((f"k{k}", c)) for k in range(keys) for c in range(1, rounds + 1)]
     assert sorted(lines) == sorted(expected)
     store = open_store(str(tmp_path / "ckpt"), read_only=True)
