@@ -12,6 +12,7 @@ message per (stage, partition) and committing them (`store.PipelineStore.checkpo
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -123,6 +124,8 @@ class StagedWriter:
         self._snapshots: list[TaskSnapshot] = []
         self._counts: list[tuple[str, int, int, int]] = []
         self._finished = False
+        self._message: CommitMessage | None = None
+        self._finishing = threading.Event()
 
     def put(self, namespace: str, key: bytes, value: bytes) -> None:
         check_key(namespace, key, value)
@@ -199,7 +202,7 @@ class StagedWriter:
         if entry is not None:
             self._files.append(entry)
         self._finished = True
-        return CommitMessage(
+        self._message = CommitMessage(
             pipeline_id=self.pipeline_id,
             stage=self.stage,
             round=self.round,
@@ -213,6 +216,12 @@ class StagedWriter:
             snapshots=tuple(self._snapshots),
             counts=tuple(self._counts),
         )
+        self._finishing.set()
+        return self._message
+
+    def finished(self, timeout_s: float) -> CommitMessage | None:
+        """The message ``finish`` returned, once it has (another thread), else None."""
+        return self._message if self._finishing.wait(timeout_s) else None
 
 
 def open_staged_writer(

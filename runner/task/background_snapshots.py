@@ -7,13 +7,13 @@ changes. A later round's task of the range reports the finished snapshot with it
 message, as of the log position it holds (``TaskSnapshot.since``), whichever Python worker of
 the executor runs it: the handoff is a file in the range's executor directory (`shared_reads`).
 
-A snapshot is reported only if the round that made it committed (its attempt's segments are
-in the log, or it changed nothing), no other segment changed the range in between, and within
-`WITHIN_ROUNDS` rounds; else it is dropped, and its files, named for the last round that may
-commit them, are swept as any uncommitted staged file. One whose thread died with its worker
-never comes back: the range grows on until it is overdue and snapshotted in the round. Where
-there is no executor directory (outside Spark), or the state is on disk, it is written in the
-round.
+A snapshot is reported only if the files it holds, by name, are still the range's base and
+log (its round's attempt committed; no restore abandoned them), no other segment changed the
+range before the last of them, and within `WITHIN_ROUNDS` rounds; else it is dropped, and its
+files, named for the last round that may commit them, are swept as any uncommitted staged
+file. One whose thread died with its worker never comes back: the range grows on until it is
+overdue and snapshotted in the round. Where there is no executor directory (outside Spark), or
+the state is on disk, it is written in the round.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
-from sparkbeam.checkpoint.layout import background_prefix, pipeline_dir, staged_prefix
+from sparkbeam.checkpoint.layout import background_prefix, pipeline_dir
 from sparkbeam.checkpoint.staging import StagedWriter, write_range_snapshot
 from sparkbeam.checkpoint.task_state import NamespaceState, TaskSnapshot
 from sparkbeam.runner.task import shared_reads
@@ -40,13 +40,13 @@ _LOG = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class _Made:
-    """A finished background snapshot and what says which log position it holds."""
+    """A finished background snapshot and the files whose state it holds, by name (names are
+    unique to the attempt that wrote them, so a restore that abandoned them never matches)."""
 
     snapshot: TaskSnapshot
     round_no: int  # the round whose state it holds
-    read_seq: int  # that round's read was as of the log up to here
-    attempt: str  # the name prefix of that round's attempt's staged segments
-    changed: bool  # whether that attempt changed the namespace
+    bases: frozenset[str]  # the base files of the ranges that round read
+    segments: frozenset[str]  # the log segments it read on top, and those its attempt staged
 
 
 def report(writer: StagedWriter, slot: tuple, chains: NamespaceState, groups) -> bool:
@@ -81,13 +81,9 @@ def start(
     keys, values, changes = list(before), list(before.values()), dict(changes)
     last = writer.round + WITHIN_ROUNDS - 1  # the last round that may commit it
     prefix = background_prefix(writer.stage, last, writer.partition, writer.attempt)
-    made = _Made(
-        TaskSnapshot(namespace, groups.start, groups.stop, (), 0),
-        writer.round,
-        chains.next_seq - 1,
-        staged_prefix(writer.stage, writer.round, writer.partition, writer.attempt),
-        bool(changes),
-    )
+    plan = chains.plan(groups)
+    bases = frozenset(f.name for _, r, _ in plan for f in r.base)
+    read = frozenset(f.name for _, _, tail in plan for f in tail)
 
     def after():
         for key, value in zip(keys, values):
@@ -103,7 +99,12 @@ def start(
                 writer.storage, pipeline_dir(writer.pipeline_id), prefix, writer.max_key_groups,
                 namespace, groups.start, groups.stop, after(), file_bytes,
             )  # fmt: skip
-            _put_done(directory, replace(made, snapshot=snapshot))
+            message = writer.finished(timeout_s=60.0)
+            if message is None:
+                return  # the task failed before its commit message: nothing to report
+            staged = message.files if namespace in message.namespaces else ()
+            segments = read | {f.name for f in staged}
+            _put_done(directory, _Made(snapshot, writer.round, bases, segments))
         except Exception:  # the range is snapshotted in a later round instead
             _LOG.debug("background snapshot of %s failed", slot, exc_info=True)
         finally:
@@ -114,20 +115,21 @@ def start(
 
 
 def _as_of_log(made: _Made, chains: NamespaceState, groups, round_no: int) -> TaskSnapshot | None:
-    """``made`` as of its position in ``chains``' log, or None if it does not hold there."""
+    """``made`` as of the last log segment it holds, or None if it does not hold that state of
+    ``chains`` (its ranges were snapshotted since, its round did not commit as it ran, or
+    another segment changed the range in between)."""
     if round_no - made.round_no >= WITHIN_ROUNDS:
         return None
-    mine = [seq for seq, f in chains.log if f.name.startswith(made.attempt)]
-    if made.changed and not mine:
-        return None  # another attempt of its round committed (or a later base truncated it)
-    since = max([made.read_seq, *mine])
-    for seq, f in chains.log:
-        if made.read_seq < seq <= since and not f.name.startswith(made.attempt):
-            start, stop = (f.kg_start, f.kg_stop) if f.kg_stop > f.kg_start else (0, 1 << 16)
-            if start < groups.stop and groups.start < stop:
-                return None  # another segment changed the range in between
-    if any(r.since >= since for _, r, _ in chains.plan(groups)):
-        return None  # a later base is committed
+    plan = chains.plan(groups)
+    if frozenset(f.name for _, r, _ in plan for f in r.base) != made.bases:
+        return None  # a later base, or another timeline
+    tail = [f.name for _, _, segments in plan for f in segments]
+    seq_of = {f.name: seq for seq, f in chains.log}
+    if not made.segments <= seq_of.keys() or not made.segments:
+        return None  # its round's attempt did not commit (or nothing to add to the base)
+    since = max(seq_of[name] for name in made.segments)
+    if any(seq_of[name] <= since and name not in made.segments for name in tail):
+        return None  # a segment it does not hold changed the range before its last one
     return replace(made.snapshot, since=since)
 
 

@@ -158,3 +158,25 @@ def test_a_late_snapshot_behind_a_later_base_is_ignored_by_the_commit():
     assert newer.rebase(0, 64, (), 7, checkpoint=4, since=11).ranges[0].since == 11
     assert newer.snapshot_due(KeyGroupRange(0, 128)) is None
     assert newer.request_snapshots(4).snapshot_due(KeyGroupRange(0, 64)) is Due.REQUESTED
+
+
+def test_a_snapshot_is_matched_by_file_names_not_by_round():
+    """A restore that abandoned the made round reruns it with new segments under the same
+    stage, round and attempt: a snapshot of the abandoned ones does not hold that state."""
+    from sparkbeam.checkpoint.ids import FileEntry
+    from sparkbeam.checkpoint.task_state import TaskSnapshot
+
+    def segment(name: str) -> FileEntry:
+        return FileEntry(f"staged/s/r00000005/p00000-a000-{name}.seg", 10, "crc32:0", 1, 0, 128)
+
+    groups = KeyGroupRange(0, 128)
+    made = background_snapshots._Made(
+        TaskSnapshot(NS, 0, 128, (), 3), 5, frozenset(), frozenset({segment("old").name})
+    )
+    rerun = NamespaceState.empty(128).append([segment("new")])
+    assert background_snapshots._as_of_log(made, rerun, groups, 6) is None
+    committed = NamespaceState.empty(128).append([segment("old"), segment("later")])
+    held = background_snapshots._as_of_log(made, committed, groups, 6)
+    assert held is not None and held.since == 0  # the later segment stays in the tail
+    foreign = NamespaceState.empty(128).append([segment("other"), segment("old")])
+    assert background_snapshots._as_of_log(made, foreign, groups, 6) is None
