@@ -13,6 +13,7 @@ goes to the driver here, as zero-delay residuals.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 import traceback
 import warnings
@@ -60,6 +61,13 @@ class StageTask:
     clock_micros: int | None = None
 
 
+# Beam logs a user exception at ERROR with its traceback where it is raised
+# (`DoFnRunner._reraise_augmented`), then raises it: the task fails with it, the driver prints it
+# once, summarized (`runner/errors.py`), and Spark's executor log keeps the task's traceback. Left
+# on, another task's copy of it lands on the driver's stderr after that summary, at random.
+_BEAM_USER_ERROR_LOG = logging.getLogger("apache_beam.runners.common")
+
+
 def run_stage_partition(
     task: StageTask,
     components: bytes,
@@ -72,6 +80,7 @@ def run_stage_partition(
     ``keyed_state`` (streaming stateful stages, ``sparkbeam.runner.streaming.stateful``)
     loads the task's user state and timers before the input and takes them back after.
     """
+    _BEAM_USER_ERROR_LOG.setLevel(logging.CRITICAL)
     try:
         register_plan(task.plan_key, components)
         worker = worker_for(task.plan_key, task.stage)
