@@ -1,12 +1,15 @@
 """A pipeline run in its own process (own Spark master with task retries) by test_write_to_files.
 
 Usage: sink_pipeline.py MASTER OUT_PREFIX. Every task of the sink's stage fails on its first
-attempt, after the sink has staged its file; Spark retries it.
+attempt, after the sink has staged its file; Spark retries it. Each failing attempt leaves a
+file `failed-attempt-<partition>` beside OUT_PREFIX: the test's evidence that it ran (Beam's
+per-task error log is off on workers).
 """
 
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -19,10 +22,15 @@ N = 100
 class FailFirstAttempt(beam.DoFn):
     """Runs after the sink in the same fused stage: its finish_bundle comes after the sink's."""
 
+    def __init__(self, marker_dir: str):
+        self._marker_dir = marker_dir
+
     def finish_bundle(self):
         from pyspark import TaskContext
 
-        if TaskContext.get().attemptNumber() == 0:
+        context = TaskContext.get()
+        if context.attemptNumber() == 0:
+            Path(self._marker_dir, f"failed-attempt-{context.partitionId()}").touch()
             raise RuntimeError("injected failure of the first attempt")
 
 
@@ -37,7 +45,7 @@ def main(master: str, out_prefix: str) -> None:
             | beam.GroupByKey()
             | beam.FlatMap(lambda kv: kv[1])
             | WriteToFilesOnCheckpoint(out_prefix, ".txt")
-            | beam.ParDo(FailFirstAttempt())
+            | beam.ParDo(FailFirstAttempt(str(Path(out_prefix).parent)))
         )
 
 
