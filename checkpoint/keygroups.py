@@ -13,6 +13,7 @@ parallelism as Flink derives its default max parallelism. Leaves to others: what
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint.ids import KeyGroup
@@ -87,6 +88,21 @@ def key_group_range(subtask: int, parallelism: int, max_key_groups: int) -> KeyG
     start = (subtask * max_key_groups + parallelism - 1) // parallelism
     stop = ((subtask + 1) * max_key_groups + parallelism - 1) // parallelism
     return KeyGroupRange(start, stop)
+
+
+def key_in_groups(
+    prefix: bytes, suffixes: Iterator[bytes], groups: KeyGroupRange, max_key_groups: int
+) -> bytes:
+    """``prefix`` + the first of ``suffixes`` whose key is in ``groups``: a key that a task
+    chooses so that it stays in the task's own key groups (about ``max_key_groups /
+    len(groups)`` hashes, the parallelism)."""
+    hashed = hashlib.blake2b(prefix, digest_size=8)
+    for suffix in suffixes:
+        h = hashed.copy()
+        h.update(suffix)
+        if int.from_bytes(h.digest(), "big") % max_key_groups in groups:
+            return prefix + suffix
+    raise ValueError(f"no suffix puts a key of prefix {prefix!r} in key groups {groups}")
 
 
 def subtask_for_key_group(kg: int, parallelism: int, max_key_groups: int) -> int:

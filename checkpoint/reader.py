@@ -11,7 +11,7 @@ Leaves to others: choosing which checkpoint to read and falling back past damage
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import state_layout
@@ -129,6 +129,40 @@ def replay_namespace(
             for kg, ns, key, value in read_materialization(storage, path, entry, sub):
                 own_put(ns, key, value, kg)
         replay_changelog(storage, directory, tuple(tail), own_put, own_delete, sub, cache)
+
+
+def iter_appended(
+    storage: Storage,
+    directory: str,
+    namespace: str,
+    state: NamespaceState,
+    key_groups: KeyGroupRange,
+    bases: bool = True,
+) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of an append-only task-owned namespace (every key put once, never
+    deleted: a batch stage's output chunks) in ``key_groups``, streamed a file at a time:
+    per range its base (unless not ``bases``) then its tail."""
+    for sub, r, tail in state.plan(key_groups):
+        for entry in r.base if bases else ():
+            if entry.kg_stop > entry.kg_start and not sub.overlaps(entry.kg_start, entry.kg_stop):
+                continue
+            for _, ns, key, value in read_materialization(
+                storage, f"{directory}/{entry.name}", entry, sub
+            ):
+                if ns == namespace:
+                    yield key, value
+        for entry in tail:
+            path = f"{directory}/{entry.name}"
+            data = read_segment(storage, path, entry)
+            for op, _, ns, key, value in iter_records(data, path, sub):
+                if ns != namespace:
+                    continue
+                if op is not Op.PUT:
+                    raise ValueError(
+                        f"{path} deletes key {key[:32]!r} of {namespace!r}, whose keys are put "
+                        "once and never deleted; the store was written by another program."
+                    )
+                yield key, value
 
 
 def may_hold(entry: FileEntry, key_groups: KeyGroupRange | None) -> bool:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from sparkbeam.checkpoint import state_layout
@@ -169,15 +169,20 @@ class StagedWriter:
 
     def snapshot(
         self, namespace: str, start: int, stop: int, items: Iterable[tuple[bytes, bytes]],
-        file_bytes: int = SNAPSHOT_FILE_BYTES,
+        file_bytes: int = SNAPSHOT_FILE_BYTES, keep: tuple[FileEntry, ...] = (),
+        kept_entries: int = 0,
     ) -> None:  # fmt: skip
         """Write ``items``, all of a task-owned ``namespace`` in key groups ``[start, stop)``
-        as of this attempt's changes, as that range's snapshot (`write_range_snapshot`)."""
+        as of this attempt's changes, as that range's snapshot (`write_range_snapshot`).
+        ``keep``: committed snapshot files, holding ``kept_entries`` other keys, that stay part
+        of it (an append-only namespace writes only what its range's tail added)."""
         self._check_open()
         snap = write_range_snapshot(
             self.storage, pipeline_dir(self.pipeline_id), self._log.name_prefix,
             self.max_key_groups, namespace, start, stop, items, file_bytes,
         )  # fmt: skip
+        if keep:
+            snap = replace(snap, files=keep + snap.files, entries=kept_entries + snap.entries)
         self.add_snapshot(snap)
         self.count(namespace, start, stop, snap.entries)
 

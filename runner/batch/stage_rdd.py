@@ -3,9 +3,9 @@
 Every batch stage — an ordinary one once, an SDF process stage once per round — is a lazy
 ``mapPartitions`` (persisted when its output is read more than once) whose tasks apply the
 pipeline's startpoints to the rows (``rounds.startpoints.with_startpoints``), run the stage
-(``task.bundle_executor``), collect the sink files they staged, for a durable SDF stage stage
-its output chunks in the store (``durability``), and pass on the reports upstream stages
-carried to them (``rounds.carry``). Nothing runs here until an action needs the RDD.
+(``task.bundle_executor``), collect the sink files they staged, for a durable SDF stage keep
+its output chunks in their key groups (``task.stage_outputs``), and pass on the reports
+upstream stages carried to them (``rounds.carry``). Nothing runs here until an action needs the RDD.
 
 Leaves to others: which input a run reads (``executor``, ``stage_rounds``) and what happens
 to its reports (the round loop, or the executor's final job).
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from sparkbeam.runner.batch.durability import stage_outputs_durably
+from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.progress import ElementCounter
 from sparkbeam.runner.rounds.carry import split_carried
 from sparkbeam.runner.rounds.context import RunContext
@@ -25,6 +25,7 @@ from sparkbeam.runner.spark.labels import job_group, stage_label
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
 from sparkbeam.runner.task.residual_state import ResidualRound, keeping_residuals, residual_limit
+from sparkbeam.runner.task.stage_outputs import reading_outputs, stage_outputs
 from sparkbeam.sdf.startpoints.session import StartpointSession
 from sparkbeam.translation.plan import StagePlan
 
@@ -53,13 +54,13 @@ class StageRdds:
         persisted if ``cache`` (its output is read more than once). An SDF stage with a store
         runs one task per subtask, which keeps its residuals and feeds those due by
         ``clock_ms`` (``task.residual_state``)."""
-        body = self.task_body(stage, side_bc, round_no)
         if self.ctx.durable and stage.is_sdf_process:
             spec = self.residual_round(stage, round_no, clock_ms)
+            body = self.task_body(stage, side_bc, round_no, spec)
             subtasks = self.ctx.plane.as_subtasks(input_rdd, self.ctx.parallelism)
             rdd = subtasks.mapPartitionsWithIndex(keeping_residuals(spec, stage.id, body))
         else:
-            rdd = input_rdd.mapPartitions(body)
+            rdd = input_rdd.mapPartitions(self.task_body(stage, side_bc, round_no))
         if not cache:
             return rdd
         rdd = self.ctx.plane.persist(rdd, f"{self.labels[stage.id]} (round {round_no})")
@@ -83,23 +84,37 @@ class StageRdds:
             limit=residual_limit(ctx.parallelism),
         )
 
-    def task_body(self, stage: StagePlan, side_bc, round_no: int) -> _StageRun:
+    def task_body(
+        self, stage: StagePlan, side_bc, round_no: int, outputs: ResidualRound | None = None
+    ) -> _StageRun:
         """What one task of the stage's run does with its rows (also run on the driver:
-        ``driver_stages``)."""
+        ``driver_stages``); ``outputs``: the round whose checkpoint keeps its output chunks
+        (a durable SDF stage, ``task.stage_outputs``)."""
         ctx = self.ctx
         task = StageTask(
             ctx.plan_key, stage, residual_budget_s=self.residual_budget_s, splits=self.split_policy
         )
         session = self.startpoints.get(stage.pipeline)
         assignment = session.assignment(stage.id) if session is not None else None
-        durable = ctx.durable and stage.is_sdf_process
-        # The pipeline's key groups: a restored pipeline keeps its checkpoints' (the commit
-        # refuses staged files of another count).
-        key_groups = ctx.store.pipeline(stage.pipeline).max_key_groups if durable else 0
         return _StageRun(
-            task, ctx.components, side_bc, assignment, round_no,
-            ctx.url if durable else None, key_groups, self.elements,
-        )  # fmt: skip
+            task, ctx.components, side_bc, assignment, round_no, outputs, self.elements
+        )
+
+    def restored_outputs(self, stage: StagePlan, round_no: int):
+        """The (persisted) output chunks of a resumed stage's committed rounds: one task per
+        subtask reads its key groups' from the store (``task.stage_outputs``), now, while
+        the restored checkpoint is the store's latest (a later commit's retention may delete
+        the files it names)."""
+        spec = self.residual_round(stage, round_no, None)
+        label = f"{self.labels[stage.id]} (restored output)"
+        subtasks = self.ctx.plane.as_subtasks(None, self.ctx.parallelism)
+        rdd = subtasks.mapPartitionsWithIndex(reading_outputs(spec, stage.id))
+        rdd = self.ctx.plane.persist(rdd, label)
+        self.persisted.append(rdd)
+        self.ctx.plane.describe_job(self.group, label)
+        with self.ctx.plane.call_site(label):
+            run_guarded(stage.id, rdd.count, self.labels.get)
+        return rdd
 
     def unpersist(self) -> None:
         for rdd in self.persisted:
@@ -110,12 +125,10 @@ class StageRdds:
 class _StageRun:
     """The task body of one stage run (picklable: what crosses to the executors)."""
 
-    def __init__(
-        self, task, components, side_bc, assignment, round_no, url, max_key_groups, elements
-    ) -> None:
+    def __init__(self, task, components, side_bc, assignment, round_no, outputs, elements):
         self.task, self.components, self.side_bc = task, components, side_bc
         self.assignment, self.round_no = assignment, round_no
-        self.url, self.max_key_groups = url, max_key_groups  # url: stage outputs durably
+        self.outputs = outputs  # a durable SDF stage's round: its tasks keep its output chunks
         self.elements = elements  # the run's ElementCounter (None: not counted)
 
     def __call__(self, rows):
@@ -126,10 +139,8 @@ class _StageRun:
         records = collect_sink_files(records, stage.id, self.round_no)
         if self.elements is not None:
             records = self.elements.counting(records)
-        if self.url:
-            records = stage_outputs_durably(
-                records, self.url, stage.pipeline, stage.id, self.round_no, self.max_key_groups
-            )
+        if self.outputs is not None:
+            records = stage_outputs(records, self.outputs, stage.id)
         yield from records
         yield from carried
 

@@ -21,14 +21,14 @@ import time
 from typing import Any
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.batch.durability import input_marker, restored_outputs
+from sparkbeam.runner.batch.durability import input_marker
 from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.rounds import feed
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.loop import Opened, RoundLoop
-from sparkbeam.runner.task.records import OutputRecord, is_report
+from sparkbeam.runner.task.records import is_report
 from sparkbeam.translation.plan import StagePlan
 
 _LOG = logging.getLogger(__name__)
@@ -60,11 +60,8 @@ class StageRounds:
 
     def open(self) -> Opened:
         resume = self.input is None
-        if resume:
-            chunks = restored_outputs(self.state, self.stage.id)
-            if chunks:
-                rows = [OutputRecord(b, d) for b, d in chunks]
-                self.outputs.append(self.ctx.plane.parallelize(rows, self.ctx.parallelism))
+        if resume and state_layout.stage_output(self.stage.id) in self.state.namespaces():
+            self.outputs.append(self.rdds.restored_outputs(self.stage, self.restored_round()))
         residuals = RoundMetadata.from_dict(self.restored_metadata).residuals
         metadata = RoundMetadata(self.restored_round() if resume else -1, 0, None)
         metadata.residuals = residuals if resume else {}

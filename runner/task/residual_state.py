@@ -18,14 +18,13 @@ snapshots of a key-group range (``staged_state``), scheduling rounds (``rounds.f
 from __future__ import annotations
 
 import functools
-import hashlib
 import itertools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import key_group_range, state_layout
-from sparkbeam.checkpoint.keygroups import KeyGroupRange
+from sparkbeam.checkpoint.keygroups import KeyGroupRange, key_in_groups
 from sparkbeam.runner.task.range_staging import stage_range, staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord, ResidualReport
 from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
@@ -95,16 +94,9 @@ class RangeResiduals:
 
     def new_key(self, element: bytes) -> bytes:
         """``element`` + 0x00 + an id whose key (``keygroups.key_group``) is in this task's
-        key groups: about ``max_key_groups / len(groups)`` (the parallelism) hashes."""
-        prefix = element + b"\x00"
-        hashed = hashlib.blake2b(prefix, digest_size=8)
-        m, groups = self.max_key_groups, self.groups
-        while True:
-            suffix = self._prefix + next(self._ids).to_bytes(4, "big")
-            h = hashed.copy()
-            h.update(suffix)
-            if int.from_bytes(h.digest(), "big") % m in groups:
-                return prefix + suffix
+        key groups."""
+        ids = (self._prefix + i.to_bytes(4, "big") for i in self._ids)
+        return key_in_groups(element + b"\x00", ids, self.groups, self.max_key_groups)
 
 
 def keep_residuals(

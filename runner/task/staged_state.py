@@ -103,7 +103,7 @@ def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[b
     checkpoint_id = spec.checkpoint_id
     manifest = store.load_manifest(spec.pipeline, checkpoint_id)
     groups = key_group_range(subtask, spec.parallelism, manifest.max_key_groups)
-    if _in_task_state(manifest, namespace):
+    if in_task_state(manifest, namespace):
         chains = manifest.task_state.namespaces.get(namespace)
         if chains is None:
             return {}  # nothing committed yet
@@ -153,7 +153,7 @@ def release(*states: Mapping[bytes, bytes]) -> None:
     held_state.release(*states)
 
 
-def _in_task_state(manifest, namespace: str) -> bool:
+def in_task_state(manifest, namespace: str) -> bool:
     """Whether ``manifest`` keeps ``namespace`` in its task-owned ranges; else its driver's
     files hold it (a version-1 manifest, or a namespace an older layout's driver kept:
     `state_layout.task_owned_since`; the restore that moved it wrote no manifest yet)."""

@@ -70,6 +70,7 @@ def test_killed_batch_job_resumes_pending_residuals_exactly_once(tmp_path):
         proc.stderr.read().decode()[-2000:] if proc.stderr else ""
     )
     assert not out.exists(), "the sink must not have run before the kill"
+    assert _outputs_kept_by_tasks(ckpt)
 
     # Operators see the pending residuals and the next timer of the killed job.
     shown = subprocess.run(
@@ -90,6 +91,27 @@ def test_killed_batch_job_resumes_pending_residuals_exactly_once(tmp_path):
     assert resumed_rounds and max(resumed_rounds) > killed_at
     assert any(m.get("finished") for m in final)
     assert _key_groups(ckpt) == {4}
+
+
+def _outputs_kept_by_tasks(ckpt: Path) -> bool:
+    """The SDF stage's committed output chunks are in task-owned ranges (the driver holds
+    their handles), none in the driver's own files."""
+    from sparkbeam.checkpoint import open_store, state_layout
+    from sparkbeam.checkpoint.layout import pipeline_dir
+    from sparkbeam.checkpoint.reader import replay
+
+    in_driver: list[str] = []
+    with open_store(str(ckpt), read_only=True) as store:
+        (pipeline,) = store.list_pipelines()
+        manifest = store.load_manifest(pipeline, store.list_checkpoints(pipeline)[-1].checkpoint_id)
+        owned = [ns for ns in manifest.task_state.namespaces if ns.startswith("stage-output/")]
+        replay(
+            store.storage, pipeline_dir(pipeline), manifest,
+            lambda ns, *_: in_driver.append(ns), lambda *_: None, driver_only=True,
+        )  # fmt: skip
+    return bool(owned) and not [
+        ns for ns in in_driver if ns.startswith(state_layout.STAGE_OUTPUT_PREFIX)
+    ]
 
 
 def _key_groups(ckpt: Path) -> set[int]:
