@@ -68,6 +68,12 @@ class CheckpointChain:
         if entry is not None:
             self.files.append(entry)
 
+    def drop(self, namespace: str) -> None:
+        """The next checkpoint without task-owned ``namespace`` (``drop_task_owned``)."""
+        spaces = self.task_state.namespaces
+        if namespace in spaces:
+            self.task_state = TaskState({ns: s for ns, s in spaces.items() if ns != namespace})
+
     def live_files(self) -> set[str]:
         """Names (relative to the pipeline dir) the next checkpoint will need."""
         return self._driver_files() | {f.name for f in self.task_state.files()}

@@ -185,6 +185,16 @@ class PipelineStore:
             out[ns] = NamespaceState((base,))
         return TaskState({**task_state.namespaces, **out})
 
+    def task_owned(self) -> set[str]:
+        """The task-owned namespaces the next checkpoint names."""
+        return set(self.chain.task_state.namespaces)
+
+    def drop_task_owned(self, namespace: str) -> None:
+        """Forget a task-owned namespace whose rows a round took whole (pushed-back input fed
+        back): the next checkpoint names none of its files. A restore brings it back."""
+        self._check_open()
+        self.chain.drop(namespace)
+
     def read_task_owned(self, namespace: str) -> dict[bytes, bytes]:
         """{key: value} of a task-owned namespace, every key group, read from the store.
 

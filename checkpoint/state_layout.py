@@ -44,8 +44,9 @@ LAYOUT_VERSION = 7
 #    (``runner.rounds.side_input_view``; layout 5 keeps one entry per window, its latest firing).
 # 5: SDF residuals in the driver's files: moved into task-owned ranges on restore
 #    (`task_owned_since`; layout 6 keeps them in the ranges of the tasks that made them).
-# 6: a batch SDF stage's output chunks in the driver's files: moved likewise (layout 7 keeps
-#    them in the ranges of the tasks that made them, `APPEND_ONLY_PREFIXES`).
+# 6: a batch SDF stage's output chunks and pushed-back input in the driver's files: moved
+#    likewise (layout 7 keeps them in the ranges of the tasks that made them,
+#    `APPEND_ONLY_PREFIXES`).
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
 V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read)
@@ -69,10 +70,11 @@ FINISHED = "finished"
 # Namespaces only the tasks that own their key groups write (`sparkbeam.checkpoint.task_state`).
 TASK_OWNED_PREFIXES = (
     GBK_PREFIX, USER_STATE_PREFIX, USER_TIMERS_PREFIX, SDF_RESIDUAL_PREFIX, STAGE_OUTPUT_PREFIX,
+    PUSHBACK_PREFIX,
 )  # fmt: skip
 # Task-owned namespaces whose keys are put once and never deleted: a range's snapshot keeps its
-# base's files and adds one of its tail (`sparkbeam.runner.task.stage_outputs`).
-APPEND_ONLY_PREFIXES = (STAGE_OUTPUT_PREFIX,)
+# base's files and adds one of its tail (`sparkbeam.runner.task.kept_rows`).
+APPEND_ONLY_PREFIXES = (STAGE_OUTPUT_PREFIX, PUSHBACK_PREFIX)
 
 
 def is_task_owned(namespace: str) -> bool:
@@ -88,7 +90,7 @@ def layout_of(metadata) -> int:
 def task_owned_since(layout: int) -> tuple[str, ...]:
     """Prefixes of namespaces tasks own now that a checkpoint of ``layout`` kept in the
     driver's files (moved into task-owned ranges when it is restored)."""
-    moved = ((6, SDF_RESIDUAL_PREFIX), (7, STAGE_OUTPUT_PREFIX))
+    moved = ((6, SDF_RESIDUAL_PREFIX), (7, STAGE_OUTPUT_PREFIX), (7, PUSHBACK_PREFIX))
     return tuple(prefix for since, prefix in moved if layout < since)
 
 

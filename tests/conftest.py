@@ -115,3 +115,17 @@ def no_aws_environment(monkeypatch):
     for name in list(os.environ):
         if name.startswith("AWS_"):
             monkeypatch.delenv(name)
+
+
+@pytest.fixture
+def executor_dir(tmp_path, monkeypatch):
+    """An executor's local directory; no read kept in this process before the test."""
+    local = tmp_path / "blockmgr"
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
+    from sparkbeam.runner.task import staged_state
+
+    monkeypatch.setattr(staged_state, "_READS", type(staged_state._READS)())
+    yield local
+    from sparkbeam.runner.task import held_state
+
+    held_state.release()

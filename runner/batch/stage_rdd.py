@@ -4,7 +4,7 @@ Every batch stage — an ordinary one once, an SDF process stage once per round 
 ``mapPartitions`` (persisted when its output is read more than once) whose tasks apply the
 pipeline's startpoints to the rows (``rounds.startpoints.with_startpoints``), run the stage
 (``task.bundle_executor``), collect the sink files they staged, for a durable SDF stage keep
-its output chunks in their key groups (``task.stage_outputs``), and pass on the reports
+its output chunks in their key groups (``durability``), and pass on the reports
 upstream stages carried to them (``rounds.carry``). Nothing runs here until an action needs the RDD.
 
 Leaves to others: which input a run reads (``executor``, ``stage_rounds``) and what happens
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 
+from sparkbeam.runner.batch.durability import reading_outputs, stage_outputs
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.progress import ElementCounter
 from sparkbeam.runner.rounds.carry import split_carried
@@ -25,7 +26,6 @@ from sparkbeam.runner.spark.labels import job_group, stage_label
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
 from sparkbeam.runner.task.residual_state import ResidualRound, keeping_residuals, residual_limit
-from sparkbeam.runner.task.stage_outputs import reading_outputs, stage_outputs
 from sparkbeam.sdf.startpoints.session import StartpointSession
 from sparkbeam.translation.plan import StagePlan
 
@@ -89,7 +89,7 @@ class StageRdds:
     ) -> _StageRun:
         """What one task of the stage's run does with its rows (also run on the driver:
         ``driver_stages``); ``outputs``: the round whose checkpoint keeps its output chunks
-        (a durable SDF stage, ``task.stage_outputs``)."""
+        (a durable SDF stage, ``durability``)."""
         ctx = self.ctx
         task = StageTask(
             ctx.plan_key, stage, residual_budget_s=self.residual_budget_s, splits=self.split_policy
@@ -102,7 +102,7 @@ class StageRdds:
 
     def restored_outputs(self, stage: StagePlan, round_no: int):
         """The (persisted) output chunks of a resumed stage's committed rounds: one task per
-        subtask reads its key groups' from the store (``task.stage_outputs``), now, while
+        subtask reads its key groups' from the store (``durability``), now, while
         the restored checkpoint is the store's latest (a later commit's retention may delete
         the files it names)."""
         spec = self.residual_round(stage, round_no, None)

@@ -5,11 +5,13 @@ rounds, so a consumer that ran at once would see it empty — Beam's ``WriteToTe
 finalizes its files through side inputs that only fill when its GroupByKey fires, and
 would finalize nothing. As in Beam's runners, a side input is *ready* once data has
 arrived for it or its watermark is at +infinity (nothing more can come); until every side
-input of a stage is ready, the stage's main input is pushed back: its tasks stage the rows
-into the round's checkpoint (namespace ``pushback/<stage>``) instead of processing them,
-and a later round feeds them back once the side inputs are ready. While rows are pushed
-back the stage holds its output watermark at -infinity, so nothing downstream fires
-windows those rows belong to.
+input of a stage is ready, the stage's main input is pushed back: its tasks (one per
+subtask) keep the rows in their key groups in the round's checkpoint (namespace
+``pushback/<stage>``, task-owned and append-only: ``task.kept_rows``) instead of processing
+them. The round that finds the side inputs ready has one task per subtask read its key
+groups' rows back into the stage's input, and drops the namespace from its checkpoint: the
+driver holds the rows' handles, never the rows. While rows are pushed back the stage holds
+its output watermark at -infinity, so nothing downstream fires windows those rows belong to.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from collections.abc import Iterable, Iterator
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming import watermarks
+from sparkbeam.runner.task.kept_rows import RowKeeper, reading_rows
 from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord, is_report
+from sparkbeam.runner.task.staged_state import StateRound
 
 PREFIX = state_layout.PUSHBACK_PREFIX
 namespace = state_layout.pushback
@@ -34,38 +38,41 @@ def ready(stage, side_values: dict, marks: watermarks.RoundWatermarks) -> bool:
 
 
 def pending(state, stages) -> set[str]:
-    """The ``stages`` (those with side inputs) with rows pushed back in the pipeline's state;
-    reads only their pushback namespaces, not the whole table (its side inputs...)."""
-    return {s.id for s in stages if s.side_inputs and next(state.items(namespace(s.id)), None)}
+    """The ``stages`` (those with side inputs) with rows pushed back in the pipeline's
+    checkpoint: their namespaces' handles, no row read."""
+    owned = state.task_owned()
+    return {s.id for s in stages if s.side_inputs and namespace(s.id) in owned}
 
 
-def take(state, stage_id: str) -> list[tuple[str, bytes]]:
-    """The rows pushed back for ``stage_id``, in order, removed from the state."""
+def take(plane, state, spec: StateRound, stage_id: str):
+    """The dataset of the rows pushed back for ``stage_id`` as of ``spec``'s checkpoint
+    (one task per subtask reads its key groups'), dropped from the next checkpoint."""
     ns = namespace(stage_id)
-    entries = sorted(state.items(ns), key=lambda e: e[1])
-    rows = []
-    for _, key, value in entries:
-        rows.append(state_layout.decode_row(value, ns))
-        state.delete(ns, key)
-    return rows
+    state.drop_task_owned(ns)
+    subtasks = plane.as_subtasks(None, spec.parallelism)
+    return subtasks.mapPartitionsWithIndex(reading_rows(spec, ns, _row))
+
+
+def _row(transform: str, data: bytes) -> tuple[str, bytes]:
+    return transform, data
 
 
 def hold_rows(
-    url: str, pipeline: str, stage_id: str, round_no: int, max_key_groups: int, rows: Iterable
+    spec: StateRound, stage_id: str, subtask: int, rows: Iterable, writer=None
 ) -> Iterator:
-    """Task side: stage the data rows for the round's checkpoint; carried reports pass on."""
-    from pyspark import TaskContext
-
-    ctx = TaskContext.get()
-    partition = ctx.partitionId() if ctx is not None else 0
-    writer = staged_writer_for_task(url, pipeline, f"hold:{stage_id}", round_no, max_key_groups)
-    seq = 0
+    """Task side: keep the data rows in this subtask's key groups for the round's
+    checkpoint (staged by ``writer``, by default this Spark task's); carried reports pass
+    on."""
+    commit_stage = f"hold:{stage_id}"
+    if writer is None:
+        writer = staged_writer_for_task(
+            spec.url, spec.pipeline, commit_stage, spec.round_no, spec.max_key_groups
+        )
+    keeper = RowKeeper(spec, namespace(stage_id), subtask, writer)
     for row in rows:
         if not is_report(row):  # a data row: (transform, bytes)
-            transform, data = row
-            key = state_layout.row_key(round_no, partition, seq)
-            writer.put(namespace(stage_id), key, state_layout.encode_row(transform, data))
-            seq += 1
+            keeper.add(*row)
         else:
             yield row
-    yield CommitRecord(f"hold:{stage_id}", writer.finish())
+    keeper.finish()
+    yield CommitRecord(commit_stage, writer.finish())

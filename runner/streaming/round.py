@@ -44,6 +44,7 @@ from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.records import ReportKey, is_report
 from sparkbeam.runner.task.residual_state import ResidualRound, keeping_residuals, residual_limit
+from sparkbeam.runner.task.staged_state import StateRound
 from sparkbeam.runner.task.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan
 
@@ -73,7 +74,7 @@ class RoundInputs:
     previous: dict[str, int]  # GroupByKey -> input watermark of the last round
     side_values: dict  # side input buffer -> every chunk so far
     pushed_back: set[str]  # stages with main input held in the store
-    state: Any  # the PipelineStore: pushed-back rows are taken from it
+    state: Any  # the PipelineStore: a round that takes pushed-back rows drops their handles
     startpoints: Any  # the StartpointSession, or None
     fed: dict[str, list[bytes]]  # TestStream buffer -> the elements its event feeds this round
     clock_micros: int | None  # a TestStream's virtual processing time; None: the wall clock
@@ -154,13 +155,7 @@ class RoundBuilder:
         task, components = inp.tasks[stage.id]
         if stage.stateful:
             spec = StatefulRound(
-                pipeline=inp.pipeline,
-                url=inp.url,
-                checkpoint_id=inp.checkpoint_id,
-                round_no=inp.round_no,
-                parallelism=self.par,
-                max_key_groups=inp.max_key_groups,
-                memory_bytes=inp.state_memory_bytes,
+                **self._state_fields(),
                 input_watermark=self.marks.stage_input[stage.id],
                 clock_micros=inp.clock_micros,
             )
@@ -173,16 +168,16 @@ class RoundBuilder:
         ]
         due = self.due.get(stage.id)
         rows = list(due.rows) if due else []  # the driver's (its tasks keep them: none)
-        held = stage.side_inputs and not ready(stage, inp.side_values, self.marks)
-        if not held and stage.id in inp.pushed_back:
-            rows += take(inp.state, stage.id)  # its side inputs are ready now
         if rows:
             inputs.append(self.plane.parallelize(rows, min(self.par, len(rows))))
+        held = stage.side_inputs and not ready(stage, inp.side_values, self.marks)
+        if not held and stage.id in inp.pushed_back:  # its side inputs are ready now
+            inputs.append(take(self.plane, inp.state, self._state_round(), stage.id))
         if held:  # side inputs not ready: keep the main input for a later round
             self.held.add(stage.id)  # (its tasks keep their due residuals meanwhile)
-            url, pipeline, kgs = inp.url, inp.pipeline, inp.max_key_groups
-            hold = functools.partial(hold_rows, url, pipeline, stage.id, inp.round_no, kgs)
-            return self._union(inputs).mapPartitions(hold)
+            hold = functools.partial(hold_rows, self._state_round(), stage.id)
+            subtasks = self.plane.as_subtasks(self._union(inputs) if inputs else None, self.par)
+            return subtasks.mapPartitionsWithIndex(hold)
         assignment = inp.startpoints and inp.startpoints.assignment(stage.id)
         run = functools.partial(
             run_stage, task, inp.round_no, components, side_bc, assignment=assignment
@@ -190,6 +185,17 @@ class RoundBuilder:
         if not (stage.is_sdf_process and inp.url):
             return self._union(inputs).mapPartitions(run)
         spec = ResidualRound(
+            **self._state_fields(),
+            clock_ms=due.clock_ms if due else inp.clock_ms,
+            limit=residual_limit(self.par),
+        )
+        subtasks = self.plane.as_subtasks(self._union(inputs) if inputs else None, self.par)
+        return subtasks.mapPartitionsWithIndex(keeping_residuals(spec, stage.id, run))
+
+    def _state_fields(self) -> dict:
+        """What every task of this round needs to read and stage its task-owned state."""
+        inp = self.inp
+        return dict(
             pipeline=inp.pipeline,
             url=inp.url,
             checkpoint_id=inp.checkpoint_id,
@@ -197,11 +203,10 @@ class RoundBuilder:
             parallelism=self.par,
             max_key_groups=inp.max_key_groups,
             memory_bytes=inp.state_memory_bytes,
-            clock_ms=due.clock_ms if due else inp.clock_ms,
-            limit=residual_limit(self.par),
         )
-        subtasks = self.plane.as_subtasks(self._union(inputs) if inputs else None, self.par)
-        return subtasks.mapPartitionsWithIndex(keeping_residuals(spec, stage.id, run))
+
+    def _state_round(self) -> StateRound:
+        return StateRound(**self._state_fields())
 
     # --- edges -----------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkbeam.runner.task import held_state, staged_state
+from sparkbeam.runner.task import staged_state
 
 
 @pytest.fixture
@@ -21,13 +21,3 @@ def replays(monkeypatch):
     monkeypatch.setattr(staged_state, "replay_whole", counting)
     monkeypatch.setattr(staged_state, "_READS", type(staged_state._READS)())
     return calls
-
-
-@pytest.fixture
-def executor_dir(tmp_path, monkeypatch):
-    """An executor's local directory; no read kept in this process before the test."""
-    local = tmp_path / "blockmgr"
-    monkeypatch.setenv("SPARK_LOCAL_DIRS", str(local))
-    monkeypatch.setattr(staged_state, "_READS", type(staged_state._READS)())
-    yield local
-    held_state.release()

@@ -14,7 +14,8 @@ import pytest
 
 from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout, task_state
 from sparkbeam.checkpoint.keygroups import key_group_range
-from sparkbeam.runner.task import stage_outputs
+from sparkbeam.runner.batch import durability
+from sparkbeam.runner.task import kept_rows
 from sparkbeam.runner.task.records import CommitRecord, OutputRecord
 from sparkbeam.runner.task.staged_state import StateRound
 from tests.checkpoint.test_task_owned_state import Reads
@@ -43,7 +44,7 @@ def _round(store, cid, round_no: int, parallelism: int, per_task: int = 3):
         writer = open_staged_writer(root, "p", STAGE, round_no, sub, 0, max_key_groups=M)
         spec = _spec(root, cid, round_no, parallelism)
         out = list(
-            stage_outputs.keep_outputs(_chunks(round_no, sub, per_task), spec, STAGE, sub, writer)
+            durability.keep_outputs(_chunks(round_no, sub, per_task), spec, STAGE, sub, writer)
         )
         assert out[:-1] == _chunks(round_no, sub, per_task)  # passed through, in order
         (commit,) = out[-1:]
@@ -58,8 +59,8 @@ def _round(store, cid, round_no: int, parallelism: int, per_task: int = 3):
 def _read(root: str, cid, parallelism: int) -> Counter:
     got: Counter = Counter()
     for sub in range(parallelism):
-        for record in stage_outputs.read_outputs(_spec(root, cid, 0, parallelism), STAGE, sub):
-            got[record.data] += 1
+        for _, data in kept_rows.read_rows(_spec(root, cid, 0, parallelism), NS, sub):
+            got[data] += 1
     return got
 
 

@@ -1,36 +1,74 @@
-"""Which stages have input pushed back: read from their pushback namespaces, not the table.
+"""Pushed-back input is task-owned: the driver knows which stages hold rows by their handles.
 
-The check runs after every committed round of a pipeline with side inputs; before, it walked
-the driver's whole state table (every side input's chunks too) to find pushback rows."""
+The check runs after every committed round of a pipeline with side inputs; it reads no row
+(before, the rows were in the driver's table and the check read their namespaces). The rows
+are kept by the tasks that held them, in their key groups; the round that finds the side
+inputs ready reads them back by key group and drops them from its checkpoint.
+"""
 
 from __future__ import annotations
 
+from collections import Counter
 from types import SimpleNamespace
 
-from sparkbeam.checkpoint import open_store, state_layout
+from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout
 from sparkbeam.runner.streaming import pushback
+from sparkbeam.runner.task import kept_rows
+from sparkbeam.runner.task.records import CommitRecord, WarningRecord
+from sparkbeam.runner.task.staged_state import StateRound
+from tests.checkpoint.test_task_owned_state import Reads
+
+LAYOUT = {state_layout.LAYOUT_KEY: state_layout.LAYOUT_VERSION}
 
 
 def _stage(stage_id: str, side_inputs=("si",)):
     return SimpleNamespace(id=stage_id, side_inputs=list(side_inputs))
 
 
-def test_the_pushback_check_reads_only_the_pushback_namespaces(tmp_path):
+def _spec(root: str, cid, parallelism: int = 2) -> StateRound:
+    return StateRound(
+        pipeline="p", url=root, checkpoint_id=cid, round_no=0, parallelism=parallelism,
+        max_key_groups=128,
+    )  # fmt: skip
+
+
+def _hold(root: str, subtask: int, rows: list) -> object:
+    """One task of a held round: its data rows kept, a carried report passed on."""
+    writer = open_staged_writer(root, "p", "hold:held", 0, subtask, 0, max_key_groups=128)
+    report = WarningRecord("upstream", "builtins:UserWarning", "carried")  # a report
+    out = list(pushback.hold_rows(_spec(root, None), "held", subtask, [*rows, report], writer))
+    assert out[:-1] == [report]
+    assert isinstance(out[-1], CommitRecord)
+    return out[-1].message
+
+
+def test_held_rows_are_task_owned_found_by_handle_read_back_by_key_group_and_dropped(
+    tmp_path, executor_dir, monkeypatch
+):
+    stages = [_stage("held"), _stage("ready"), _stage("plain", side_inputs=())]
+    rows = {sub: [("t", b"element-%d-%d" % (sub, i)) for i in range(5)] for sub in range(2)}
     with open_store(str(tmp_path)) as store:
-        state = store.pipeline("p")
-        for i in range(2000):  # a large side input in the driver's table
-            state.put(state_layout.side_input("si"), b"%d" % i, b"chunk")
-        row = state_layout.encode_row("t", b"element")
-        state.put(state_layout.pushback("held"), state_layout.row_key(0, 0, 0), row)
-        walked = []
-        snapshot = state.table.snapshot
-
-        def counting(*args, **kwargs):
-            for entry in snapshot(*args, **kwargs):
-                walked.append(entry)
-                yield entry
-
-        state.table.snapshot = counting  # the real table, its whole walks counted
-        stages = [_stage("held"), _stage("ready"), _stage("plain", side_inputs=())]
+        root, state = store.storage.root, store.pipeline("p")
+        reads = Reads(store.storage, monkeypatch)
+        assert pushback.pending(state, stages) == set()
+        messages = [_hold(root, sub, rows[sub]) for sub in range(2)]
+        cid = state.checkpoint(fingerprint="f", metadata=LAYOUT, commit_messages=messages)
+        assert reads.staged() == []  # the commit read no row ...
+        assert list(state.items(pushback.namespace("held"))) == []  # ... and holds none
         assert pushback.pending(state, stages) == {"held"}
-        assert walked == []
+        back: Counter = Counter()
+        for parallelism in (1, 2, 4):  # the ready round reads each row once, at any parallelism
+            got = Counter(
+                row
+                for sub in range(parallelism)
+                for row in kept_rows.read_rows(
+                    _spec(root, cid, parallelism), pushback.namespace("held"), sub
+                )
+            )
+            assert got == Counter(r for sub in rows for r in rows[sub])
+            back = got
+        assert sum(back.values()) == 10
+        state.drop_task_owned(pushback.namespace("held"))  # taken whole by the ready round
+        assert pushback.pending(state, stages) == set()
+        cid = state.checkpoint(fingerprint="f", metadata=LAYOUT)
+        assert pushback.namespace("held") not in store.load_manifest("p", cid).task_state.namespaces

@@ -1,0 +1,142 @@
+"""Task side of append-only task-owned rows: chunks a task keeps in its own key groups.
+
+Two kinds of rows are kept this way (`state_layout.APPEND_ONLY_PREFIXES`), each a name and
+Beam-encoded bytes: a durable batch SDF stage's output chunks (``stage-output/<stage>``, read
+back when the stage resumes: ``runner.batch.durability``) and a streaming stage's main input
+pushed back until its side inputs are ready (``pushback/<stage>``, read back by the round
+that finds them ready, which drops them: ``runner.streaming.pushback``). A task keeps each
+under a key in its own key groups (round, partition and sequence number, and an id), in the
+round's checkpoint: two-phase, only the committed attempt's rows count. The driver holds the
+segments' handles, never the rows.
+
+When the task's range is due a snapshot (`task_state.Due`, as of the checkpoint the round
+reads), the task reads back what the range's tail added since its base and writes it, with
+this round's rows, into new files; the base's files stay part of the range's snapshot, so
+each row is rewritten about once. When the commit asked for a fallback (`Due.REQUESTED`) it
+rewrites the whole range instead: the next checkpoint then shares no file with the retained
+one. One task per subtask keeps rows (``as_subtasks``): two tasks snapshotting one range
+would each miss the other's rows.
+
+Reading back (`read_rows`), one task per subtask reads its key groups' rows, streamed a file
+at a time. A checkpoint of an older layout keeps them in the driver's files; each task then
+reads those, filtered to its key groups.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+from collections.abc import Callable, Iterator
+
+from sparkbeam.checkpoint import key_group_range, state_layout
+from sparkbeam.checkpoint.ids import FileEntry
+from sparkbeam.checkpoint.keygroups import KeyGroupRange, key_in_groups
+from sparkbeam.checkpoint.layout import pipeline_dir
+from sparkbeam.checkpoint.reader import iter_appended, replay
+from sparkbeam.checkpoint.task_state import Due, NamespaceState
+from sparkbeam.runner.task.staged_state import StateRound, in_task_state, task_store
+
+
+class RowKeeper:
+    """The rows one task (``subtask``) keeps in ``namespace`` this round, staged by
+    ``writer``; `finish` before the writer does."""
+
+    def __init__(self, spec: StateRound, namespace: str, subtask: int, writer) -> None:
+        self.spec, self.namespace, self.subtask, self.writer = spec, namespace, subtask, writer
+        self.groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
+        self.chains = _chains(spec, namespace)
+        self.due = self.chains.snapshot_due(self.groups) if self.chains is not None else None
+        self.made: list[tuple[bytes, bytes]] = []  # this round's rows, kept only for a snapshot
+        self._ids = itertools.count()
+        self.rows = 0
+
+    def add(self, name: str, data: bytes) -> None:
+        spec = self.spec
+        prefix = state_layout.row_key(spec.round_no, self.subtask, self.rows, round_width=8)
+        ids = (i.to_bytes(4, "big") for i in self._ids)
+        key = key_in_groups(prefix, ids, self.groups, spec.max_key_groups)
+        value = state_layout.encode_row(name, data)
+        self.writer.put(self.namespace, key, value)
+        if self.due is not None:
+            self.made.append((key, value))
+        self.rows += 1
+
+    def finish(self) -> None:
+        """The range's snapshot when one is due, else its count."""
+        groups = self.groups
+        if self.due is not None:
+            self._snapshot()
+        elif self.rows:
+            known = _counted(self.chains, groups)
+            self.writer.count(self.namespace, groups.start, groups.stop, known + self.rows)
+
+    def _snapshot(self) -> None:
+        """As of this round: what the tail added and this round's rows, in new files beside
+        the base's; the whole range when asked for a fallback. Read a file at a time."""
+        spec, chains, groups = self.spec, self.chains, self.groups
+        whole = self.due is Due.REQUESTED
+        committed = iter_appended(
+            task_store(spec.url).storage, pipeline_dir(spec.pipeline), self.namespace, chains,
+            groups, bases=whole,
+        )  # fmt: skip
+        keep: dict[str, FileEntry] = {}
+        for _, r, _ in () if whole else chains.plan(groups):
+            keep.update((f.name, f) for f in r.base)
+        kept = sum(f.records for f in keep.values() if _inside(f.kg_start, f.kg_stop, groups))
+        self.writer.snapshot(
+            self.namespace, groups.start, groups.stop, itertools.chain(committed, self.made),
+            spec.memory_bytes // 4, keep=tuple(keep.values()), kept_entries=kept,
+        )  # fmt: skip
+
+
+def _inside(start: int, stop: int, groups: KeyGroupRange) -> bool:
+    return groups.start <= start < stop <= groups.stop
+
+
+def _counted(chains: NamespaceState | None, groups: KeyGroupRange) -> int:
+    """Rows the ranges inside ``groups`` held, as their tasks last counted them."""
+    ranges = chains.plan(groups) if chains is not None else ()
+    return sum(r.entries for _, r, _ in ranges if _inside(r.start, r.stop, groups))
+
+
+def _chains(spec: StateRound, namespace: str) -> NamespaceState | None:
+    """``namespace``'s ranges as of the round's checkpoint (None: none, or an older layout's
+    driver files hold it: nothing to snapshot)."""
+    if spec.checkpoint_id is None:
+        return None
+    manifest = task_store(spec.url).load_manifest(spec.pipeline, spec.checkpoint_id)
+    if not in_task_state(manifest, namespace):
+        return None
+    return manifest.task_state.namespaces.get(namespace)
+
+
+def read_rows(spec: StateRound, namespace: str, subtask: int) -> Iterator[tuple[str, bytes]]:
+    """(name, data) of the rows in ``subtask``'s key groups, as of the round's checkpoint."""
+    store = task_store(spec.url)
+    manifest = store.load_manifest(spec.pipeline, spec.checkpoint_id)
+    groups = key_group_range(subtask, spec.parallelism, manifest.max_key_groups)
+    directory = pipeline_dir(spec.pipeline)
+    if in_task_state(manifest, namespace):
+        chains = manifest.task_state.namespaces.get(namespace)
+        rows = iter_appended(store.storage, directory, namespace, chains, groups) if chains else ()
+    else:  # an older layout: the driver's files, filtered to these key groups
+        found: list[tuple[bytes, bytes]] = []
+
+        def put(ns: str, key: bytes, value: bytes, kg: int) -> None:
+            if ns == namespace:
+                found.append((key, value))
+
+        replay(store.storage, directory, manifest, put, lambda *_: None, groups)
+        rows = found
+    for _, value in rows:
+        yield state_layout.decode_row(value, namespace)
+
+
+def reading_rows(spec: StateRound, namespace: str, as_record: Callable) -> Callable:
+    """The task body ``(subtask, rows)`` of a dataset of the kept rows, each ``as_record``."""
+    return functools.partial(_read, spec, namespace, as_record)
+
+
+def _read(spec: StateRound, namespace: str, as_record: Callable, subtask: int, _rows) -> Iterator:
+    for name, data in read_rows(spec, namespace, subtask):
+        yield as_record(name, data)
