@@ -2,8 +2,9 @@
 (issue 30, item 5)
 
 A real batch job with a checkpoint store, one child process per size: ``--shards`` elements,
-each read by a splittable DoFn that emits ``--chunk_kb`` KB records, one per call, and defers
-the rest of its restriction (``--rounds`` rounds in all); the output is counted, not written.
+each read by a splittable DoFn that emits ``--chunk_kb`` KB records, a share a call, and defers
+the rest of its restriction (``--rounds`` rounds in all); a Reshuffle takes the output to a
+stage that counts it.
 Every round's output chunks are kept in the checkpoint until the stage ends (a killed job
 resumes from them). Reported per size: wall time, the driver's peak resident memory (the
 Python driver; Spark's JVM is apart), its growth against the smallest size per MB of output,
@@ -82,7 +83,8 @@ def child(args: argparse.Namespace) -> None:
     )
     t0 = time.perf_counter()
     p = beam.Pipeline(options=options)
-    _ = p | beam.Create(list(range(args.shards))) | beam.ParDo(Emit()) | beam.ParDo(Count())
+    emitted = p | beam.Create(list(range(args.shards))) | beam.ParDo(Emit())
+    _ = emitted | beam.Reshuffle() | beam.ParDo(Count())  # the SDF stage's output: a buffer
     result = p.run()
     result.wait_until_finish()
     wall = time.perf_counter() - t0
