@@ -36,7 +36,10 @@ def stage_outputs(records: Iterable, spec: StateRound, stage: str) -> Iterator:
     groups (``task.kept_rows``); end with the commit message."""
     from pyspark import TaskContext
 
-    subtask = TaskContext.get().partitionId()  # one task per subtask (``as_subtasks``)
+    context = TaskContext.get()
+    if context is None:
+        raise RuntimeError("stage_outputs runs inside a Spark task only")
+    subtask = context.partitionId()  # one task per subtask (``as_subtasks``)
     writer = staged_writer_for_task(
         spec.url, spec.pipeline, stage, spec.round_no, spec.max_key_groups
     )

@@ -74,6 +74,7 @@ class RowKeeper:
         """As of this round: what the tail added and this round's rows, in new files beside
         the base's; the whole range when asked for a fallback. Read a file at a time."""
         spec, chains, groups = self.spec, self.chains, self.groups
+        assert chains is not None  # a range is due only as of a checkpoint's ranges
         whole = self.due is Due.REQUESTED
         committed = iter_appended(
             task_store(spec.url).storage, pipeline_dir(spec.pipeline), self.namespace, chains,
