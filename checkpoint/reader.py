@@ -112,23 +112,40 @@ def replay_namespace(
 ) -> None:
     """Apply one task-owned namespace in ``key_groups``: per range, its base then its tail."""
     groups = key_groups or KeyGroupRange(0, state.max_key_groups)
+    for op, kg, key, value, _ in namespace_records(
+        storage, directory, namespace, state, groups, cache=cache
+    ):
+        if op is Op.PUT:
+            put(namespace, key, value, kg)
+        else:
+            delete(namespace, key, kg)
 
-    def own_put(ns: str, key: bytes, value: bytes, kg: int) -> None:
-        if ns == namespace:
-            put(ns, key, value, kg)
 
-    def own_delete(ns: str, key: bytes, kg: int) -> None:
-        if ns == namespace:
-            delete(ns, key, kg)
-
+def namespace_records(
+    storage: Storage,
+    directory: str,
+    namespace: str,
+    state: NamespaceState,
+    groups: KeyGroupRange,
+    bases: bool = True,
+    cache: SegmentCache | None = None,
+) -> Iterator[tuple[Op, int, bytes, bytes, str]]:
+    """(op, key group, key, value, path) of one task-owned namespace in ``groups``, a file at
+    a time: per range its base (unless not ``bases``) then its tail."""
     for sub, r, tail in state.plan(groups):
-        for entry in r.base:
+        for entry in r.base if bases else ():
             if entry.kg_stop > entry.kg_start and not sub.overlaps(entry.kg_start, entry.kg_stop):
                 continue  # a part of a split snapshot, of other key groups
             path = f"{directory}/{entry.name}"
             for kg, ns, key, value in read_materialization(storage, path, entry, sub):
-                own_put(ns, key, value, kg)
-        replay_changelog(storage, directory, tuple(tail), own_put, own_delete, sub, cache)
+                if ns == namespace:
+                    yield Op.PUT, kg, key, value, path
+        for entry in tail:
+            path = f"{directory}/{entry.name}"
+            data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)
+            for op, kg, ns, key, value in iter_records(data, path, sub):
+                if ns == namespace:
+                    yield op, kg, key, value, path
 
 
 def iter_appended(
@@ -140,29 +157,17 @@ def iter_appended(
     bases: bool = True,
 ) -> Iterator[tuple[bytes, bytes]]:
     """(key, value) of an append-only task-owned namespace (every key put once, never
-    deleted: a batch stage's output chunks) in ``key_groups``, streamed a file at a time:
-    per range its base (unless not ``bases``) then its tail."""
-    for sub, r, tail in state.plan(key_groups):
-        for entry in r.base if bases else ():
-            if entry.kg_stop > entry.kg_start and not sub.overlaps(entry.kg_start, entry.kg_stop):
-                continue
-            for _, ns, key, value in read_materialization(
-                storage, f"{directory}/{entry.name}", entry, sub
-            ):
-                if ns == namespace:
-                    yield key, value
-        for entry in tail:
-            path = f"{directory}/{entry.name}"
-            data = read_segment(storage, path, entry)
-            for op, _, ns, key, value in iter_records(data, path, sub):
-                if ns != namespace:
-                    continue
-                if op is not Op.PUT:
-                    raise ValueError(
-                        f"{path} deletes key {key[:32]!r} of {namespace!r}, whose keys are put "
-                        "once and never deleted; the store was written by another program."
-                    )
-                yield key, value
+    deleted: a batch stage's output chunks, pushed-back input) in ``key_groups``, streamed a
+    file at a time: per range its base (unless not ``bases``) then its tail."""
+    for op, _, key, value, path in namespace_records(
+        storage, directory, namespace, state, key_groups, bases
+    ):
+        if op is not Op.PUT:
+            raise ValueError(
+                f"{path} deletes key {key[:32]!r} of {namespace!r}, whose keys are put once "
+                "and never deleted; the store was written by another program."
+            )
+        yield key, value
 
 
 def may_hold(entry: FileEntry, key_groups: KeyGroupRange | None) -> bool:
