@@ -189,6 +189,10 @@ class PipelineStore:
         """The task-owned namespaces the next checkpoint names."""
         return set(self.chain.task_state.namespaces)
 
+    def task_owned_state(self, namespace: str) -> NamespaceState | None:
+        """The handles of a task-owned namespace as the last commit left them (None: none)."""
+        return self.chain.task_state.namespaces.get(namespace)
+
     def drop_task_owned(self, namespace: str) -> None:
         """Forget a task-owned namespace whose rows a round took whole (pushed-back input fed
         back): the next checkpoint names none of its files. A restore brings it back."""

@@ -14,7 +14,8 @@ them is a small explicit format whose first byte is its version.
 | ``gbk/<buffer>`` | encoded key | `encode_group` v1 (header + trigger state tree) |
 | ``user-state/<stage>`` | SDK-encoded user key | `encode_user_state` v1 (Fn API cells) |
 | ``user-timers/<stage>`` | SDK-encoded user key | `encode_user_timers` v2 (summary, timers) |
-| ``side-input/<buffer>`` | ``round/...``, or ``window/<window>`` | `encode_side_input` v1 (chunk) |
+| ``side-rows/<buffer>`` | ``round/partition/seq`` | `encode_row` v1 (buffer, chunk) |
+| ``side-input/<buffer>`` | ``window/<window>`` (<= 7: ``round/...``) | `encode_side_input` v1 |
 | ``sink-pending`` | final path (UTF-8) | `encode_sink_pending` v1 (staged path, UTF-8) |
 | ``sink-staging-dirs`` | directory (UTF-8) | `encode_staging_dir` v1 (the version byte) |
 
@@ -36,7 +37,7 @@ from typing import Any, NamedTuple
 
 from sparkbeam.checkpoint.errors import StateLayoutError
 
-LAYOUT_VERSION = 7
+LAYOUT_VERSION = 8
 # 1: before this module (pickled GroupByKey and user state): refused if it holds such state.
 # 2: side-input chunks, pending sink files and staging directories stored raw: `upgrade`d.
 # 3: user-timers values v1 only (no summary): read as they are.
@@ -47,6 +48,9 @@ LAYOUT_VERSION = 7
 # 6: a batch SDF stage's output chunks and pushed-back input in the driver's files: moved
 #    likewise (layout 7 keeps them in the ranges of the tasks that made them,
 #    `APPEND_ONLY_PREFIXES`).
+# 7: a side input without a trigger in the driver's files (``side-input/<buffer>``, round
+#    keys): kept on restore by the tasks of the next round that reads it (layout 8 keeps it
+#    in ``side-rows/<buffer>``, task-owned; ``runner.streaming.side_input_store``).
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
 V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read)
@@ -59,6 +63,7 @@ GBK_PREFIX = "gbk/"
 USER_STATE_PREFIX = "user-state/"
 USER_TIMERS_PREFIX = "user-timers/"
 SIDE_INPUT_PREFIX = "side-input/"
+SIDE_ROWS_PREFIX = "side-rows/"
 SINK_PENDING = "sink-pending"
 SINK_STAGING_DIRS = "sink-staging-dirs"
 
@@ -70,11 +75,11 @@ FINISHED = "finished"
 # Namespaces only the tasks that own their key groups write (`sparkbeam.checkpoint.task_state`).
 TASK_OWNED_PREFIXES = (
     GBK_PREFIX, USER_STATE_PREFIX, USER_TIMERS_PREFIX, SDF_RESIDUAL_PREFIX, STAGE_OUTPUT_PREFIX,
-    PUSHBACK_PREFIX,
+    PUSHBACK_PREFIX, SIDE_ROWS_PREFIX,
 )  # fmt: skip
 # Task-owned namespaces whose keys are put once and never deleted: a range's snapshot keeps its
 # base's files and adds one of its tail (`sparkbeam.runner.task.kept_rows`).
-APPEND_ONLY_PREFIXES = (STAGE_OUTPUT_PREFIX, PUSHBACK_PREFIX)
+APPEND_ONLY_PREFIXES = (STAGE_OUTPUT_PREFIX, PUSHBACK_PREFIX, SIDE_ROWS_PREFIX)
 
 
 def is_task_owned(namespace: str) -> bool:
@@ -106,7 +111,7 @@ UNREADABLE_BEFORE_2 = (
 # Namespaces layouts 1 and 2 stored raw: `upgrade` rewrites them on restore.
 RAW_BEFORE_3 = (SIDE_INPUT_PREFIX, SINK_PENDING, SINK_STAGING_DIRS)
 # Namespaces whose values carry a version byte: all of them.
-VERSIONED_PREFIXES = UNREADABLE_BEFORE_2 + RAW_BEFORE_3
+VERSIONED_PREFIXES = UNREADABLE_BEFORE_2 + RAW_BEFORE_3 + (SIDE_ROWS_PREFIX,)
 
 
 def sdf_residual(stage: str) -> str:
@@ -135,6 +140,10 @@ def user_timers(stage: str) -> str:
 
 def side_input(buffer: str) -> str:
     return SIDE_INPUT_PREFIX + buffer
+
+
+def side_rows(buffer: str) -> str:
+    return SIDE_ROWS_PREFIX + buffer
 
 
 def input_marker(stage: str) -> str:

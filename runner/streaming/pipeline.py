@@ -21,24 +21,23 @@ from collections import defaultdict
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner import progress
 from sparkbeam.runner.errors import run_guarded
-from sparkbeam.runner.rounds import feed, side_input_view, sink_files
+from sparkbeam.runner.rounds import feed, sink_files
 from sparkbeam.runner.rounds.compatibility import run_again
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.loop import Opened, RoundLoop
-from sparkbeam.runner.rounds.side_inputs import read_together
 from sparkbeam.runner.rounds.startpoints import open_session
 from sparkbeam.runner.spark.labels import job_group, stage_label
 from sparkbeam.runner.streaming import pushback as streaming_pushback
 from sparkbeam.runner.streaming import test_stream, watermarks
 from sparkbeam.runner.streaming.round import RoundBuilder, RoundInputs, live_stages
+from sparkbeam.runner.streaming.side_input_store import StreamingSideInputs
 from sparkbeam.runner.task.bundle_executor import StageTask
 from sparkbeam.sdf.startpoints.session import CONSUMED_METADATA_KEY
 from sparkbeam.translation.plan import PipelinePlan
 
 _LOG = logging.getLogger(__name__)
 IMPULSE_DONE = state_layout.IMPULSE_DONE
-SIDE_INPUT_PREFIX = state_layout.SIDE_INPUT_PREFIX
 
 
 def keyed_parallelism(pipeline_id: str, parallelism: int, max_key_groups: int) -> int:
@@ -72,8 +71,7 @@ class PipelineRounds:
         self.group_keys: dict[str, int] = {}
         self.previous: dict[str, int] = {}  # GroupByKey -> input watermark of last round
         self.stateful: dict[str, dict] = {}  # stateful stage -> keys/timers/hold/watermark
-        self.side_values: dict[str, list[bytes]] = defaultdict(list)  # what the tasks load
-        self.views: dict = {}  # triggered side-input buffer -> its view, set by open()
+        self.side = StreamingSideInputs(ctx, pipeline.id, self.stages)  # restored by open()
         self.pushed_back: set[str] = set()  # stages with main input held for side inputs
         self.draining = False  # truncate pending restrictions, watermarks at +inf
         self.progress = progress.PipelineProgress(pipeline.id)
@@ -115,7 +113,7 @@ class PipelineRounds:
             self.test_stream.restore(restored.test_stream)
         self.impulse_done = IMPULSE_DONE in self.state.completed()
         self._scan_pushback()
-        self._restore_side_inputs()
+        self.side.restore(self.state)
         if info is not None:
             self._restore_sink_files(restored.round_no)
         sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
@@ -129,23 +127,6 @@ class PipelineRounds:
         )  # fmt: skip
         cid = info.checkpoint_id if info is not None else None
         return Opened(self.state, restored, cid, session)
-
-    def _restore_side_inputs(self) -> None:
-        """Side inputs as they were at the checkpoint: a triggered one's view, else every chunk."""
-        stored: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
-        for ns, key, value in self.state.items():
-            if ns.startswith(SIDE_INPUT_PREFIX):
-                chunk = state_layout.decode_side_input(value, ns)
-                stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, chunk))
-        self.views = side_input_view.views(self.plan, self.stages)
-        self.side_values = defaultdict(list)
-        for buffer, entries in stored.items():
-            view = self.views.get(buffer)
-            if view is None:
-                self.side_values[buffer] = [v for _, v in sorted(entries)]
-            else:
-                side_input_view.restore(self.state, buffer, view, entries)
-                self.side_values[buffer] = view.chunks()
 
     def _restore_sink_files(self, restored_round: int) -> None:
         """Rounds after the restored one are lost: unpublish their files."""
@@ -198,14 +179,15 @@ class PipelineRounds:
             self.labels[s.id] for s in self.stages if s.id in live
         )
         self.ctx.plane.describe_job(self.group, label)  # the full list; stages: their own
+        self.side.begin_round()
         try:
             with self.ctx.plane.call_site(f"{self.pipeline.id} round {round_no}"):
-                reports = builder.build(self._side_inputs)
+                reports = builder.build(self.side.for_stage)
                 collected = run_guarded(None, reports.collect, self.labels.get)
         finally:
             builder.cleanup()
         self._held = set(builder.held)
-        return collected
+        return list(collected) + self.side.records  # with the side inputs' keeping tasks'
 
     def round_inputs(self, loop: RoundLoop, marks, due: dict, live: set[str]) -> RoundInputs:
         """The typed record a round is built from: this pipeline's state as the round starts."""
@@ -229,7 +211,7 @@ class PipelineRounds:
             due=due,
             clock_ms=loop.clock_ms,
             previous=self.previous,
-            side_values=self.side_values,
+            side_values=self.side.values,
             pushed_back=self.pushed_back,
             state=self.state,
             startpoints=loop.startpoints,
@@ -251,27 +233,6 @@ class PipelineRounds:
         clock = self._clock_micros()
         task = StageTask(self.ctx.plan_key, stage, residual_budget_s=0.0, clock_micros=clock)
         return task, self.ctx.components
-
-    def _side_inputs(self, stage, edges) -> dict:
-        """Side inputs grow over rounds (and are kept in the store for restores): a triggered
-        one's view per window is its latest firing (``side_input_view``), others accumulate."""
-        unread = [si.buffer for si in stage.side_inputs if si.buffer not in edges.side_inputs_read]
-        reads = {b: edges.read(b, None) for b in dict.fromkeys(unread)}  # one job for them all
-        fresh = read_together(self.ctx.plane, reads, lambda d: run_guarded(stage.id, d.collect))
-        for buffer, new in fresh.items():  # once per round, however many readers
-            edges.side_inputs_read.add(buffer)
-            view = self.views.get(buffer)
-            if view is not None:
-                side_input_view.store(self.state, buffer, view.fold(new))
-                self.side_values[buffer] = view.chunks()
-                continue
-            for i, chunk in enumerate(new):
-                key = f"{self._round_no:010d}/{i:08d}".encode()
-                self.state.put(
-                    state_layout.side_input(buffer), key, state_layout.encode_side_input(chunk)
-                )
-            self.side_values[buffer].extend(new)
-        return {si.buffer: list(self.side_values[si.buffer]) for si in stage.side_inputs}
 
     # --- the barrier ------------------------------------------------------------------
 
@@ -336,6 +297,7 @@ class PipelineRounds:
     def committed(self, loop: RoundLoop, ledger: RoundLedger, meta: RoundMetadata) -> None:
         """Publish the round's files; what it left is the next round's starting point."""
         sink_files.finalize_pending(self.state)
+        self.side.committed()
         self.impulse_done = True
         self._scan_pushback()
         self.group_holds, self.group_keys = meta.group_holds or {}, meta.group_keys
@@ -390,7 +352,7 @@ class PipelineRounds:
             s.id
             for s in self.stages
             if s.id in self.pushed_back
-            or (s.side_inputs and not streaming_pushback.ready(s, self.side_values, marks))
+            or (s.side_inputs and not streaming_pushback.ready(s, self.side.values, marks))
         }
         if not waiting:
             return marks

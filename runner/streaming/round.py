@@ -72,7 +72,7 @@ class RoundInputs:
     due: dict  # stage -> its ``feed.Due`` (None: nothing due)
     clock_ms: float  # the feed's clock: SDF tasks feed the residuals due by then
     previous: dict[str, int]  # GroupByKey -> input watermark of the last round
-    side_values: dict  # side input buffer -> every chunk so far
+    side_values: dict  # side input buffer -> what tasks load (``side_input_store``)
     pushed_back: set[str]  # stages with main input held in the store
     state: Any  # the PipelineStore: a round that takes pushed-back rows drops their handles
     startpoints: Any  # the StartpointSession, or None
@@ -164,7 +164,7 @@ class RoundBuilder:
         inputs = [
             source.map(functools.partial(_tag, transform))
             for transform, buffer in stage.inputs
-            if (source := self._source(buffer, stage.id, transform)) is not None
+            if (source := self.source(buffer, stage.id, transform)) is not None
         ]
         due = self.due.get(stage.id)
         rows = list(due.rows) if due else []  # the driver's (its tasks keep them: none)
@@ -172,10 +172,10 @@ class RoundBuilder:
             inputs.append(self.plane.parallelize(rows, min(self.par, len(rows))))
         held = stage.side_inputs and not ready(stage, inp.side_values, self.marks)
         if not held and stage.id in inp.pushed_back:  # its side inputs are ready now
-            inputs.append(take(self.plane, inp.state, self._state_round(), stage.id))
+            inputs.append(take(self.plane, inp.state, self.state_round(), stage.id))
         if held:  # side inputs not ready: keep the main input for a later round
             self.held.add(stage.id)  # (its tasks keep their due residuals meanwhile)
-            hold = functools.partial(hold_rows, self._state_round(), stage.id)
+            hold = functools.partial(hold_rows, self.state_round(), stage.id)
             subtasks = self.plane.as_subtasks(self._union(inputs) if inputs else None, self.par)
             return subtasks.mapPartitionsWithIndex(hold)
         assignment = inp.startpoints and inp.startpoints.assignment(stage.id)
@@ -205,7 +205,7 @@ class RoundBuilder:
             memory_bytes=inp.state_memory_bytes,
         )
 
-    def _state_round(self) -> StateRound:
+    def state_round(self) -> StateRound:
         return StateRound(**self._state_fields())
 
     # --- edges -----------------------------------------------------------------------
@@ -213,10 +213,10 @@ class RoundBuilder:
     def read(self, buffer: BufferId, consumer: str | None, transform: str | None = None):
         """What ``consumer``'s input ``transform`` reads from ``buffer``: data chunks, plus the
         reports it carries. ``consumer=None``: a side input (data only)."""
-        source = self._source(buffer, consumer, transform)
+        source = self.source(buffer, consumer, transform)
         return self.plane.empty() if source is None else source
 
-    def _source(self, buffer: BufferId, consumer: str | None, transform: str | None = None):
+    def source(self, buffer: BufferId, consumer: str | None, transform: str | None = None):
         """``read``, or None when nothing can be read this round (an Impulse done, a buffer no
         live stage writes): a round's inputs leave those out rather than union empty datasets
         (each costs the driver Spark calls)."""
@@ -333,7 +333,7 @@ class RoundBuilder:
             )
             for transform, buffer in stage.inputs
             if self.plan.edge(buffer).kind != EdgeKind.IMPULSE
-            and (source := self._source(buffer, stage.id, transform)) is not None
+            and (source := self.source(buffer, stage.id, transform)) is not None
         ]
         partitioner = functools.partial(
             grouping.partition_for_key,

@@ -1,6 +1,7 @@
 """Serving materialized side inputs to the SDK through the Fn API state protocol.
 
-Owns: writing a stage's collected side-input chunks into the in-process
+Owns: writing a stage's side-input chunks (collected, or read from a streaming side input's
+files: ``side_input_files``) into the in-process
 ``StateServicer`` under the state keys the SDK reads (iterable, multimap and
 its keys). Leaves collecting them (``executor``) and running the stage
 (``bundle_executor``) to others.
@@ -14,13 +15,14 @@ from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner.execution import WindowGroupingBuffer
 
+from sparkbeam.runner.task.side_input_files import side_input_chunks
 from sparkbeam.translation.plan import StagePlan
 
 
 def load_side_inputs(state, context, stage: StagePlan, side_inputs: dict) -> None:
     """Put one stage's materialized side inputs into ``state`` (as FnApiRunner does)."""
     for si in stage.side_inputs:
-        chunks = side_inputs.get(si.buffer, [])
+        chunks = side_input_chunks(side_inputs.get(si.buffer))  # streaming: maybe files
         access = beam_runner_api_pb2.FunctionSpec(urn=si.access_pattern_urn)
         grouped = WindowGroupingBuffer(access, context.coders[si.coder])
         for data in chunks:

@@ -1,4 +1,5 @@
-"""A store of state layout 2 resumes under layout 3, and its next checkpoints are layout 3.
+"""A store of state layout 2 resumes under the current layout, and its next checkpoints are
+of the current layout.
 
 ``tests/fixtures/layout_v2_store`` is ``tests.fixtures.layout_pipeline`` (``--side_input``) as
 the code of layout 2 wrote it -- side-input chunks, pending sink files and the staging
@@ -41,6 +42,16 @@ def _raw_before_3_values(url: str) -> dict:
         return values
 
 
+def _kept_side_input(url: str) -> list[bytes]:
+    with open_store(url, break_lock=True) as store:
+        state = store.pipeline(PIPELINE)
+        state.restore()
+        (namespace,) = [ns for ns in state.task_owned() if ns.startswith(sl.SIDE_ROWS_PREFIX)]
+        values = list(state.read_task_owned(namespace).values())
+        state.close()
+        return values
+
+
 def test_a_layout_2_store_resumes_and_publishes_each_line_once(spark, tmp_path):
     url = str(tmp_path / "ckpt")
     shutil.copytree(os.path.join(FIXTURES, "layout_v2_store"), url)
@@ -63,7 +74,8 @@ def test_a_layout_2_store_resumes_and_publishes_each_line_once(spark, tmp_path):
     assert after and all(m.metadata[sl.LAYOUT_KEY] == sl.LAYOUT_VERSION for m in after)
     assert after[0].metadata["round"] == 4  # resumed after round 3, not run from the start
     values = _raw_before_3_values(url)
-    chunks = [sl.decode_side_input(v, sl.SIDE_INPUT_PREFIX) for _, v in values["side-input"]]
-    assert chunks  # the side input restored from layout 2, rewritten as layout 3
+    assert "side-input" not in values  # the side input restored from layout 2, upgraded, ...
+    kept = _kept_side_input(url)
+    assert [sl.decode_row(v, sl.SIDE_ROWS_PREFIX)[1] for v in kept]  # ... is kept by tasks
     for key, value in values.get("sink-staging-dirs", []):
         assert sl.decode_staging_dir(key, value).endswith(".sparkbeam-staging")

@@ -1,0 +1,116 @@
+"""A streaming side input without a trigger is kept by tasks; readers read its files.
+
+Before, the driver collected every new chunk of the side input each round, kept it in its
+table (and every checkpoint's driver files) and broadcast all chunks so far to each reading
+stage, every round. Now one task per subtask keeps the round's chunks in its own key groups
+(``side-rows/<buffer>``); the driver passes the files' handles; each worker reads a file once.
+"""
+
+from __future__ import annotations
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.testing.util import assert_that, equal_to
+
+from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout
+from sparkbeam.runner.streaming import side_input_store
+from sparkbeam.runner.task import side_input_files
+from sparkbeam.runner.task.side_input_files import (
+    SideInputFiles,
+    files_of,
+    keeping_side_input,
+    side_input_chunks,
+)
+from sparkbeam.runner.task.staged_state import StateRound, task_store
+from tests.checkpoint.test_task_owned_state import Reads
+from tests.conftest import spark_test_options
+from tests.streaming.streaming_pipelines import EventTimeOffsets
+
+LAYOUT = {state_layout.LAYOUT_KEY: state_layout.LAYOUT_VERSION}
+NS = state_layout.side_rows("buf")
+
+
+def _keep(root: str, cid, round_no: int, subtask: int, chunks: list[bytes]):
+    spec = StateRound(
+        pipeline="p", url=root, checkpoint_id=cid, round_no=round_no, parallelism=2,
+        max_key_groups=128,
+    )  # fmt: skip
+    writer = open_staged_writer(root, "p", "side:buf", round_no, subtask, 0, max_key_groups=128)
+    (record,) = keeping_side_input(spec, "buf", subtask, chunks, writer)
+    return record.message
+
+
+def _segments(reads: Reads) -> int:
+    return sum(p.endswith(".seg") for p in reads.paths)
+
+
+def test_kept_chunks_are_read_from_their_files_and_a_worker_reads_each_file_once(
+    tmp_path, executor_dir, monkeypatch
+):
+    monkeypatch.setattr(side_input_files, "_CACHE", side_input_files._ReadFiles())
+    with open_store(str(tmp_path)) as store:
+        root, state = store.storage.root, store.pipeline("p")
+        driver_reads = Reads(store.storage, monkeypatch)
+        worker_reads = Reads(task_store(root).storage, monkeypatch)
+        first = [
+            _keep(root, None, 0, sub, [b"r0-s%d-%d" % (sub, i) for i in range(3)]) for sub in (0, 1)
+        ]
+        staged = [f for m in first for f in m.files]
+        files = SideInputFiles(root, "p", NS, files_of(None, staged, 128), 6)
+        expected = [b"r0-s%d-%d" % (sub, i) for sub in (0, 1) for i in range(3)]
+        assert side_input_chunks(files) == expected  # the round that kept them reads them
+        assert _segments(worker_reads) == 2
+
+        cid = state.checkpoint(fingerprint="f", metadata=LAYOUT, commit_messages=first)
+        assert driver_reads.staged() == []  # the commit read no chunk ...
+        assert list(state.items(NS)) == []  # ... and the driver's table holds none
+        committed = state.task_owned_state(NS)
+        assert committed is not None and committed.entries == 6
+
+        second = [_keep(root, cid, 1, 1, [b"r1-s1-0"])]
+        parts = files_of(committed, [f for m in second for f in m.files], 128)
+        files = SideInputFiles(root, "p", NS, parts, committed.entries + 1)
+        assert side_input_chunks(files) == [*expected, b"r1-s1-0"]  # in round order
+        assert _segments(worker_reads) == 3  # the new file only
+        assert side_input_chunks(files) == [*expected, b"r1-s1-0"]
+        assert _segments(worker_reads) == 3  # another task of the same worker: no read
+
+
+def test_a_streaming_side_input_is_kept_by_tasks_never_collected_by_the_driver(
+    spark, tmp_path, monkeypatch
+):
+    collected: list[str] = []
+    real = side_input_store.read_together
+
+    def read_together(plane, reads, collect):
+        collected.extend(reads)
+        return real(plane, reads, collect)
+
+    monkeypatch.setattr(side_input_store, "read_together", read_together)
+    url = str(tmp_path / "ckpt")
+    options = spark_test_options(
+        "--streaming", f"--checkpoint_dir={url}", "--checkpoint_interval_s=0.05"
+    )
+    with beam.Pipeline(options=PipelineOptions(options)) as p:
+        offset = p | "Offset" >> beam.Create([1000, 2000])
+        shifted = (
+            p
+            | beam.Create([("a", 12)])
+            | beam.ParDo(EventTimeOffsets(per_round=4))  # three rounds of records
+            | beam.Map(lambda kv, extra: kv[1] + sum(extra), extra=beam.pvalue.AsList(offset))
+        )
+        assert_that(shifted, equal_to([3000 + i for i in range(12)]))
+    assert collected == []  # no untriggered side input went through the driver
+    with open_store(url, break_lock=True) as store:
+        (pipeline,) = store.list_pipelines()
+        latest = store.list_checkpoints(pipeline)[-1]
+        manifest = store.load_manifest(pipeline, latest.checkpoint_id)
+        kept = [ns for ns in manifest.task_state.namespaces if ns.startswith("side-rows/")]
+        assert len(kept) == 1 and manifest.task_state.namespaces[kept[0]].entries >= 1
+        state = store.pipeline(pipeline)
+        state.restore()
+        assert [ns for ns, _, _ in state.items() if ns.startswith("side-input/")] == []
+        values = sorted(state.read_task_owned(kept[0]).values())
+        state.close()
+    chunks = b"".join(state_layout.decode_row(v, kept[0])[1] for v in values)
+    assert chunks  # the two offsets, Beam-encoded
