@@ -1,0 +1,175 @@
+"""Benchmark: does the driver stay flat while a streaming side input grows? (issue 30, item 5)
+
+A real streaming job, one child process per size: ``--side_mb`` MB of side input made by
+tasks (``--shards`` elements, each expanded into ``--chunk_kb`` KB records), read as an
+``AsIter`` by a stage whose main input a splittable DoFn emits over ``--rounds`` rounds; each
+main element counts the records it sees of the side input. Reported per size: wall time, the
+driver's peak resident memory (the Python driver; Spark's JVM is apart), its growth against
+the smallest size per MB of side input, the store's size, and exactness (every main element
+saw every side record).
+
+Before, the driver collected the side input, kept it in its table and checkpoints, and
+broadcast all of it to the reading stage every round; now the tasks that made it keep it in
+their key groups, and the reading tasks read its files (the driver passes handles).
+
+    python benchmarks/side_input_scale.py --side_mb 10,100
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from benchmarks import _harness  # noqa: E402
+
+
+def child(args: argparse.Namespace) -> None:
+    """One streaming run with ``args.side_mb`` MB of side input; one JSON line."""
+    import resource
+
+    import apache_beam as beam
+    from apache_beam.io.restriction_trackers import OffsetRange
+    from apache_beam.metrics import Metrics
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.utils.timestamp import Duration
+
+    from sparkbeam.sdf import OffsetRangeProvider
+
+    chunk = args.chunk_kb * 1024
+    per_shard = max(1, int(float(args.side_mb) * 2**20 / chunk / args.shards))
+    side_records = per_shard * args.shards
+    main_records = args.rounds * 2
+
+    class Main(OffsetRangeProvider):
+        def initial_restriction(self, element):
+            return OffsetRange(0, main_records)
+
+    class Emit(beam.DoFn):
+        """Two main elements a round, then defers the rest."""
+
+        def process(self, element, tracker=beam.DoFn.RestrictionParam(Main())):
+            pos = tracker.current_restriction().start
+            end = min(pos + 2, main_records)
+            while pos < end and tracker.try_claim(pos):
+                yield pos
+                pos += 1
+            if pos < tracker.current_restriction().stop:
+                tracker.defer_remainder(Duration(seconds=args.delay_s))
+
+    class Sees(beam.DoFn):
+        def __init__(self):
+            self.whole = Metrics.counter("side_input_scale", "saw_all")
+
+        def process(self, element, side):
+            if sum(1 for _ in side) == side_records:
+                self.whole.inc()
+
+    options = PipelineOptions(
+        [
+            "--runner=SparkCheckpointRunner",
+            "--streaming",
+            f"--checkpoint_dir={args.store}",
+            "--checkpoint_interval_s=0.05",
+            f"--parallelism={args.parallelism}",
+            "--spark_master_url=local[2]",
+        ]
+    )
+    t0 = time.perf_counter()
+    p = beam.Pipeline(options=options)
+    side = (
+        p
+        | "Shards" >> beam.Create(list(range(args.shards)))
+        | "Expand"
+        >> beam.FlatMap(
+            lambda s: (b"%08d%08d" % (s, i) + b"x" * (chunk - 16) for i in range(per_shard))
+        )
+    )
+    main = p | "Seed" >> beam.Create([0]) | "Emit" >> beam.ParDo(Emit())
+    _ = main | "Sees" >> beam.ParDo(Sees(), side=beam.pvalue.AsIter(side))
+    result = p.run()
+    result.wait_until_finish()
+    wall = time.perf_counter() - t0
+    counters = {
+        c.key.metric.name: c.committed or c.attempted or 0
+        for c in result.metrics().query()["counters"]
+    }
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    store_mb = sum(
+        os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(args.store) for f in fs
+    ) / 2**20  # fmt: skip
+    print(
+        json.dumps(
+            {
+                "side_mb": side_records * chunk / 2**20,
+                "main": main_records,
+                "wall": wall,
+                "driver_peak_mb": peak_mb,
+                "store_mb": store_mb,
+                "saw_all": counters.get("saw_all", 0),
+            }
+        )
+    )
+
+
+def run_sizes(args: argparse.Namespace) -> int:
+    _harness.become_subreaper()
+    rows, base = [], None
+    for mb in [float(k) for k in args.side_mb.split(",")]:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [
+                sys.executable, __file__, "--child", "--side_mb", str(mb),
+                "--store", os.path.join(tmp, "ckpt"), "--parallelism", str(args.parallelism),
+                "--shards", str(args.shards), "--rounds", str(args.rounds),
+                "--chunk_kb", str(args.chunk_kb), "--delay_s", str(args.delay_s),
+            ]  # fmt: skip
+            got, problem = _harness.json_child(cmd, os.path.join(tmp, "child.log"), args.timeout)
+            if got is None:
+                print(f"{mb} MB: failed: {problem}")
+                return 1
+        base = base or got
+        grown = got["driver_peak_mb"] - base["driver_peak_mb"]
+        more = got["side_mb"] - base["side_mb"]
+        per = f"{grown / more:.2f}" if more > 0 else "-"
+        exact = got["saw_all"] == got["main"]
+        rows.append(
+            (
+                f"{got['side_mb']:.0f}",
+                f"{got['wall']:.1f}",
+                f"{got['driver_peak_mb']:.0f}",
+                f"{grown:+.0f}",
+                per,
+                f"{got['store_mb']:.0f}",
+                "yes" if exact else f"no ({got['saw_all']} of {got['main']})",
+            )
+        )
+    head = ("side MB", "wall s", "driver MB", "vs first", "MB/side MB", "store MB", "exact")
+    print(_harness.format_table(head, rows))
+    return 0
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--side_mb", default="10,100", help="side input sizes (default: 10,100)")
+    ap.add_argument("--chunk_kb", type=int, default=64, help="record size (default: 64)")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds of main input (default: 4)")
+    ap.add_argument("--delay_s", type=float, default=0.1, help="resume delay (default: 0.1)")
+    ap.add_argument("--parallelism", type=int, default=2, help="job parallelism (default: 2)")
+    ap.add_argument("--shards", type=int, default=4, help="side input shards (default: 4)")
+    ap.add_argument("--timeout", type=float, default=1800, help="per child, s (default: 1800)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--store", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        child(args)
+        return 0
+    return run_sizes(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
