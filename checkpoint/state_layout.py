@@ -15,7 +15,8 @@ them is a small explicit format whose first byte is its version.
 | ``user-state/<stage>`` | SDK-encoded user key | `encode_user_state` v1 (Fn API cells) |
 | ``user-timers/<stage>`` | SDK-encoded user key | `encode_user_timers` v2 (summary, timers) |
 | ``side-rows/<buffer>`` | ``round/partition/seq`` | `encode_row` v1 (buffer, chunk) |
-| ``side-input/<buffer>`` | ``window/<window>`` (<= 7: ``round/...``) | `encode_side_input` v1 |
+| ``side-view/<buffer>`` | ``window/<window>`` | `encode_side_input` v1 (latest firing) |
+| ``side-input/<buffer>`` | layouts <= 7: ``window/...`` or ``round/...`` | `encode_side_input` v1 |
 | ``sink-pending`` | final path (UTF-8) | `encode_sink_pending` v1 (staged path, UTF-8) |
 | ``sink-staging-dirs`` | directory (UTF-8) | `encode_staging_dir` v1 (the version byte) |
 
@@ -48,9 +49,10 @@ LAYOUT_VERSION = 8
 # 6: a batch SDF stage's output chunks and pushed-back input in the driver's files: moved
 #    likewise (layout 7 keeps them in the ranges of the tasks that made them,
 #    `APPEND_ONLY_PREFIXES`).
-# 7: a side input without a trigger in the driver's files (``side-input/<buffer>``, round
-#    keys): kept on restore by the tasks of the next round that reads it (layout 8 keeps it
-#    in ``side-rows/<buffer>``, task-owned; ``runner.streaming.side_input_store``).
+# 7: streaming side inputs in the driver's files (``side-input/<buffer>``: round keys, or a
+#    triggered one's window keys): kept by the tasks of the next round that reads them (layout
+#    8 keeps them task-owned, ``side-rows/<buffer>`` and ``side-view/<buffer>``;
+#    ``runner.streaming.side_input_store``).
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
 V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read)
@@ -64,6 +66,7 @@ USER_STATE_PREFIX = "user-state/"
 USER_TIMERS_PREFIX = "user-timers/"
 SIDE_INPUT_PREFIX = "side-input/"
 SIDE_ROWS_PREFIX = "side-rows/"
+SIDE_VIEW_PREFIX = "side-view/"
 SINK_PENDING = "sink-pending"
 SINK_STAGING_DIRS = "sink-staging-dirs"
 
@@ -75,7 +78,7 @@ FINISHED = "finished"
 # Namespaces only the tasks that own their key groups write (`sparkbeam.checkpoint.task_state`).
 TASK_OWNED_PREFIXES = (
     GBK_PREFIX, USER_STATE_PREFIX, USER_TIMERS_PREFIX, SDF_RESIDUAL_PREFIX, STAGE_OUTPUT_PREFIX,
-    PUSHBACK_PREFIX, SIDE_ROWS_PREFIX,
+    PUSHBACK_PREFIX, SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX,
 )  # fmt: skip
 # Task-owned namespaces whose keys are put once and never deleted: a range's snapshot keeps its
 # base's files and adds one of its tail (`sparkbeam.runner.task.kept_rows`).
@@ -111,7 +114,7 @@ UNREADABLE_BEFORE_2 = (
 # Namespaces layouts 1 and 2 stored raw: `upgrade` rewrites them on restore.
 RAW_BEFORE_3 = (SIDE_INPUT_PREFIX, SINK_PENDING, SINK_STAGING_DIRS)
 # Namespaces whose values carry a version byte: all of them.
-VERSIONED_PREFIXES = UNREADABLE_BEFORE_2 + RAW_BEFORE_3 + (SIDE_ROWS_PREFIX,)
+VERSIONED_PREFIXES = UNREADABLE_BEFORE_2 + RAW_BEFORE_3 + (SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX)
 
 
 def sdf_residual(stage: str) -> str:
@@ -144,6 +147,10 @@ def side_input(buffer: str) -> str:
 
 def side_rows(buffer: str) -> str:
     return SIDE_ROWS_PREFIX + buffer
+
+
+def side_view(buffer: str) -> str:
+    return SIDE_VIEW_PREFIX + buffer
 
 
 def input_marker(stage: str) -> str:

@@ -1,17 +1,17 @@
-"""A streaming pipeline's side inputs across rounds: what each round's tasks load, and where
-it is kept.
+"""A streaming pipeline's side inputs across rounds: kept by tasks, passed to readers as files.
 
-A side input fills over rounds. Without a trigger it is every chunk its writers emitted so
-far: the first round that reads it in a round has one task per subtask keep the new chunks in
-the store (``task.side_input_files``); the driver holds the files' handles and passes them to
-the reading tasks, which read the files. A triggered side input is, per window, its latest
-firing (``rounds.side_input_view``): one chunk per window, folded on the driver and kept in
-its table (``side-input/<buffer>``).
+A side input fills over rounds. The first stage of a round that reads it runs one Spark job
+in which tasks keep what its writers emitted this round, each in its own key groups
+(``task.side_input_files``): without a trigger every chunk (one task per subtask), a
+triggered side input per window its latest firing (its elements shuffled to the subtask that
+owns the window, ``task.side_input_view``). The driver collects the jobs' commit messages
+(handles, never a chunk) into the round's reports, and passes each reading stage the files:
+the checkpoint's, and the ones this round staged.
 
-Stores of layout 7 and older kept an untriggered side input's chunks in the driver's table
-(``side-input/<buffer>``, round keys). A restore holds them aside; the next round that reads
-the side input has its tasks keep them with that round's chunks, and deletes them from the
-driver's table in the same checkpoint.
+Stores of layout 7 and older kept side inputs in the driver's table (``side-input/<buffer>``).
+A restore holds those entries aside; the next round that reads the side input has its tasks
+keep them too (a triggered one's as the view before this round's firings), and deletes them
+from the driver's table in the same checkpoint.
 """
 
 from __future__ import annotations
@@ -19,54 +19,48 @@ from __future__ import annotations
 import functools
 from collections import defaultdict
 
+from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.runners import pipeline_context
+
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.errors import run_guarded
-from sparkbeam.runner.rounds import side_input_view
-from sparkbeam.runner.rounds.side_inputs import read_together
-from sparkbeam.runner.task.records import CommitRecord
+from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.side_input_files import (
     COMMIT_PREFIX,
     SideInputFiles,
     files_of,
     keeping_side_input,
 )
+from sparkbeam.runner.task.side_input_view import OLDER, keeping_view, older_view, window_keyed
 
 SIDE_INPUT_PREFIX = state_layout.SIDE_INPUT_PREFIX
 
 
 class StreamingSideInputs:
     """The side inputs of one pipeline's stages; ``values`` is what a round's tasks load
-    (buffer -> a triggered view's chunks, or `SideInputFiles`)."""
+    (buffer -> `SideInputFiles`; `streaming.pushback.ready` asks it whether one has data)."""
 
     def __init__(self, ctx, pipeline_id: str, stages) -> None:
-        self.ctx, self.pipeline_id, self.stages = ctx, pipeline_id, stages
-        self.views = side_input_view.views(ctx.plan, stages)  # triggered buffer -> its view
-        self.kept = {si.buffer for s in stages for si in s.side_inputs} - set(self.views)
-        self.values: dict = {}
+        self.ctx, self.pipeline_id = ctx, pipeline_id
+        self.coders = {si.buffer: si.coder for s in stages for si in s.side_inputs}
+        self.triggered = {si.buffer for s in stages for si in s.side_inputs if si.triggered}
+        self.values: dict[str, SideInputFiles] = {}
         self.state = None
-        self.records: list[CommitRecord] = []  # the running round's keeping tasks' messages
+        self.records: list = []  # the running round's keeping tasks' commit records
         self._older: dict[str, list[tuple[bytes, bytes]]] = {}  # layout <= 7: (key, chunk)
         self._staged: dict[str, list] = defaultdict(list)  # buffer -> the round's new files
-        self._rows: dict[str, int] = defaultdict(int)  # buffer -> chunks the round added
+        self._rows: dict[str, int] = defaultdict(int)  # buffer -> records the round staged
 
     def restore(self, state) -> None:
         """As of the restored checkpoint (``state``, the pipeline's store)."""
-        self.state, self.records = state, []
-        self._staged.clear()
-        self._rows.clear()
+        self.state = state
         stored: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
         for ns, key, value in state.items():
             if ns.startswith(SIDE_INPUT_PREFIX):
                 chunk = state_layout.decode_side_input(value, ns)
                 stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, chunk))
-        self.views = side_input_view.views(self.ctx.plan, self.stages)  # fresh: no fold yet
-        self.values = {}
-        for buffer, view in self.views.items():
-            side_input_view.restore(state, buffer, view, stored.pop(buffer, []))
-            self.values[buffer] = view.chunks()
-        self._older = {b: sorted(entries) for b, entries in stored.items() if b in self.kept}
-        for buffer in self.kept:
-            self.values[buffer] = self._files(buffer)
+        self._older = {b: sorted(entries) for b, entries in stored.items() if b in self.coders}
+        self.committed()
 
     def begin_round(self) -> None:
         self.records = []
@@ -76,58 +70,77 @@ class StreamingSideInputs:
     def committed(self) -> None:
         """The round's files are now the checkpoint's: handles as the commit left them."""
         self.begin_round()
-        for buffer in self.kept:
-            self.values[buffer] = self._files(buffer)
+        self.values = {buffer: self._files(buffer) for buffer in self.coders}
 
     def for_stage(self, stage, builder) -> dict:
         """What ``stage``'s tasks load this round; the first stage to read a side input in a
-        round reads what its writers emitted (one Spark job for all it reads)."""
-        unread = [
-            si.buffer for si in stage.side_inputs if si.buffer not in builder.side_inputs_read
-        ]
-        unread = list(dict.fromkeys(unread))
-        triggered = {b: builder.read(b, None) for b in unread if b in self.views}
-        fresh = read_together(self.ctx.plane, triggered, lambda d: run_guarded(stage.id, d.collect))
-        for buffer, new in fresh.items():
-            view = self.views[buffer]
-            side_input_view.store(self.state, buffer, view.fold(new))
-            self.values[buffer] = view.chunks()
-        self._keep(stage, builder, [b for b in unread if b in self.kept])
+        round has the tasks keep what its writers emitted (one Spark job for all it reads)."""
+        unread = [b for b in dict.fromkeys(si.buffer for si in stage.side_inputs)]
+        unread = [b for b in unread if b not in builder.side_inputs_read]
+        self._keep(stage, builder, unread)
         builder.side_inputs_read.update(unread)
-        return {si.buffer: self.values.get(si.buffer, []) for si in stage.side_inputs}
+        return {si.buffer: self.values[si.buffer] for si in stage.side_inputs}
 
     def _keep(self, stage, builder, buffers: list[str]) -> None:
-        """One Spark job: per buffer, one task per subtask keeps the round's new chunks."""
-        plane, spec = self.ctx.plane, builder.state_round()
-        jobs = []
-        for buffer in buffers:
-            parts = [d for d in (builder.source(buffer, None),) if d is not None]
-            older = self._older.get(buffer)
-            if older:
-                parts.append(plane.parallelize([chunk for _, chunk in older], 1))
-            if not parts:
-                continue  # nothing new: no job
-            keep = functools.partial(keeping_side_input, spec, buffer)
-            subtasks = plane.as_subtasks(plane.union(parts), spec.parallelism)
-            jobs.append(subtasks.mapPartitionsWithIndex(keep))
+        jobs = [job for b in buffers if (job := self._keeping(builder, b)) is not None]
         if not jobs:
             return
-        records = run_guarded(stage.id, plane.union(jobs).collect)
+        records = run_guarded(stage.id, self.ctx.plane.union(jobs).collect)
         for rec in records:
             buffer = rec.stage[len(COMMIT_PREFIX) :]
             self._staged[buffer].extend(rec.message.files)
             self._rows[buffer] += sum(f.records for f in rec.message.files)
         self.records.extend(records)
         for buffer in buffers:
-            older = self._older.pop(buffer, None)
-            for key, _ in older or ():  # kept by this round's tasks now
-                self.state.delete(state_layout.side_input(buffer), key)
+            ns = state_layout.side_input(buffer)
+            for key, _ in self._older.pop(buffer, None) or ():  # kept by this round's tasks
+                self.state.delete(ns, key)
             self.values[buffer] = self._files(buffer)
 
+    def _keeping(self, builder, buffer: str):
+        """The dataset of the tasks that keep ``buffer``'s new data (None: nothing new)."""
+        plane, spec = self.ctx.plane, builder.state_round()
+        new, older = builder.source(buffer, None), self._older.get(buffer)
+        if new is None and not older:
+            return None
+        if buffer not in self.triggered:
+            parts = [new] if new is not None else []
+            if older:
+                parts.append(plane.parallelize([chunk for _, chunk in older], 1))
+            keep = functools.partial(keeping_side_input, spec, buffer)
+            return plane.as_subtasks(plane.union(parts), spec.parallelism).mapPartitionsWithIndex(
+                keep
+            )
+        ctx, coder = self.ctx, self.coders[buffer]
+        keyed = []
+        if new is not None:
+            keyed.append(
+                new.mapPartitions(
+                    functools.partial(window_keyed, ctx.plan_key, ctx.components, coder)
+                )
+            )
+        if older:
+            view = older_view(self._coder(coder), older)
+            keyed.append(plane.parallelize([(k, (OLDER, c)) for k, c in view.items()], 1))
+        partitioner = functools.partial(
+            grouping.partition_for_key,
+            parallelism=spec.parallelism,
+            max_key_groups=spec.max_key_groups,
+        )
+        keep = functools.partial(keeping_view, spec, buffer, ctx.plan_key, ctx.components, coder)
+        shuffled = plane.union(keyed).partitionBy(spec.parallelism, partitioner)
+        return shuffled.mapPartitionsWithIndex(keep)
+
+    def _coder(self, coder_id: str):
+        """A side input's coder on the driver (an older store's view is folded here once)."""
+        components = beam_runner_api_pb2.Components.FromString(self.ctx.plan.components)
+        return pipeline_context.PipelineContext(components).coders[coder_id]
+
     def _files(self, buffer: str) -> SideInputFiles:
-        ns = state_layout.side_rows(buffer)
+        view = buffer in self.triggered
+        ns = state_layout.side_view(buffer) if view else state_layout.side_rows(buffer)
         committed = self.state.task_owned_state(ns)
         rows = (committed.entries if committed is not None else 0) + self._rows.get(buffer, 0)
         rows += len(self._older.get(buffer, ()))
         parts = files_of(committed, self._staged.get(buffer, ()), self.state.max_key_groups)
-        return SideInputFiles(self.ctx.url, self.pipeline_id, ns, parts, rows)
+        return SideInputFiles(self.ctx.url, self.pipeline_id, ns, parts, rows, view)

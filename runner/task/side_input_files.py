@@ -1,16 +1,18 @@
 """Task side of a streaming side input kept in the store: its tasks write it, readers read files.
 
-A side input without a trigger grows over rounds: every chunk its writers emit stays part of
-it. Rather than collecting those chunks on the driver and broadcasting all of them each round,
-one task per subtask keeps this round's chunks in its own key groups (``side-rows/<buffer>``,
-task-owned and append-only: ``task.kept_rows``), and the driver learns only the staged files'
-handles. A reading task gets `SideInputFiles` -- the checkpoint's files of the namespace and
-the ones this round staged, never a chunk -- and reads them (``side_input_chunks``). Each
-Python worker keeps what it read per file (files are immutable), so a round reads only the
-files that are new since the worker's last read: about one new file per writing subtask, and
-a range's snapshot once after it is written.
+A side input fills over rounds. Rather than collecting it on the driver and broadcasting all of
+it each round, the round that first reads a side input has its tasks keep what its writers
+emitted, each in its own key groups, and the driver learns only the staged files' handles.
+Without a trigger, every chunk stays part of it (``side-rows/<buffer>``, task-owned and
+append-only: ``task.kept_rows``, one task per subtask, `keeping_side_input`); a triggered side
+input is per window its latest firing (``side-view/<buffer>``: ``task.side_input_view``). A
+reading task gets `SideInputFiles` -- the checkpoint's files of the namespace and the ones this
+round staged, never a chunk -- and reads them (`side_input_chunks`). Each Python worker keeps
+what it read per file (files are immutable), so a round reads only the files that are new
+since the worker's last read: about one per writing subtask, and a range's snapshot once
+after it is written.
 
-Leaves deciding which buffers are kept this way, and the handles, to the driver
+Leaves which buffers are kept how, and the handles, to the driver
 (``streaming.side_input_store``); serving the chunks to the SDK to ``task.side_input_state``.
 """
 
@@ -21,7 +23,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.checkpoint.changelog import iter_records, read_segment
+from sparkbeam.checkpoint.changelog import Op, iter_records, read_segment
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 from sparkbeam.checkpoint.layout import pipeline_dir
@@ -54,6 +56,8 @@ class SideInputFiles:
     namespace: str
     parts: tuple[FilePart, ...]
     rows: int  # chunks in it: a side input with none is not ready (``streaming.pushback``)
+    view: bool = False  # a triggered side input's view: a chunk per window, replaced by later
+    # files (``task.side_input_view``); else every chunk (`encode_row`), in key order
 
     def __bool__(self) -> bool:
         return self.rows > 0
@@ -108,7 +112,7 @@ class _ReadFiles:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rows: dict[tuple, dict[FileEntry, list[tuple[int, bytes, bytes]]]] = {}
+        self._rows: dict[tuple, dict[FileEntry, list[tuple[Op, int, bytes, bytes]]]] = {}
         self._merged: dict[tuple, tuple[tuple[FilePart, ...], list[bytes]]] = {}
 
     def chunks(self, files: SideInputFiles) -> list[bytes]:
@@ -120,32 +124,49 @@ class _ReadFiles:
             held = self._rows.get(which, {})
             rows = {}
             for part in files.parts:
-                read = rows.get(part.entry) or held.get(part.entry)
+                read = rows.get(part.entry)
+                if read is None:
+                    read = held.get(part.entry)
                 rows[part.entry] = read if read is not None else list(_read_file(files, part))
             self._rows[which] = rows  # files no longer named are dropped
-            every = sorted(
-                (key, value)
-                for part in files.parts
-                for kg, key, value in rows[part.entry]
-                if part.start <= kg < part.stop
-            )
-            chunks = [state_layout.decode_row(v, files.namespace)[1] for _, v in every]
+            chunks = _merged(files, rows)
             self._merged[which] = (files.parts, chunks)
             return chunks
 
 
-def _read_file(files: SideInputFiles, part: FilePart) -> Iterator[tuple[int, bytes, bytes]]:
-    """(key group, key, value) of ``files.namespace`` in ``part``'s file, all key groups."""
+def _merged(files: SideInputFiles, rows: dict[FileEntry, list]) -> list[bytes]:
+    """The side input's chunks from its files' rows (each part: its key groups only)."""
+    if not files.view:
+        every = sorted(
+            (key, value)
+            for part in files.parts
+            for _, kg, key, value in rows[part.entry]
+            if part.start <= kg < part.stop
+        )
+        return [state_layout.decode_row(v, files.namespace)[1] for _, v in every]
+    windows: dict[bytes, bytes] = {}
+    for part in files.parts:  # in order: a later file's firing replaces an earlier one's
+        for op, kg, key, value in rows[part.entry]:
+            if part.start <= kg < part.stop:
+                if op is Op.PUT:
+                    windows[key] = value
+                else:
+                    windows.pop(key, None)
+    return [state_layout.decode_side_input(windows[k], files.namespace) for k in sorted(windows)]
+
+
+def _read_file(files: SideInputFiles, part: FilePart) -> Iterator[tuple[Op, int, bytes, bytes]]:
+    """(op, key group, key, value) of ``files.namespace`` in ``part``'s file, all key groups."""
     storage = task_store(files.url).storage
     path = f"{pipeline_dir(files.pipeline)}/{part.entry.name}"
     if part.snapshot:
         for kg, ns, key, value in read_materialization(storage, path, part.entry):
             if ns == files.namespace:
-                yield kg, key, value
+                yield Op.PUT, kg, key, value
         return
-    for _, kg, ns, key, value in iter_records(read_segment(storage, path, part.entry), path):
+    for op, kg, ns, key, value in iter_records(read_segment(storage, path, part.entry), path):
         if ns == files.namespace:
-            yield kg, key, value
+            yield op, kg, key, value
 
 
 _CACHE = _ReadFiles()

@@ -1,4 +1,4 @@
-"""A triggered side input's view (``runner/rounds/side_input_view.py``): per window, the
+"""A triggered side input's view (``runner/task/side_input_view.py``): per window, the
 latest firing. Real Beam coders and a real store; no Spark."""
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from apache_beam.utils.windowed_value import (
     WindowedValue,
 )
 
-from sparkbeam.checkpoint import open_store
-from sparkbeam.checkpoint import state_layout as sl
-from sparkbeam.runner.rounds import side_input_view
-from sparkbeam.runner.rounds.side_input_view import LatestFirings
+from sparkbeam.runner.task import side_input_view
+from sparkbeam.runner.task.side_input_view import LatestFirings
 
 W1, W2 = IntervalWindow(0, 5), IntervalWindow(5, 10)
 CODER = coders.WindowedValueCoder(coders.VarIntCoder(), coders.IntervalWindowCoder())
@@ -79,33 +77,18 @@ def test_an_element_in_two_windows_is_in_both_views():
     assert _view(CODER, view) == {W1: [7], W2: [7]}
 
 
-def test_restore_reads_the_view_and_folds_an_older_layouts_round_chunks(tmp_path):
-    with open_store(str(tmp_path / "store")) as store:
-        state = store.pipeline("p")
-        ns = sl.side_input("b")
-        # Layout 4: every chunk a round read, under round keys.
-        rounds = [(1, 100, 0, PaneInfoTiming.EARLY), (2, 0, 1, PaneInfoTiming.ON_TIME)]
-        for round_no, value, index, timing in rounds:
-            chunk = _chunk(CODER, WindowedValue(value, 2, (W1,), _pane(index, timing)))
-            state.put(ns, f"{round_no:010d}/00000000".encode(), sl.encode_side_input(chunk))
-        state.checkpoint(metadata={sl.LAYOUT_KEY: 4})
-        state.close()
-
-        state = store.pipeline("p")
-        state.restore()
-        entries = [(k, sl.decode_side_input(v)) for n, k, v in state.items() if n == ns]
-        view = LatestFirings(CODER)
-        side_input_view.restore(state, "b", view, entries)
-        assert _view(CODER, view) == {W1: [0]}
-        state.checkpoint(metadata={sl.LAYOUT_KEY: sl.LAYOUT_VERSION})
-        state.close()
-
-        state = store.pipeline("p")
-        state.restore()
-        keys = [k for n, k, _ in state.items() if n == ns]
-        assert keys == [side_input_view.WINDOW_KEY + CODER.window_coder.encode(W1)]
-        entries = [(k, sl.decode_side_input(v)) for n, k, v in state.items() if n == ns]
-        again = LatestFirings(CODER)
-        side_input_view.restore(state, "b", again, entries)  # the view as stored, not rebuilt
-        assert _view(CODER, again) == {W1: [0]}
-        state.close()
+def test_an_older_stores_view_is_read_as_stored_and_its_round_chunks_folded():
+    """Layouts <= 7 kept the view in the driver's table: layout 4 every chunk under round
+    keys (folded round by round), layouts 5-7 one entry per window (read as it is)."""
+    rounds = [(1, 100, 0, PaneInfoTiming.EARLY), (2, 0, 1, PaneInfoTiming.ON_TIME)]
+    layout_4 = [
+        (f"{r:010d}/00000000".encode(), _chunk(CODER, WindowedValue(v, 2, (W1,), _pane(i, t))))
+        for r, v, i, t in rounds
+    ]
+    view = side_input_view.older_view(CODER, layout_4)
+    key = side_input_view.WINDOW_KEY + CODER.window_coder.encode(W1)
+    assert list(view) == [key]
+    folded = LatestFirings(CODER)
+    folded.windows[CODER.window_coder.encode(W1)] = view[key]
+    assert _view(CODER, folded) == {W1: [0]}  # the later pane
+    assert side_input_view.older_view(CODER, list(view.items())) == view  # layouts 5-7

@@ -1,4 +1,4 @@
-"""A streaming side input without a trigger is kept by tasks; readers read its files.
+"""A streaming side input is kept by tasks; readers read its files.
 
 Before, the driver collected every new chunk of the side input each round, kept it in its
 table (and every checkpoint's driver files) and broadcast all chunks so far to each reading
@@ -8,13 +8,21 @@ stage, every round. Now one task per subtask keeps the round's chunks in its own
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import apache_beam as beam
+from apache_beam.coders import coders
+from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners import pipeline_context
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import IntervalWindow
+from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 
 from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout
 from sparkbeam.runner.streaming import side_input_store
-from sparkbeam.runner.task import side_input_files
+from sparkbeam.runner.task import side_input_files, side_input_view
+from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.side_input_files import (
     SideInputFiles,
     files_of,
@@ -22,6 +30,7 @@ from sparkbeam.runner.task.side_input_files import (
     side_input_chunks,
 )
 from sparkbeam.runner.task.staged_state import StateRound, task_store
+from sparkbeam.runner.task.worker_context import register_plan
 from tests.checkpoint.test_task_owned_state import Reads
 from tests.conftest import spark_test_options
 from tests.streaming.streaming_pipelines import EventTimeOffsets
@@ -79,14 +88,15 @@ def test_kept_chunks_are_read_from_their_files_and_a_worker_reads_each_file_once
 def test_a_streaming_side_input_is_kept_by_tasks_never_collected_by_the_driver(
     spark, tmp_path, monkeypatch
 ):
-    collected: list[str] = []
-    real = side_input_store.read_together
+    collected: list = []
+    real = side_input_store.run_guarded
 
-    def read_together(plane, reads, collect):
-        collected.extend(reads)
-        return real(plane, reads, collect)
+    def run_guarded(stage_id, action, describe=None):
+        got = real(stage_id, action, describe)
+        collected.extend(got)
+        return got
 
-    monkeypatch.setattr(side_input_store, "read_together", read_together)
+    monkeypatch.setattr(side_input_store, "run_guarded", run_guarded)
     url = str(tmp_path / "ckpt")
     options = spark_test_options(
         "--streaming", f"--checkpoint_dir={url}", "--checkpoint_interval_s=0.05"
@@ -100,7 +110,7 @@ def test_a_streaming_side_input_is_kept_by_tasks_never_collected_by_the_driver(
             | beam.Map(lambda kv, extra: kv[1] + sum(extra), extra=beam.pvalue.AsList(offset))
         )
         assert_that(shifted, equal_to([3000 + i for i in range(12)]))
-    assert collected == []  # no untriggered side input went through the driver
+    assert collected and all(isinstance(r, CommitRecord) for r in collected)  # handles only
     with open_store(url, break_lock=True) as store:
         (pipeline,) = store.list_pipelines()
         latest = store.list_checkpoints(pipeline)[-1]
@@ -114,3 +124,59 @@ def test_a_streaming_side_input_is_kept_by_tasks_never_collected_by_the_driver(
         state.close()
     chunks = b"".join(state_layout.decode_row(v, kept[0])[1] for v in values)
     assert chunks  # the two offsets, Beam-encoded
+
+
+def _decoded(coder, chunks: list[bytes]) -> dict:
+    """window -> the values of the view's chunks."""
+    out: dict = {}
+    for chunk in chunks:
+        stream = create_InputStream(chunk)
+        while stream.size() > 0:
+            value = coder.get_impl().decode_from_stream(stream, True)
+            out.setdefault(value.windows[0], []).append(value.value)
+    return out
+
+
+def test_a_triggered_side_inputs_view_is_kept_per_window_and_later_firings_replace_it(
+    tmp_path, executor_dir, monkeypatch
+):
+    monkeypatch.setattr(side_input_files, "_CACHE", side_input_files._ReadFiles())
+    coder = coders.WindowedValueCoder(coders.VarIntCoder(), coders.IntervalWindowCoder())
+    context = pipeline_context.PipelineContext()
+    coder_id = context.coders.get_id(coder)
+    components = SimpleNamespace(value=context.to_runner_api().SerializeToString())
+    register_plan("view-plan", components.value)
+    w1, w2 = IntervalWindow(0, 5), IntervalWindow(5, 10)
+    ns = state_layout.side_view("buf")
+
+    def pane(index: int) -> PaneInfo:
+        return PaneInfo(index == 0, False, PaneInfoTiming.EARLY, index, -1)
+
+    def keep(root, cid, round_no, *values):
+        chunk = b"".join(coder.get_impl().encode_nested(v) for v in values)
+        rows = list(side_input_view.window_keyed("view-plan", components, coder_id, [chunk]))
+        spec = StateRound(
+            pipeline="p", url=root, checkpoint_id=cid, round_no=round_no, parallelism=1,
+            max_key_groups=128,
+        )  # fmt: skip
+        writer = open_staged_writer(root, "p", "side:buf", round_no, 0, 0, max_key_groups=128)
+        (record,) = side_input_view.keeping_view(
+            spec, "buf", "view-plan", components, coder_id, 0, rows, writer
+        )
+        return record.message
+
+    with open_store(str(tmp_path)) as store:
+        root, state = store.storage.root, store.pipeline("p")
+        fired = [(100, 2, w1), (400, 7, w2), (7, 3, w1)]
+        first = keep(root, None, 0, *(WindowedValue(v, t, (w,), pane(0)) for v, t, w in fired))
+        files = SideInputFiles(root, "p", ns, files_of(None, first.files, 128), 3, view=True)
+        assert _decoded(coder, side_input_chunks(files)) == {w1: [100, 7], w2: [400]}
+        cid = state.checkpoint(fingerprint="f", metadata=LAYOUT, commit_messages=[first])
+        assert list(state.items(ns)) == []  # the driver holds handles only
+        committed = state.task_owned_state(ns)
+        assert committed is not None and committed.entries == 2  # a key per window
+
+        second = keep(root, cid, 1, WindowedValue(0, 4, (w1,), pane(1)))  # W1 fires again
+        parts = files_of(committed, second.files, 128)
+        files = SideInputFiles(root, "p", ns, parts, 3, view=True)
+        assert _decoded(coder, side_input_chunks(files)) == {w1: [0], w2: [400]}

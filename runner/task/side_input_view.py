@@ -1,0 +1,170 @@
+"""A triggered side input's view in streaming: per window, the contents of its latest firing.
+
+Beam's programming guide (side inputs and windowing): when a side input has several trigger
+firings, the main input reads the value of the latest one; in ACCUMULATING mode that firing
+already holds everything so far. This is what the "slowly updating global-window side input"
+pattern relies on: an ``AsSingleton`` of a ``Repeatedly(AfterCount(1))`` global window sees one
+version at a time, the newest.
+
+Which firing is the latest: a streaming round reads what the side input's writers emitted
+since the last round, and rounds run in order, so what a round brings for a window replaces
+what the view held for it (windows the round brought nothing for keep their view). Within one
+round, Beam's ``PaneInfo`` orders the firings: a higher pane index is a later firing of the
+trigger (a GroupByKey can fire an early and an on-time pane in one round); elements no trigger
+fired (timing UNKNOWN, index 0: a ``WindowInto`` with a trigger and no GroupByKey after it)
+are each their own firing, the latest by timestamp. Elements of the same firing are all kept.
+A side input with the default trigger fires once per window with every element, so its chunks
+are kept as they come, not folded (``SideInput.triggered`` says which is which).
+
+Owns: the fold, and the view kept as task-owned state: namespace ``side-view/<buffer>``, key
+``window/`` + the encoded window, value the window's latest firing as one Beam-encoded chunk
+(`state_layout.encode_side_input`). The round that first reads the side input has its new
+elements keyed by window (`window_keyed`) and shuffled to the subtask that owns the window's
+key group, which folds them and replaces those windows' entries (`keeping_view`): one entry
+per window, replaced by each firing, and a restore reads the view as it was at the checkpoint.
+Stores of layout 7 and older kept the view in the driver's table (``side-input/<buffer>``;
+layout 4 and older: every chunk under ``round/index`` keys, folded round by round,
+`older_view`). Leaves reading the view's files (``task.side_input_files``), when a main input
+may read (``streaming.pushback``) and serving the view to the SDK (``task.side_input_state``)
+to others. Batch reads a bounded side input whole, every pane, as Beam's FnApiRunner does.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterator, Mapping
+
+from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
+from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
+
+from sparkbeam.checkpoint import state_layout
+from sparkbeam.runner.task.range_staging import stage_range, staged_writer_for_task
+from sparkbeam.runner.task.records import CommitRecord
+from sparkbeam.runner.task.side_input_files import commit_stage
+from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
+from sparkbeam.runner.task.worker_context import plan_context, register_plan
+
+WINDOW_KEY = b"window/"  # a view entry's key: this, then the encoded window
+
+
+class LatestFirings:
+    """One triggered side input's view: encoded window -> the chunk of its latest firing."""
+
+    def __init__(self, coder) -> None:
+        self._impl = coder.get_impl()  # the side input's (safe) windowed-value coder
+        self._window_coder = coder.window_coder
+        self.windows: dict[bytes, bytes] = {}
+
+    def fold(self, chunks: list[bytes]) -> dict[bytes, bytes]:
+        """Take one round's chunks; returns the windows they replaced (window -> new chunk)."""
+        latest: dict[bytes, tuple[tuple[int, int], list[WindowedValue]]] = {}
+        for chunk in chunks:
+            stream = create_InputStream(chunk)
+            while stream.size() > 0:
+                value = self._impl.decode_from_stream(stream, True)
+                rank = _firing_order(value)
+                for window in value.windows:
+                    key = self._window_coder.encode(window)
+                    held = latest.get(key)
+                    one = value
+                    if len(value.windows) > 1:
+                        one = WindowedValue(
+                            value.value, value.timestamp, (window,), value.pane_info
+                        )
+                    if held is None or rank > held[0]:
+                        latest[key] = (rank, [one])
+                    elif rank == held[0]:
+                        held[1].append(one)
+        fired = {key: self._encode(values) for key, (_, values) in latest.items()}
+        self.windows.update(fired)
+        return fired
+
+    def _encode(self, values: list[WindowedValue]) -> bytes:
+        out = create_OutputStream()
+        for value in values:
+            self._impl.encode_to_stream(value, out, True)
+        return out.get()
+
+
+def _firing_order(value: WindowedValue) -> tuple[int, int]:
+    """Later firings sort higher: the pane index; for elements no trigger fired, their time."""
+    pane = value.pane_info
+    if pane.timing == PaneInfoTiming.UNKNOWN:
+        return pane.index, value.timestamp.micros
+    return pane.index, 0
+
+
+def older_view(coder, entries: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    """The view a store of layout 7 or older kept in the driver's table, from its ``entries``
+    (key, chunk): key (``window/`` + window) -> chunk; ``round/index`` entries (layouts <= 4:
+    every chunk) folded round by round."""
+    view = LatestFirings(coder)
+    rounds: dict[bytes, list[bytes]] = defaultdict(list)
+    for key, chunk in sorted(entries):
+        if key.startswith(WINDOW_KEY):
+            view.windows[key[len(WINDOW_KEY) :]] = chunk
+        else:
+            rounds[key.split(b"/", 1)[0]].append(chunk)
+    for round_key in sorted(rounds):
+        view.fold(rounds[round_key])
+    return {WINDOW_KEY + window: chunk for window, chunk in view.windows.items()}
+
+
+# --- task side ------------------------------------------------------------------------------
+
+FIRED, OLDER = 0, 1  # what a keyed row brings: an element of this round, or an older view's
+
+
+def window_keyed(plan_key: str, components, coder_id: str, chunks) -> Iterator[tuple]:
+    """(view key, (FIRED, one-element chunk)) per window of each element of ``chunks``."""
+    register_plan(plan_key, components.value)
+    coder = plan_context(plan_key).coders[coder_id]
+    impl, window_coder = coder.get_impl(), coder.window_coder
+    for chunk in chunks:
+        stream = create_InputStream(chunk)
+        while stream.size() > 0:
+            value = impl.decode_from_stream(stream, True)
+            for window in value.windows:
+                one = value
+                if len(value.windows) > 1:
+                    one = WindowedValue(value.value, value.timestamp, (window,), value.pane_info)
+                out = create_OutputStream()
+                impl.encode_to_stream(one, out, True)
+                yield WINDOW_KEY + window_coder.encode(window), (FIRED, out.get())
+
+
+def keeping_view(
+    spec: StateRound, buffer: str, plan_key: str, components, coder_id: str, subtask: int,
+    rows, writer=None,
+) -> Iterator[CommitRecord]:  # fmt: skip
+    """Task body: fold this subtask's windows' new elements (``rows``, keyed by
+    `window_keyed`, or an older store's view entries) and replace those windows' entries in
+    its key groups of ``side-view/<buffer>``; yields its `CommitRecord`."""
+    register_plan(plan_key, components.value)
+    namespace = state_layout.side_view(buffer)
+    fired: list[bytes] = []
+    changes: dict[bytes, bytes | None] = {}
+    for key, (kind, data) in rows:
+        if kind == OLDER:
+            changes[key] = state_layout.encode_side_input(data)
+        else:
+            fired.append(data)
+    view = LatestFirings(plan_context(plan_key).coders[coder_id])
+    for window, chunk in view.fold(fired).items():  # this round's firings replace older ones
+        changes[WINDOW_KEY + window] = state_layout.encode_side_input(chunk)
+    stage = commit_stage(buffer)
+    if writer is None:
+        writer = staged_writer_for_task(
+            spec.url, spec.pipeline, stage, spec.round_no, spec.max_key_groups
+        )
+    stored: Mapping[bytes, bytes] = {}
+    if spec.checkpoint_id is not None:
+        stored = read_task_state(spec, subtask, namespace)
+    writer.write_all(namespace, changes)
+    keys = len(stored) + sum(1 for key in changes if key not in stored)
+    stage_range(writer, spec, subtask, namespace, stored, changes, keys)
+    staged = writer.finish()
+    if spec.checkpoint_id is not None:  # what it staged is the next round's read
+        keep_staged(spec, subtask, namespace, stored, changes, staged.files)
+    release(stored)
+    yield CommitRecord(stage, staged)
