@@ -43,7 +43,7 @@ LAYOUT_VERSION = 8
 # 2: side-input chunks, pending sink files and staging directories stored raw: `upgrade`d.
 # 3: user-timers values v1 only (no summary): read as they are.
 # 4: a triggered side input's every chunk under round keys: folded into its view on restore
-#    (``runner.rounds.side_input_view``; layout 5 keeps one entry per window, its latest firing).
+#    (``runner.task.side_input_view``; layout 5 keeps one entry per window, its latest firing).
 # 5: SDF residuals in the driver's files: moved into task-owned ranges on restore
 #    (`task_owned_since`; layout 6 keeps them in the ranges of the tasks that made them).
 # 6: a batch SDF stage's output chunks and pushed-back input in the driver's files: moved
