@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 from collections import defaultdict
+from typing import Any
 
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
@@ -45,7 +46,7 @@ class StreamingSideInputs:
         self.coders = {si.buffer: si.coder for s in stages for si in s.side_inputs}
         self.triggered = {si.buffer for s in stages for si in s.side_inputs if si.triggered}
         self.values: dict[str, SideInputFiles] = {}
-        self.state = None
+        self.state: Any = None  # the pipeline's PipelineStore, set by restore()
         self.records: list = []  # the running round's keeping tasks' commit records
         self._older: dict[str, list[tuple[bytes, bytes]]] = {}  # layout <= 7: (key, chunk)
         self._staged: dict[str, list] = defaultdict(list)  # buffer -> the round's new files

@@ -122,7 +122,7 @@ class _ReadFiles:
             if merged is not None and merged[0] == files.parts:
                 return merged[1]
             held = self._rows.get(which, {})
-            rows = {}
+            rows: dict[FileEntry, list] = {}
             for part in files.parts:
                 read = rows.get(part.entry)
                 if read is None:
