@@ -187,6 +187,37 @@ def json_child(cmd: list[str], log_path: str, timeout: float) -> tuple[dict | No
     return json.loads(lines[-1]), ""
 
 
+def sized_runs(
+    script: str, sizes: list[str], size_flag: str, flags: list[str], timeout: float
+) -> list[dict] | None:
+    """``script --child <size_flag> <size> --store <new dir> <flags>`` once per size, each
+    with an empty store that is removed after: the children's JSON lines, in order (None,
+    after printing why, if one failed)."""
+    import tempfile
+
+    become_subreaper()
+    results = []
+    for size in sizes:
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [
+                sys.executable, script, "--child", size_flag, str(size),
+                "--store", os.path.join(tmp, "ckpt"), *flags,
+            ]  # fmt: skip
+            got, problem = json_child(cmd, os.path.join(tmp, "child.log"), timeout)
+        if got is None:
+            print(f"{size_flag} {size}: failed: {problem}")
+            return None
+        results.append(got)
+    return results
+
+
+def driver_growth(got: dict, first: dict, size_key: str) -> tuple[str, str]:
+    """The driver's peak memory against the first size's: (+MB, MB per unit of size)."""
+    grown = got["driver_peak_mb"] - first["driver_peak_mb"]
+    more = got[size_key] - first[size_key]
+    return f"{grown:+.0f}", f"{grown / more:.2f}" if more > 0 else "-"
+
+
 def best_of(runs: list[Result], system: str, workload: str = "") -> Result:
     """The fastest run of ``system`` (on ``workload``), or its first failure; every run's
     seconds attached."""

@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -112,36 +111,26 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run_sizes(args: argparse.Namespace) -> int:
-    _harness.become_subreaper()
-    rows, base = [], None
-    for mb in [float(k) for k in args.output_mb.split(",")]:
-        with tempfile.TemporaryDirectory() as tmp:
-            cmd = [
-                sys.executable, __file__, "--child", "--output_mb", str(mb),
-                "--store", os.path.join(tmp, "ckpt"), "--parallelism", str(args.parallelism),
-                "--shards", str(args.shards), "--rounds", str(args.rounds),
-                "--chunk_kb", str(args.chunk_kb), "--delay_s", str(args.delay_s),
-            ]  # fmt: skip
-            got, problem = _harness.json_child(cmd, os.path.join(tmp, "child.log"), args.timeout)
-            if got is None:
-                print(f"{mb} MB: failed: {problem}")
-                return 1
-        base = base or got
-        grown = got["driver_peak_mb"] - base["driver_peak_mb"]
-        more = got["output_mb"] - base["output_mb"]
-        per = f"{grown / more:.2f}" if more > 0 else "-"
+    flags = [
+        "--parallelism", str(args.parallelism), "--shards", str(args.shards),
+        "--rounds", str(args.rounds), "--chunk_kb", str(args.chunk_kb),
+        "--delay_s", str(args.delay_s),
+    ]  # fmt: skip
+    sizes = args.output_mb.split(",")
+    results = _harness.sized_runs(__file__, sizes, "--output_mb", flags, args.timeout)
+    if results is None:
+        return 1
+    rows = []
+    for got in results:
+        grown, per = _harness.driver_growth(got, results[0], "output_mb")
         exact = got["counted"] == got["records"]
         rows.append(
             (
-                f"{got['output_mb']:.0f}",
-                f"{got['wall']:.1f}",
-                f"{got['driver_peak_mb']:.0f}",
-                f"{grown:+.0f}",
-                per,
-                f"{got['store_mb']:.0f}",
+                f"{got['output_mb']:.0f}", f"{got['wall']:.1f}", f"{got['driver_peak_mb']:.0f}",
+                grown, per, f"{got['store_mb']:.0f}",
                 "yes" if exact else f"no ({got['counted']} of {got['records']})",
             )
-        )
+        )  # fmt: skip
     head = ("output MB", "wall s", "driver MB", "vs first", "MB/output MB", "store MB", "exact")
     print(_harness.format_table(head, rows))
     return 0

@@ -10,12 +10,9 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-import apache_beam as beam
 from apache_beam.coders import coders
 from apache_beam.coders.coder_impl import create_InputStream
-from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners import pipeline_context
-from apache_beam.testing.util import assert_that, equal_to
 from apache_beam.transforms.window import IntervalWindow
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 
@@ -32,8 +29,6 @@ from sparkbeam.runner.task.side_input_files import (
 from sparkbeam.runner.task.staged_state import StateRound, task_store
 from sparkbeam.runner.task.worker_context import register_plan
 from tests.checkpoint.test_task_owned_state import Reads
-from tests.conftest import spark_test_options
-from tests.streaming.streaming_pipelines import EventTimeOffsets
 
 LAYOUT = {state_layout.LAYOUT_KEY: state_layout.LAYOUT_VERSION}
 NS = state_layout.side_rows("buf")
@@ -85,32 +80,11 @@ def test_kept_chunks_are_read_from_their_files_and_a_worker_reads_each_file_once
         assert _segments(worker_reads) == 3  # another task of the same worker: no read
 
 
-def test_a_streaming_side_input_is_kept_by_tasks_never_collected_by_the_driver(
-    spark, tmp_path, monkeypatch
-):
-    collected: list = []
-    real = side_input_store.run_guarded
-
-    def run_guarded(stage_id, action, describe=None):
-        got = real(stage_id, action, describe)
-        collected.extend(got)
-        return got
-
-    monkeypatch.setattr(side_input_store, "run_guarded", run_guarded)
-    url = str(tmp_path / "ckpt")
-    options = spark_test_options(
-        "--streaming", f"--checkpoint_dir={url}", "--checkpoint_interval_s=0.05"
-    )
-    with beam.Pipeline(options=PipelineOptions(options)) as p:
-        offset = p | "Offset" >> beam.Create([1000, 2000])
-        shifted = (
-            p
-            | beam.Create([("a", 12)])
-            | beam.ParDo(EventTimeOffsets(per_round=4))  # three rounds of records
-            | beam.Map(lambda kv, extra: kv[1] + sum(extra), extra=beam.pvalue.AsList(offset))
-        )
-        assert_that(shifted, equal_to([3000 + i for i in range(12)]))
-    assert collected and all(isinstance(r, CommitRecord) for r in collected)  # handles only
+def assert_kept_by_tasks(url: str, monkeypatched: list) -> None:
+    """After a streaming run on the store at ``url``: the side-input jobs returned only commit
+    records (``monkeypatched``: what `record_side_input_jobs` saw), the last checkpoint has
+    the side input in a task-owned namespace, and the driver's table holds none of it."""
+    assert monkeypatched and all(isinstance(r, CommitRecord) for r in monkeypatched)
     with open_store(url, break_lock=True) as store:
         (pipeline,) = store.list_pipelines()
         latest = store.list_checkpoints(pipeline)[-1]
@@ -120,10 +94,23 @@ def test_a_streaming_side_input_is_kept_by_tasks_never_collected_by_the_driver(
         state = store.pipeline(pipeline)
         state.restore()
         assert [ns for ns, _, _ in state.items() if ns.startswith("side-input/")] == []
-        values = sorted(state.read_task_owned(kept[0]).values())
+        values = list(state.read_task_owned(kept[0]).values())
         state.close()
-    chunks = b"".join(state_layout.decode_row(v, kept[0])[1] for v in values)
-    assert chunks  # the two offsets, Beam-encoded
+    assert b"".join(state_layout.decode_row(v, kept[0])[1] for v in values)  # Beam-encoded
+
+
+def record_side_input_jobs(monkeypatch) -> list:
+    """What the driver's side-input jobs return, as a list filled while the test runs."""
+    collected: list = []
+    real = side_input_store.run_guarded
+
+    def run_guarded(stage_id, action, describe=None):
+        got = real(stage_id, action, describe)
+        collected.extend(got)
+        return got
+
+    monkeypatch.setattr(side_input_store, "run_guarded", run_guarded)
+    return collected
 
 
 def _decoded(coder, chunks: list[bytes]) -> dict:

@@ -24,6 +24,7 @@ from sparkbeam.io import WriteToFilesOnCheckpoint
 from sparkbeam.runner import cli
 from tests.conftest import spark_test_options
 from tests.streaming.streaming_pipelines import EventTimeOffsets, expected_counts, windowed_counts
+from tests.streaming.test_side_input_files import assert_kept_by_tasks, record_side_input_jobs
 
 pytestmark = pytest.mark.spark
 
@@ -338,7 +339,10 @@ def test_processing_time_timers_fire_in_a_later_round_after_their_time(spark, tm
         )
 
 
-def test_side_input_from_a_bounded_create_serves_every_later_round(spark, tmp_path):
+def test_side_input_from_a_bounded_create_serves_every_later_round(spark, tmp_path, monkeypatch):
+    """...kept by the tasks of the round that made it (the driver gets handles, never the
+    chunks: ``tests/streaming/test_side_input_files.py``)."""
+    jobs = record_side_input_jobs(monkeypatch)
     with beam.Pipeline(options=_options(tmp_path)) as p:
         offset = p | "Offset" >> beam.Create([1000, 2000])
         shifted = (
@@ -348,6 +352,7 @@ def test_side_input_from_a_bounded_create_serves_every_later_round(spark, tmp_pa
             | beam.Map(lambda kv, extra: kv[1] + sum(extra), extra=beam.pvalue.AsList(offset))
         )
         assert_that(shifted, equal_to([3000 + i for i in range(12)]))
+    assert_kept_by_tasks(str(tmp_path / "ckpt"), jobs)
 
 
 def test_chained_group_by_keys_fire_in_order_through_their_holds(spark, tmp_path):
