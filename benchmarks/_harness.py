@@ -20,6 +20,7 @@ measured, and the plain-text table format:
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -216,6 +217,51 @@ def driver_growth(got: dict, first: dict, size_key: str) -> tuple[str, str]:
     grown = got["driver_peak_mb"] - first["driver_peak_mb"]
     more = got[size_key] - first[size_key]
     return f"{grown:+.0f}", f"{grown / more:.2f}" if more > 0 else "-"
+
+
+def scale_arguments(ap, size_flag: str, sizes: str, what: str, shards: str, rounds: str) -> None:
+    """The options of a benchmark that grows one data size (``size_flag``, in MB) of a real
+    job and watches the driver: sizes, record size, rounds, shards, parallelism, timeout."""
+    ap.add_argument(size_flag, default=sizes, help=f"{what} (default: {sizes})")
+    ap.add_argument("--chunk_kb", type=int, default=64, help="record size (default: 64)")
+    ap.add_argument("--rounds", type=int, default=4, help=f"{rounds} (default: 4)")
+    ap.add_argument("--delay_s", type=float, default=0.1, help="resume delay (default: 0.1)")
+    ap.add_argument("--parallelism", type=int, default=2, help="job parallelism (default: 2)")
+    ap.add_argument("--shards", type=int, default=4, help=f"{shards} (default: 4)")
+    ap.add_argument("--timeout", type=float, default=1800, help="per child, s (default: 1800)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--store", help=argparse.SUPPRESS)
+
+
+def scale_table(
+    script: str, args, size_flag: str, label: str, exact: tuple[str, str]
+) -> int:  # fmt: skip
+    """Run ``script``'s child per size (`scale_arguments`) and print one row each: wall, the
+    driver's peak and its growth, the store, and whether ``exact[0]`` reached ``exact[1]``."""
+    size_key = size_flag.lstrip("-")
+    flags = [
+        "--parallelism", str(args.parallelism), "--shards", str(args.shards),
+        "--rounds", str(args.rounds), "--chunk_kb", str(args.chunk_kb),
+        "--delay_s", str(args.delay_s),
+    ]  # fmt: skip
+    sizes = getattr(args, size_key).split(",")
+    results = sized_runs(script, sizes, size_flag, flags, args.timeout)
+    if results is None:
+        return 1
+    rows = []
+    for got in results:
+        grown, per = driver_growth(got, results[0], size_key)
+        done, want = got[exact[0]], got[exact[1]]
+        rows.append(
+            (
+                f"{got[size_key]:.0f}", f"{got['wall']:.1f}", f"{got['driver_peak_mb']:.0f}",
+                grown, per, f"{got['store_mb']:.0f}",
+                "yes" if done == want else f"no ({done} of {want})",
+            )
+        )  # fmt: skip
+    head = (f"{label} MB", "wall s", "driver MB", "vs first", f"MB/{label} MB", "store MB")
+    print(format_table((*head, "exact"), rows))
+    return 0
 
 
 def best_of(runs: list[Result], system: str, workload: str = "") -> Result:

@@ -116,48 +116,16 @@ def child(args: argparse.Namespace) -> None:
     )
 
 
-def run_sizes(args: argparse.Namespace) -> int:
-    flags = [
-        "--parallelism", str(args.parallelism), "--shards", str(args.shards),
-        "--rounds", str(args.rounds), "--chunk_kb", str(args.chunk_kb),
-        "--delay_s", str(args.delay_s),
-    ]  # fmt: skip
-    sizes = args.side_mb.split(",")
-    results = _harness.sized_runs(__file__, sizes, "--side_mb", flags, args.timeout)
-    if results is None:
-        return 1
-    rows = []
-    for got in results:
-        grown, per = _harness.driver_growth(got, results[0], "side_mb")
-        exact = got["saw_all"] == got["main"]
-        rows.append(
-            (
-                f"{got['side_mb']:.0f}", f"{got['wall']:.1f}", f"{got['driver_peak_mb']:.0f}",
-                grown, per, f"{got['store_mb']:.0f}",
-                "yes" if exact else f"no ({got['saw_all']} of {got['main']})",
-            )
-        )  # fmt: skip
-    head = ("side MB", "wall s", "driver MB", "vs first", "MB/side MB", "store MB", "exact")
-    print(_harness.format_table(head, rows))
-    return 0
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--side_mb", default="10,100", help="side input sizes (default: 10,100)")
-    ap.add_argument("--chunk_kb", type=int, default=64, help="record size (default: 64)")
-    ap.add_argument("--rounds", type=int, default=4, help="rounds of main input (default: 4)")
-    ap.add_argument("--delay_s", type=float, default=0.1, help="resume delay (default: 0.1)")
-    ap.add_argument("--parallelism", type=int, default=2, help="job parallelism (default: 2)")
-    ap.add_argument("--shards", type=int, default=4, help="side input shards (default: 4)")
-    ap.add_argument("--timeout", type=float, default=1800, help="per child, s (default: 1800)")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--store", help=argparse.SUPPRESS)
+    _harness.scale_arguments(
+        ap, "--side_mb", "10,100", "side input sizes", "side input shards", "rounds of main input"
+    )
     args = ap.parse_args(argv)
     if args.child:
         child(args)
         return 0
-    return run_sizes(args)
+    return _harness.scale_table(__file__, args, "--side_mb", "side", ("saw_all", "main"))
 
 
 if __name__ == "__main__":

@@ -110,48 +110,16 @@ def child(args: argparse.Namespace) -> None:
     )
 
 
-def run_sizes(args: argparse.Namespace) -> int:
-    flags = [
-        "--parallelism", str(args.parallelism), "--shards", str(args.shards),
-        "--rounds", str(args.rounds), "--chunk_kb", str(args.chunk_kb),
-        "--delay_s", str(args.delay_s),
-    ]  # fmt: skip
-    sizes = args.output_mb.split(",")
-    results = _harness.sized_runs(__file__, sizes, "--output_mb", flags, args.timeout)
-    if results is None:
-        return 1
-    rows = []
-    for got in results:
-        grown, per = _harness.driver_growth(got, results[0], "output_mb")
-        exact = got["counted"] == got["records"]
-        rows.append(
-            (
-                f"{got['output_mb']:.0f}", f"{got['wall']:.1f}", f"{got['driver_peak_mb']:.0f}",
-                grown, per, f"{got['store_mb']:.0f}",
-                "yes" if exact else f"no ({got['counted']} of {got['records']})",
-            )
-        )  # fmt: skip
-    head = ("output MB", "wall s", "driver MB", "vs first", "MB/output MB", "store MB", "exact")
-    print(_harness.format_table(head, rows))
-    return 0
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--output_mb", default="20,200", help="output sizes (default: 20,200)")
-    ap.add_argument("--chunk_kb", type=int, default=64, help="record size (default: 64)")
-    ap.add_argument("--rounds", type=int, default=4, help="rounds to emit it in (default: 4)")
-    ap.add_argument("--delay_s", type=float, default=0.1, help="resume delay (default: 0.1)")
-    ap.add_argument("--parallelism", type=int, default=2, help="job parallelism (default: 2)")
-    ap.add_argument("--shards", type=int, default=4, help="SDF elements (default: 4)")
-    ap.add_argument("--timeout", type=float, default=1800, help="per child, s (default: 1800)")
-    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    ap.add_argument("--store", help=argparse.SUPPRESS)
+    _harness.scale_arguments(
+        ap, "--output_mb", "20,200", "output sizes", "SDF elements", "rounds to emit it in"
+    )
     args = ap.parse_args(argv)
     if args.child:
         child(args)
         return 0
-    return run_sizes(args)
+    return _harness.scale_table(__file__, args, "--output_mb", "output", ("counted", "records"))
 
 
 if __name__ == "__main__":
