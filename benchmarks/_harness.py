@@ -212,6 +212,17 @@ def sized_runs(
     return results
 
 
+def print_scale_result(store: str, **fields) -> None:
+    """A scale benchmark's child: ``fields`` with this process's peak resident memory and the
+    size of the store at ``store``, as one JSON line (`sized_runs` reads it)."""
+    import json
+    import resource
+
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    store_mb = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(store) for f in fs)
+    print(json.dumps({**fields, "driver_peak_mb": peak_mb, "store_mb": store_mb / 2**20}))
+
+
 def driver_growth(got: dict, first: dict, size_key: str) -> tuple[str, str]:
     """The driver's peak memory against the first size's: (+MB, MB per unit of size)."""
     grown = got["driver_peak_mb"] - first["driver_peak_mb"]

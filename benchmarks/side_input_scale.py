@@ -18,7 +18,6 @@ their key groups, and the reading tasks read its files (the driver passes handle
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -30,8 +29,6 @@ from benchmarks import _harness  # noqa: E402
 
 def child(args: argparse.Namespace) -> None:
     """One streaming run with ``args.side_mb`` MB of side input; one JSON line."""
-    import resource
-
     import apache_beam as beam
     from apache_beam.io.restriction_trackers import OffsetRange
     from apache_beam.metrics import Metrics
@@ -98,21 +95,12 @@ def child(args: argparse.Namespace) -> None:
         c.key.metric.name: c.committed or c.attempted or 0
         for c in result.metrics().query()["counters"]
     }
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    store_mb = sum(
-        os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(args.store) for f in fs
-    ) / 2**20  # fmt: skip
-    print(
-        json.dumps(
-            {
-                "side_mb": side_records * chunk / 2**20,
-                "main": main_records,
-                "wall": wall,
-                "driver_peak_mb": peak_mb,
-                "store_mb": store_mb,
-                "saw_all": counters.get("saw_all", 0),
-            }
-        )
+    _harness.print_scale_result(
+        args.store,
+        side_mb=side_records * chunk / 2**20,
+        main=main_records,
+        wall=wall,
+        saw_all=counters.get("saw_all", 0),
     )
 
 

@@ -19,7 +19,6 @@ its snapshots); now the tasks keep them in their key groups and the driver holds
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -31,8 +30,6 @@ from benchmarks import _harness  # noqa: E402
 
 def child(args: argparse.Namespace) -> None:
     """One batch run emitting ``args.output_mb`` MB; one JSON line."""
-    import resource
-
     import apache_beam as beam
     from apache_beam.io.restriction_trackers import OffsetRange
     from apache_beam.metrics import Metrics
@@ -91,22 +88,13 @@ def child(args: argparse.Namespace) -> None:
         c.key.metric.name: c.committed or c.attempted or 0
         for c in result.metrics().query()["counters"]
     }
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    store_mb = sum(
-        os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(args.store) for f in fs
-    ) / 2**20  # fmt: skip
-    print(
-        json.dumps(
-            {
-                "output_mb": per_shard * args.shards * chunk / 2**20,
-                "records": per_shard * args.shards,
-                "wall": wall,
-                "driver_peak_mb": peak_mb,
-                "store_mb": store_mb,
-                "emitted": counters.get("emitted", 0),
-                "counted": counters.get("counted", 0),
-            }
-        )
+    _harness.print_scale_result(
+        args.store,
+        output_mb=per_shard * args.shards * chunk / 2**20,
+        records=per_shard * args.shards,
+        wall=wall,
+        emitted=counters.get("emitted", 0),
+        counted=counters.get("counted", 0),
     )
 
 
