@@ -139,9 +139,14 @@ def test_a_triggered_side_inputs_view_is_kept_per_window_and_later_firings_repla
     def pane(index: int) -> PaneInfo:
         return PaneInfo(index == 0, False, PaneInfoTiming.EARLY, index, -1)
 
-    def keep(root, cid, round_no, *values):
-        chunk = b"".join(coder.get_impl().encode_nested(v) for v in values)
-        rows = list(side_input_view.window_keyed("view-plan", components, coder_id, [chunk]))
+    def encoded(*values) -> bytes:
+        return b"".join(coder.get_impl().encode_nested(v) for v in values)
+
+    def keep(root, cid, round_no, *values, older=()):
+        rows = list(
+            side_input_view.window_keyed("view-plan", components, coder_id, [encoded(*values)])
+        )
+        rows += [(key, (side_input_view.OLDER, chunk)) for key, chunk in older]
         spec = StateRound(
             pipeline="p", url=root, checkpoint_id=cid, round_no=round_no, parallelism=1,
             max_key_groups=128,
@@ -154,16 +159,25 @@ def test_a_triggered_side_inputs_view_is_kept_per_window_and_later_firings_repla
 
     with open_store(str(tmp_path)) as store:
         root, state = store.storage.root, store.pipeline("p")
+        # An older store's view (the driver's table, layout <= 7) comes with the first round:
+        # the round's firings replace its windows, the others keep it.
+        w3 = IntervalWindow(10, 15)
+        key = side_input_view.WINDOW_KEY
+        older = [
+            (key + coder.window_coder.encode(w), encoded(WindowedValue(v, 1, (w,), pane(3))))
+            for v, w in ((1, w1), (3, w3))
+        ]
         fired = [(100, 2, w1), (400, 7, w2), (7, 3, w1)]
-        first = keep(root, None, 0, *(WindowedValue(v, t, (w,), pane(0)) for v, t, w in fired))
+        values = (WindowedValue(v, t, (w,), pane(0)) for v, t, w in fired)
+        first = keep(root, None, 0, *values, older=older)
         files = SideInputFiles(root, "p", ns, files_of(None, first.files, 128), 3, view=True)
-        assert _decoded(coder, side_input_chunks(files)) == {w1: [100, 7], w2: [400]}
+        assert _decoded(coder, side_input_chunks(files)) == {w1: [100, 7], w2: [400], w3: [3]}
         cid = state.checkpoint(fingerprint="f", metadata=LAYOUT, commit_messages=[first])
         assert list(state.items(ns)) == []  # the driver holds handles only
         committed = state.task_owned_state(ns)
-        assert committed is not None and committed.entries == 2  # a key per window
+        assert committed is not None and committed.entries == 3  # a key per window
 
         second = keep(root, cid, 1, WindowedValue(0, 4, (w1,), pane(1)))  # W1 fires again
         parts = files_of(committed, second.files, 128)
         files = SideInputFiles(root, "p", ns, parts, 3, view=True)
-        assert _decoded(coder, side_input_chunks(files)) == {w1: [0], w2: [400]}
+        assert _decoded(coder, side_input_chunks(files)) == {w1: [0], w2: [400], w3: [3]}
