@@ -132,20 +132,31 @@ def namespace_records(
 ) -> Iterator[tuple[Op, int, bytes, bytes, str]]:
     """(op, key group, key, value, path) of one task-owned namespace in ``groups``, a file at
     a time: per range its base (unless not ``bases``) then its tail."""
-    for sub, r, tail in state.plan(groups):
-        for entry in r.base if bases else ():
-            if entry.kg_stop > entry.kg_start and not sub.overlaps(entry.kg_start, entry.kg_stop):
-                continue  # a part of a split snapshot, of other key groups
-            path = f"{directory}/{entry.name}"
+    for sub, entry, snapshot in namespace_files(state, groups, bases):
+        path = f"{directory}/{entry.name}"
+        if snapshot:
             for kg, ns, key, value in read_materialization(storage, path, entry, sub):
                 if ns == namespace:
                     yield Op.PUT, kg, key, value, path
+            continue
+        data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)
+        for op, kg, ns, key, value in iter_records(data, path, sub):
+            if ns == namespace:
+                yield op, kg, key, value, path
+
+
+def namespace_files(
+    state: NamespaceState, groups: KeyGroupRange, bases: bool = True
+) -> Iterator[tuple[KeyGroupRange, FileEntry, bool]]:
+    """(the key groups of it to read, file, whether a snapshot) of one task-owned namespace in
+    ``groups``, in the order they apply: per range its base (unless not ``bases``), then its
+    tail. A part of a split snapshot of other key groups is left out."""
+    for sub, r, tail in state.plan(groups):
+        for entry in r.base if bases else ():
+            if entry.kg_stop <= entry.kg_start or sub.overlaps(entry.kg_start, entry.kg_stop):
+                yield sub, entry, True
         for entry in tail:
-            path = f"{directory}/{entry.name}"
-            data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)
-            for op, kg, ns, key, value in iter_records(data, path, sub):
-                if ns == namespace:
-                    yield op, kg, key, value, path
+            yield sub, entry, False
 
 
 def iter_appended(

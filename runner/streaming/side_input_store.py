@@ -34,8 +34,6 @@ from sparkbeam.runner.task.side_input_files import (
 )
 from sparkbeam.runner.task.side_input_view import OLDER, keeping_view, older_view, window_keyed
 
-SIDE_INPUT_PREFIX = state_layout.SIDE_INPUT_PREFIX
-
 
 class StreamingSideInputs:
     """The side inputs of one pipeline's stages; ``values`` is what a round's tasks load
@@ -55,12 +53,12 @@ class StreamingSideInputs:
     def restore(self, state) -> None:
         """As of the restored checkpoint (``state``, the pipeline's store)."""
         self.state = state
-        stored: dict[str, list[tuple[bytes, bytes]]] = defaultdict(list)
-        for ns, key, value in state.items():
-            if ns.startswith(SIDE_INPUT_PREFIX):
-                chunk = state_layout.decode_side_input(value, ns)
-                stored[ns[len(SIDE_INPUT_PREFIX) :]].append((key, chunk))
-        self._older = {b: sorted(entries) for b, entries in stored.items() if b in self.coders}
+        self._older = {}
+        for buffer in self.coders:  # its driver's namespace (layout <= 7) only, no scan
+            ns = state_layout.side_input(buffer)
+            entries = [(k, state_layout.decode_side_input(v, ns)) for _, k, v in state.items(ns)]
+            if entries:
+                self._older[buffer] = sorted(entries)
         self.committed()
 
     def begin_round(self) -> None:

@@ -28,6 +28,7 @@ from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.materialization import read_materialization
+from sparkbeam.checkpoint.reader import namespace_files
 from sparkbeam.checkpoint.task_state import NamespaceState
 from sparkbeam.runner.task.kept_rows import RowKeeper
 from sparkbeam.runner.task.range_staging import staged_writer_for_task
@@ -68,11 +69,9 @@ def files_of(state: NamespaceState | None, staged: Iterable[FileEntry], max_key_
     then ``staged`` changelog segments of the running round."""
     parts: list[FilePart] = []
     if state is not None:
-        for sub, r, tail in state.plan(KeyGroupRange(0, state.max_key_groups)):
-            for entry in r.base:
-                if entry.kg_stop <= entry.kg_start or sub.overlaps(entry.kg_start, entry.kg_stop):
-                    parts.append(FilePart(entry, True, sub.start, sub.stop))
-            parts.extend(FilePart(entry, False, sub.start, sub.stop) for entry in tail)
+        every = KeyGroupRange(0, state.max_key_groups)
+        for sub, entry, snapshot in namespace_files(state, every):
+            parts.append(FilePart(entry, snapshot, sub.start, sub.stop))
     parts.extend(FilePart(entry, False, 0, max_key_groups) for entry in staged)
     return tuple(parts)
 
