@@ -17,11 +17,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.cluster.standalone import spark_home
+from tests.conftest import TEST_JVM_OPTIONS
 from tests.servers import server_env, stop_process_group
 
 DRIVER_TIMEOUT_S = 420.0
-# Flags every driver on the test cluster takes: no UI ports to collide on, small shuffles.
-QUIET_CONF = ["--spark_conf=spark.ui.enabled=false", "--spark_conf=spark.default.parallelism=2"]
+# Flags every driver on the test cluster takes: no UI ports to collide on, small shuffles, and
+# the tests' JVM options for its executors (the driver's come from the environment).
+QUIET_CONF = [
+    "--spark_conf=spark.ui.enabled=false",
+    "--spark_conf=spark.default.parallelism=2",
+    f"--spark_conf=spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}",
+]
 
 
 def driver_env(extra: dict[str, str] | None = None) -> dict[str, str]:
