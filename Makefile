@@ -19,7 +19,7 @@ NEWEST_VENV  := .venv-newest
 NEWEST_PY    := $(NEWEST_VENV)/bin/python
 NEWEST_STAMP := $(NEWEST_VENV)/.installed-pyspark-$(NEWEST_SPARK)
 SMOKE_TESTS  := \
-  'tests/runner/test_wordcount_subprocess.py::test_wordcount_matches_direct_runner[SparkCheckpointRunner]' \
+  tests/runner/test_wordcount_subprocess.py::test_wordcount_matches_direct_runner \
   tests/sdf/test_batch_resume.py \
   'tests/streaming/test_recovery.py::test_killed_driver_resumes_with_no_loss_and_no_duplicates[after-commit:4-2-2]'
 

@@ -54,11 +54,32 @@ def direct_counts(corpus, tmp_path_factory) -> Counter:
     return _wordcount("DirectRunner", corpus, tmp_path_factory.mktemp("direct") / "out")
 
 
-@pytest.mark.parametrize(
-    "runner",
-    ["SparkCheckpointRunner", "sparkcheckpointrunner", "sparkbeam.runner.SparkCheckpointRunner"],
-)
-def test_wordcount_matches_direct_runner(runner, corpus, direct_counts, tmp_path):
-    counts = _wordcount(runner, corpus, tmp_path / "out", "--spark_master_url=local[2]")
+def test_wordcount_matches_direct_runner(corpus, direct_counts, tmp_path):
+    counts = _wordcount(
+        "SparkCheckpointRunner", corpus, tmp_path / "out", "--spark_master_url=local[2]"
+    )
     assert counts == direct_counts
     assert counts["the"] == 3 * 40  # sanity: the corpus really was counted
+
+
+ALIASES = [
+    "SparkCheckpointRunner",
+    "sparkcheckpointrunner",
+    "sparkbeam.runner.SparkCheckpointRunner",
+]
+
+
+def test_every_spelling_of_the_runner_resolves_in_a_fresh_interpreter():
+    """What ``--runner=<name>`` does in an unmodified program: Beam's own lookup, in a process
+    that has not imported sparkbeam (the run itself is the test above)."""
+    lookup = (
+        "import sys\n"
+        "from apache_beam.runners.runner import create_runner\n"
+        "for name in sys.argv[1:]:\n"
+        "    print(type(create_runner(name)).__qualname__)\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", lookup, *ALIASES], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert proc.stdout.split() == ["SparkCheckpointRunner"] * len(ALIASES)
