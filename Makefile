@@ -13,7 +13,8 @@ XDIST ?= -n 2 --dist loadgroup
 
 # The newest pyspark sparkbeam supports (pyproject.toml: pyspark>=4.0,<4.4). `make test` runs the
 # whole suite on the pinned one (constraints.txt) and SMOKE_TESTS on this one, in .venv-newest:
-# same constraints except pyspark (and py4j, which pip picks to match it).
+# it holds pyspark (and the py4j pip picks to match it) and sees every other package in .venv,
+# pinned by the same constraints (scripts/layer_venv.py).
 NEWEST_SPARK ?= 4.3.0
 NEWEST_VENV  := .venv-newest
 NEWEST_PY    := $(NEWEST_VENV)/bin/python
@@ -33,12 +34,10 @@ $(STAMP): pyproject.toml constraints.txt setup.py
 
 install: $(STAMP)
 
-$(NEWEST_STAMP): pyproject.toml constraints.txt setup.py
+$(NEWEST_STAMP): $(STAMP) scripts/layer_venv.py
 	@test -x $(NEWEST_PY) || $(PYTHON) -m venv $(NEWEST_VENV)
-	$(NEWEST_PY) -m pip install -q --upgrade pip
-	sed -e 's/^pyspark==.*/pyspark==$(NEWEST_SPARK)/' -e '/^py4j==/d' constraints.txt \
-	  > $(NEWEST_VENV)/constraints.txt
-	$(NEWEST_PY) -m pip install -q -c $(NEWEST_VENV)/constraints.txt -e '.[test]'
+	$(NEWEST_PY) scripts/layer_venv.py "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+	$(NEWEST_PY) -m pip install -q pyspark==$(NEWEST_SPARK)
 	@rm -f $(NEWEST_VENV)/.installed-pyspark-*
 	@touch $@
 
