@@ -23,6 +23,23 @@ for _name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
         os.environ[_name] = f"{os.environ.get(_name, '')} {TEST_JVM_OPTIONS}".strip()
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+    """Keep the tests that ask for their module's own module-scoped fixture on one xdist worker
+    (``--dist loadgroup``): such a fixture (a killed-and-resumed job, a spark-submit run) runs
+    once per worker that runs one of its tests. Groups set before (cluster, connect) stay."""
+    for item in items:
+        info = getattr(item, "_fixtureinfo", None)
+        if info is None or item.get_closest_marker("xdist_group"):
+            continue
+        module = item.nodeid.split("::")[0]
+        for name in info.argnames:
+            defs = info.name2fixturedefs.get(name) or ()
+            if any(d.scope == "module" and d.baseid == module for d in defs):
+                item.add_marker(pytest.mark.xdist_group(module))
+                break
+
+
 def spark_test_options(*extra: str) -> list[str]:
     """Pipeline flags that run on the shared test session."""
     return ["--runner=SparkCheckpointRunner", f"--spark_master_url={TEST_MASTER}", *extra]
