@@ -19,7 +19,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Duration, Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from sparkbeam.io import kafka_client, kafka_records
 from sparkbeam.io.errors import KafkaBrokerUnreachableError, KafkaConfigError
@@ -33,6 +35,8 @@ from sparkbeam.io.kafka_restrictions import (
 )
 
 __all__ = ["ReadFromKafka"]
+
+GLOBAL_WINDOWS = (GlobalWindow(),)
 
 
 class ReadFromKafka(beam.PTransform):
@@ -147,6 +151,8 @@ class ReadFromKafka(beam.PTransform):
             partitions = pbegin | self.listing
         else:
             partitions = pbegin | "Impulse" >> beam.Impulse() | self.listing
+        # The reader outputs its records in this one window (GLOBAL_WINDOWS).
+        assert partitions.windowing.windowfn == beam.window.GlobalWindows()
         return partitions | "Read" >> beam.ParDo(self.reader)
 
 
@@ -215,18 +221,20 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     self._consumer = kafka_client.renew(consumer, self.config)
                     tracker.defer_remainder(Duration(seconds=self.idle_resume_delay_s))
                     return
-                caught_up = False
+                caught_up, now = False, Timestamp.now()
                 for message in messages:
                     if message.error() is not None:
                         caught_up = caught_up or self._caught_up(message, topic, partition)
                         continue
                     offset = message.offset()
-                    ts = self.records.timestamp(message)
+                    ts = self.records.timestamp(message, now)
                     if self._past_stop_time(message) or not tracker.try_claim(offset):
                         tracker.try_claim(UNBOUNDED)  # the rest is not ours: done
                         return
                     last = offset
-                    yield beam.window.TimestampedValue(self.records.element(message), ts)
+                    # The input is Impulse's one global window, so the record's window is
+                    # that one: a WindowedValue skips Beam's per-output window assignment.
+                    yield WindowedValue(self.records.element(message), ts, GLOBAL_WINDOWS)
                 if last is not None and last + 1 >= tracker.current_restriction().stop:
                     return  # the restriction is done: no empty residual to schedule
                 if caught_up:

@@ -80,12 +80,14 @@ class RecordMaker:
         self.key_fn, self.value_fn = key_fn, value_fn
         self.policy, self.with_metadata = policy, with_metadata
 
-    def timestamp(self, message) -> Timestamp:
+    def timestamp(self, message, now: Timestamp) -> Timestamp:
+        """The record's event time under the policy; ``now`` is when its batch was polled (the
+        processing time of every record in it: one clock read a batch, not one a record)."""
         if self.policy == PROCESSING_TIME:
-            return Timestamp.now()
+            return now
         kind, millis = message.timestamp()
         if kind == 0 or millis < 0:  # no timestamp on the record: fall back to the clock
-            return Timestamp.now()
+            return now
         return Timestamp(micros=millis * 1000)
 
     def element(self, message) -> Any:
