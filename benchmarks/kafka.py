@@ -218,10 +218,17 @@ def throughput(broker, args) -> None:
     value = b"x" * args.value_bytes
     records = [(b"%d" % i, value, None) for i in range(args.records)]
     broker.produce("bench", records)
-    bare = bare_loop(broker.config(), "bench", args.partitions, args.records)
+    first = bare_loop(broker.config(), "bench", args.partitions, args.records)
     native, net, fixed = sparkbeam_run(broker.config(), "bench", args.records)
+    # Once more after: right after the produce the broker is still busy (the first read has
+    # swung from 0.16 to 1.06 million records/s); the faster of the two is the ceiling.
+    again = bare_loop(broker.config(), "bench", args.partitions, args.records)
+    bare = max(first, again)
     print(f"records={args.records} partitions={args.partitions} bytes={args.value_bytes}")
-    print(f"bare confluent-kafka loop: {bare:,.0f} records/s")
+    print(
+        f"bare confluent-kafka loop: {bare:,.0f} records/s "
+        f"(before {first:,.0f}, after {again:,.0f})"
+    )
     print(f"sparkbeam Kafka -> Map -> Count: {native:,.0f} records/s (whole run)")
     print(f"  net of a 100-record run ({fixed:.1f} s): {net:,.0f} records/s")
     print(f"ratio sparkbeam / bare: {native / bare:.3f}x whole, {net / bare:.3f}x net")
@@ -236,6 +243,9 @@ def main() -> None:
     parser.add_argument("--warm-s", type=float, default=45.0)
     parser.add_argument("--idle-delay-s", type=float, default=1.0, help="idle_resume_delay_s")
     parser.add_argument("--idle-only", action="store_true", help="skip the throughput runs")
+    parser.add_argument(
+        "--throughput-only", action="store_true", help="skip the idle and latency runs"
+    )
     parser.add_argument("--latency-s", type=float, default=30.0)
     parser.add_argument("--latency-every-s", type=float, default=0.1)
     parser.add_argument(
@@ -264,6 +274,8 @@ def main() -> None:
             broker.create_topic("latency", args.partitions)
             if not args.idle_only:
                 throughput(broker, args)
+            if args.throughput_only:
+                return
             cost = idle_cost(broker.bootstrap, "idle", args.idle_s, args.warm_s, args.idle_delay_s)
             print(
                 f"idle topic, --streaming job, idle_resume_delay_s={args.idle_delay_s}: "
