@@ -3,8 +3,8 @@
 ``make test-newest-spark`` runs the smoke tests on the newest pyspark with every other package
 exactly as in ``.venv`` (constraints.txt's pins): its own venv holds only pyspark and py4j, and
 the ``.pth`` written here adds ``.venv``'s site-packages (with its ``.pth`` files, such as the
-editable install of sparkbeam) after them. Installing only pyspark takes a fraction of a second
-install of everything.
+editable install of sparkbeam) after them. Installing pyspark alone takes about 18 s; a second
+install of everything took 113 s.
 
 Usage: <venv>/bin/python scripts/layer_venv.py <site-packages of the base venv>
 """

@@ -232,8 +232,8 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                         tracker.try_claim(UNBOUNDED)  # the rest is not ours: done
                         return
                     last = offset
-                    # The input is Impulse's one global window, so the record's window is
-                    # that one: a WindowedValue skips Beam's per-output window assignment.
+                    # The input is globally windowed (checked in expand), so that is the
+                    # record's window: a WindowedValue skips Beam's per-record assignment.
                     yield WindowedValue(self.records.element(message), ts, GLOBAL_WINDOWS)
                 if last is not None and last + 1 >= tracker.current_restriction().stop:
                     return  # the restriction is done: no empty residual to schedule
