@@ -9,8 +9,14 @@ checkpoint names (`manifest`, `store`) and where they live (`filesystem`).
 Segment format (little endian)::
 
     header  b"SBCL" version:u8 pad:3
+    body    version 2: records_len:u64, then the records as one zstd frame
+            version 1 (written before; still read): the records as they are
     record  op:u8 key_group:u16 ns_len:u16 key_len:u32 value_len:u32 ns key value   (repeated)
-    footer  records:u64 crc32(header + records):u32 b"SBCLEND1"
+    footer  records:u64 crc32(header + body):u32 b"SBCLEND1"
+
+The records compress to about 0.6 of their size even when the values do not (the namespace
+repeats on every record, keys and encoded state keys share prefixes): the tail a range carries
+between snapshots is what keeps a store near its live size.
 
 A torn, truncated or bit-flipped segment fails the footer check and raises
 `CheckpointCorruptError` naming the file; the manifest also records each file's size and crc32.
@@ -23,13 +29,18 @@ import uuid
 import zlib
 from collections.abc import Iterator
 from enum import IntEnum
+from functools import cache
+
+import pyarrow as pa
 
 from sparkbeam.checkpoint.errors import CheckpointCorruptError, NoChangelogError
 from sparkbeam.checkpoint.filesystem import Storage, checksum
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 
-HEADER = b"SBCL\x01\x00\x00\x00"
+HEADER = b"SBCL\x02\x00\x00\x00"
+_V1 = 1
+_RECORDS_LEN = struct.Struct("<Q")
 _RECORD = struct.Struct("<BHHII")
 _FOOTER = struct.Struct("<QI8s")
 _FOOTER_MAGIC = b"SBCLEND1"
@@ -53,9 +64,9 @@ class SegmentBuffer:
     """Encodes records into one segment's bytes."""
 
     def __init__(self) -> None:
-        self._parts: list[bytes] = [HEADER]
+        self._parts: list[bytes] = []
         self._ns_cache: dict[str, bytes] = {}
-        self.size = len(HEADER)
+        self.size = len(HEADER)  # uncompressed: what flush thresholds count
         self.records = 0
         self.kg_start, self.kg_stop = 1 << 16, 0  # key groups covered: [kg_start, kg_stop)
 
@@ -76,9 +87,31 @@ class SegmentBuffer:
         self.records += 1
 
     def finish(self) -> bytes:
-        body = b"".join(self._parts)
+        records = b"".join(self._parts)
+        body = HEADER + _RECORDS_LEN.pack(len(records)) + _zstd().compress(records, asbytes=True)
         crc = zlib.crc32(body) & 0xFFFFFFFF
         return body + _FOOTER.pack(self.records, crc, _FOOTER_MAGIC)
+
+
+@cache
+def _zstd() -> pa.Codec:
+    return pa.Codec("zstd", compression_level=1)  # ~300 MB/s a core; level 3 saves 3% more
+
+
+def _records(data: bytes, path: str) -> bytes:
+    """The records of a checked segment: version 2's decompressed, version 1's as stored."""
+    end = len(data) - _FOOTER.size
+    if data[4] == _V1:
+        return data[len(HEADER) : end]
+    start = len(HEADER) + _RECORDS_LEN.size
+    if data[4] != HEADER[4] or end < start:
+        raise CheckpointCorruptError(path, f"changelog segment version {data[4]} is not known")
+    (size,) = _RECORDS_LEN.unpack_from(data, len(HEADER))
+    try:
+        records = _zstd().decompress(memoryview(data)[start:end], size, asbytes=True)
+    except (OSError, ValueError) as e:  # pyarrow's codec errors
+        raise CheckpointCorruptError(path, f"changelog segment does not decompress: {e}") from e
+    return records
 
 
 class ChangelogWriter:
@@ -193,8 +226,9 @@ def iter_records(
     data: bytes, path: str, key_groups: KeyGroupRange | None = None
 ) -> Iterator[Record]:
     """Decode a checked segment's records (optionally only those in ``key_groups``)."""
-    end = len(data) - _FOOTER.size
-    pos = len(HEADER)
+    data = _records(data, path)
+    end = len(data)
+    pos = 0
     unpack = _RECORD.unpack_from
     rsize = _RECORD.size
     ns_cache: dict[bytes, str] = {}

@@ -36,8 +36,11 @@ from functools import cached_property
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 
-SNAPSHOT_MIN_BYTES = 4 << 20
-"""A range snapshots once its tail holds this many bytes and more than its base..."""
+SNAPSHOT_MIN_BYTES = 1 << 20
+"""A range snapshots once its tail holds this many bytes and a quarter of its base (so a
+range's files stay within about 1.25x its snapshot, plus the rounds a background snapshot
+lags; each byte of change costs about four of snapshot, as RocksDB's levels cost ten)..."""
+SNAPSHOT_TAIL_SHARE = 4
 SNAPSHOT_MAX_SEGMENTS = 32
 """... or about this many segments (between half and all of it, depending on the range, so
 that ranges which grow alike do not all snapshot in the same round). A task writes such a
@@ -248,7 +251,7 @@ class NamespaceState:
             tail_bytes, base_bytes = sum(f.size for f in tail), sum(f.size for f in r.base)
             over = max(
                 len(tail) / _segments_due(r.start),
-                tail_bytes / max(SNAPSHOT_MIN_BYTES, base_bytes + 1),
+                tail_bytes / max(SNAPSHOT_MIN_BYTES, base_bytes // SNAPSHOT_TAIL_SHARE + 1),
             )
             if over >= 2:
                 due = Due.OVERDUE
