@@ -2,11 +2,11 @@
 
 Owns: the transform (Beam's ``apache_beam.io.kafka.ReadFromKafka`` argument names where they
 apply) and the read loop: assign one partition at its restriction's start, poll in batches,
-claim each offset, and, once the partition is caught up (librdkafka's partition-EOF event) or
-after ``max_poll_s``, defer the remainder -- with ``idle_resume_delay_s`` when caught up, or
-``max_idle_resume_delay_s`` when the call found nothing, ending on a multiple of the delay on
-the wall clock so that the partitions of an idle topic poll in the same round: one small fetch
-each per delay. The residual is sparkbeam's SDF
+claim each batch at once (``kafka_restrictions.ClaimUpTo``), and, once the partition is caught
+up (librdkafka's partition-EOF event) or after ``max_poll_s``, defer the remainder -- with
+``idle_resume_delay_s`` when caught up, or ``max_idle_resume_delay_s`` when the call found
+nothing, ending on a multiple of the delay on the wall clock so that the partitions of an idle
+topic poll in the same round: one small fetch each per delay. The residual is sparkbeam's SDF
 residual: offsets live in the checkpoint, never in the consumer group. Leaves to others: which
 partitions and where they start (``kafka_listing``), restrictions, watermarks and startpoints
 (``kafka_restrictions``), records (``kafka_records``), broker questions (``kafka_client``).
@@ -19,15 +19,14 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Duration, Timestamp
-from apache_beam.utils.windowed_value import WindowedValue
 
 from sparkbeam.io import kafka_client, kafka_records
 from sparkbeam.io.errors import KafkaBrokerUnreachableError, KafkaConfigError
 from sparkbeam.io.kafka_listing import DiscoverPartitions, ListPartitions
 from sparkbeam.io.kafka_restrictions import (
     UNBOUNDED,
+    ClaimUpTo,
     KafkaRestrictionProvider,
     KafkaWatermarkEstimatorProvider,
     PartitionElement,
@@ -35,8 +34,6 @@ from sparkbeam.io.kafka_restrictions import (
 )
 
 __all__ = ["ReadFromKafka"]
-
-GLOBAL_WINDOWS = (GlobalWindow(),)
 
 
 class ReadFromKafka(beam.PTransform):
@@ -221,20 +218,19 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     self._consumer = kafka_client.renew(consumer, self.config)
                     tracker.defer_remainder(Duration(seconds=self.idle_resume_delay_s))
                     return
-                caught_up, now = False, Timestamp.now()
+                caught_up, batch = False, []
                 for message in messages:
-                    if message.error() is not None:
+                    if message.error() is None:
+                        batch.append(message)
+                    else:
                         caught_up = caught_up or self._caught_up(message, topic, partition)
-                        continue
-                    offset = message.offset()
-                    ts = self.records.timestamp(message, now)
-                    if self._past_stop_time(message) or not tracker.try_claim(offset):
-                        tracker.try_claim(UNBOUNDED)  # the rest is not ours: done
-                        return
-                    last = offset
-                    # The input is globally windowed (checked in expand), so that is the
-                    # record's window: a WindowedValue skips Beam's per-record assignment.
-                    yield WindowedValue(self.records.element(message), ts, GLOBAL_WINDOWS)
+                ours = self._claim(batch, tracker)
+                yield from self.records.windowed(batch[:ours], Timestamp.now(), watermark)
+                if ours:
+                    last = batch[ours - 1].offset()
+                if ours < len(batch):
+                    tracker.try_claim(UNBOUNDED)  # the rest is not ours: done
+                    return
                 if last is not None and last + 1 >= tracker.current_restriction().stop:
                     return  # the restriction is done: no empty residual to schedule
                 if caught_up:
@@ -258,6 +254,22 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
             if self.commit_offset_in_finalize and last is not None:
                 self._to_commit[(topic, partition)] = last + 1
 
+    def _claim(self, batch: list, tracker) -> int:
+        """How many of ``batch`` (in offset order) this call claimed, in one claim: those
+        before its first record at or past ``stop_read_time``, up to the restriction's stop."""
+        n = len(batch)
+        if self.stop_read_time is not None:
+            stop = self.stop_read_time
+            n = next((i for i, m in enumerate(batch) if m.timestamp()[1] >= stop), n)
+        if n == 0:
+            return 0
+        claim = ClaimUpTo(batch[n - 1].offset())
+        if not tracker.try_claim(claim):
+            return 0
+        if claim.claimed == claim.last:
+            return n
+        return sum(1 for m in batch[:n] if m.offset() <= claim.claimed)
+
     def _caught_up(self, message, topic, partition) -> bool:
         from confluent_kafka import KafkaError
 
@@ -271,9 +283,6 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                 f"{kafka_client.bootstrap_of(self.config)} ({topic}-{partition})", message.error()
             )
         return True
-
-    def _past_stop_time(self, message) -> bool:
-        return self.stop_read_time is not None and message.timestamp()[1] >= self.stop_read_time
 
     def _past_stop_wall_time(self) -> bool:
         return self.stop_read_time is not None and time.time() * 1000 >= self.stop_read_time

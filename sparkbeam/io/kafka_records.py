@@ -6,7 +6,8 @@ written for ``apache_beam.io.kafka`` keeps its arguments), the timestamp policie
 (``ProcessingTime``, ``CreateTime``, ``LogAppendTime``), and the element: ``(key, value)`` or,
 ``with_metadata=True``, a ``beam.Row`` with the fields of Beam's Kafka rows (``topic``,
 ``partition``, ``offset``, ``timestamp``, ``timestampTypeId``, ``timestampTypeName``, ``key``,
-``value``, ``headers`` as rows of ``key``/``value``). Leaves to others: polling (``kafka_read``).
+``value``, ``headers`` as rows of ``key``/``value``), and a polled batch's values in the global
+window. Leaves to others: polling (``kafka_read``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from collections.abc import Callable
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils.windowed_value import WindowedValue
 
 from sparkbeam.io.errors import KafkaConfigError, KafkaDeserializeError
 
@@ -26,6 +29,7 @@ POLICIES = (PROCESSING_TIME, CREATE_TIME, LOG_APPEND_TIME)
 _TIMESTAMP_TYPE_NAMES = {0: "NoTimestampType", 1: "CreateTime", 2: "LogAppendTime"}
 
 _JAVA = "org.apache.kafka.common.serialization."
+GLOBAL_WINDOWS = (GlobalWindow(),)
 
 
 def _signed(data: bytes) -> int:
@@ -79,6 +83,7 @@ class RecordMaker:
     def __init__(self, key_fn, value_fn, policy: str, with_metadata: bool) -> None:
         self.key_fn, self.value_fn = key_fn, value_fn
         self.policy, self.with_metadata = policy, with_metadata
+        self._as_they_are = key_fn is _identity and value_fn is _identity and not with_metadata
 
     def timestamp(self, message, now: Timestamp) -> Timestamp:
         """The record's event time under the policy; ``now`` is when its batch was polled (the
@@ -90,7 +95,21 @@ class RecordMaker:
             return now
         return Timestamp(micros=millis * 1000)
 
+    def windowed(self, batch: list, now: Timestamp, watermark) -> list[WindowedValue]:
+        """``batch``'s records in the global window (the read's input is globally windowed,
+        checked in its expand: a ``WindowedValue`` skips Beam's per-record window assignment),
+        once ``watermark`` has observed the batch's largest timestamp."""
+        if not batch:
+            return []
+        stamp, element = self.timestamp, self.element
+        stamps = [stamp(m, now) for m in batch]
+        out = [WindowedValue(element(m), t, GLOBAL_WINDOWS) for m, t in zip(batch, stamps)]
+        watermark.observe_batch(Timestamp(micros=max(t.micros for t in stamps)))
+        return out
+
     def element(self, message) -> Any:
+        if self._as_they_are:
+            return (message.key(), message.value())
         key = self._deserialize("key", self.key_fn, message.key(), message)
         value = self._deserialize("value", self.value_fn, message.value(), message)
         if not self.with_metadata:

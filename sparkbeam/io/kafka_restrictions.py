@@ -45,9 +45,21 @@ def partition_key(element: Any) -> str:
     return f"{element[0]}-{element[1]}"
 
 
+class ClaimUpTo:
+    """A polled batch's claim: ``tracker.try_claim(ClaimUpTo(last))`` claims every offset up
+    to ``last`` or to the range's stop, whichever comes first, in one call (under the lock of
+    Beam's thread-safe tracker, so a runner-initiated split can only cut after it);
+    ``claimed`` is then the last offset that is this call's (None: none is)."""
+
+    __slots__ = ("last", "claimed")
+
+    def __init__(self, last: int) -> None:
+        self.last, self.claimed = last, None
+
+
 class KafkaOffsetTracker(OffsetRestrictionTracker):
     """An ``OffsetRestrictionTracker`` whose unbounded range reports its backlog and splits
-    only where it stands."""
+    only where it stands, and claims a polled batch at once (`ClaimUpTo`)."""
 
     def __init__(self, restriction: OffsetRange, backlog: int | None = None) -> None:
         super().__init__(restriction)
@@ -55,6 +67,16 @@ class KafkaOffsetTracker(OffsetRestrictionTracker):
 
     def _unbounded(self) -> bool:
         return self._range.stop >= UNBOUNDED
+
+    def try_claim(self, position) -> bool:
+        if type(position) is not ClaimUpTo:
+            return super().try_claim(position)
+        last = min(position.last, self._range.stop - 1)
+        done = self._last_claim_attempt is not None and last <= self._last_claim_attempt
+        if done or last < self._range.start or not super().try_claim(last):
+            return False
+        position.claimed = last
+        return True
 
     def current_progress(self) -> RestrictionProgress:
         if not self._unbounded():
@@ -128,14 +150,18 @@ class KafkaRestrictionProvider(RestrictionProvider):
 
 
 class KafkaWatermarkEstimator(WatermarkEstimator):
-    """The largest record timestamp seen; ``advance_idle(now)`` when caught up."""
+    """The largest record timestamp seen, a polled batch at a time (``observe_batch``, before
+    the read outputs the batch); ``advance_idle(now)`` when caught up."""
 
     def __init__(self, state: Timestamp | None) -> None:
         self._watermark = MIN_TIMESTAMP if state is None else state
 
     def observe_timestamp(self, timestamp: Timestamp) -> None:
-        if timestamp > self._watermark:
-            self._watermark = timestamp
+        """Beam's call for every output: the read has observed its batch already."""
+
+    def observe_batch(self, largest: Timestamp) -> None:
+        if largest > self._watermark:
+            self._watermark = largest
 
     def advance_idle(self, now: Timestamp) -> None:
         """The partition has no record left: nothing older than ``now`` can come from it

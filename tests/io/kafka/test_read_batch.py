@@ -80,3 +80,45 @@ def test_commit_offset_in_finalize_commits_to_the_group(spark, kafka_broker):
     client = kafka_client.consumer(kafka_broker.config(**{"group.id": group}))
     committed = client.committed([TopicPartition(topic, 0), TopicPartition(topic, 1)], timeout=10)
     assert [tp.offset for tp in committed] == [10, 10]
+
+
+def test_stop_offsets_and_stop_read_time_end_partitions_inside_a_polled_batch(spark, kafka_broker):
+    """A partition's stop lies inside the batch one poll returns: the records before it are
+    read, none after (a batch is claimed at once, up to the stop)."""
+    topic = _topic(kafka_broker, 2, 50)
+    config = kafka_broker.config(**{"auto.offset.reset": "earliest"})
+    options = PipelineOptions(spark_test_options("--parallelism=2"))
+    with beam.Pipeline(options=options) as p:
+        by_offset = p | "ByOffset" >> ReadFromKafka(
+            config, [topic], stop_offsets={(topic, 0): 17, (topic, 1): 33}
+        )
+        by_time = p | "ByTime" >> ReadFromKafka(
+            config, [topic], stop_read_time=BASE_MS + 21,
+            timestamp_policy=ReadFromKafka.create_time_policy,
+        )  # fmt: skip
+        expected = [f"0-{i}" for i in range(17)] + [f"1-{i}" for i in range(33)]
+        assert_that(by_offset | "V1" >> beam.MapTuple(lambda k, v: v.decode()), equal_to(expected))
+        expected = [f"{p}-{i}" for p in range(2) for i in range(21)]
+        assert_that(
+            by_time | "V2" >> beam.MapTuple(lambda k, v: v.decode()),
+            equal_to(expected),
+            label="by time",
+        )
+
+
+def test_a_batch_claim_stops_at_the_restriction_and_after_a_split():
+    """`ClaimUpTo` claims up to the range's stop; a runner's split between two batches moves
+    the stop, and the next claim ends there; a range already done claims nothing."""
+    from apache_beam.io.restriction_trackers import OffsetRange
+
+    from sparkbeam.io.kafka_restrictions import ClaimUpTo, KafkaOffsetTracker
+
+    tracker = KafkaOffsetTracker(OffsetRange(10, 40))
+    first = ClaimUpTo(14)
+    assert tracker.try_claim(first) and first.claimed == 14
+    primary, residual = tracker.try_split(0.5)  # the remainder's half: [10, 27) and [27, 40)
+    assert (primary.stop, residual.start) == (27, 27)
+    second = ClaimUpTo(35)
+    assert tracker.try_claim(second) and second.claimed == 26
+    assert not tracker.try_claim(ClaimUpTo(50))
+    tracker.check_done()
