@@ -1,8 +1,9 @@
-"""The Tansu test broker: started and stopped by PID, and the two answers it gets wrong.
+"""The Tansu test broker: started and stopped by PID, and the answers it gets wrong.
 
 Tansu answers ``ListOffsets`` wrongly (latest: the last batch's base offset + 1; a timestamp:
-the oldest offset). These tests pin both limits, so a Tansu that fixes them shows up here,
-and check that ``sparkbeam.io.kafka_client`` derives the right answers anyway.
+the oldest offset), and an aborted transaction's records reach ``read_committed`` consumers.
+These tests pin those limits, so a Tansu that fixes them shows up here, and check that
+``sparkbeam.io.kafka_client`` derives the right answers anyway.
 """
 
 from __future__ import annotations
@@ -71,3 +72,30 @@ def test_missing_topic_and_unreachable_broker_are_one_line(kafka_broker, monkeyp
     client = kafka_client.consumer({"bootstrap.servers": dead})
     with pytest.raises(KafkaBrokerUnreachableError, match=rf"'{dead}' did not answer"):
         kafka_client.partitions_of(client, "t", dead)
+
+
+def test_tansu_delivers_aborted_transactions_to_read_committed_consumers(kafka_broker):
+    """Why ``WriteToKafka`` has no exactly-once mode yet: the protocol calls succeed, but an
+    aborted transaction's record is read as if committed, so a write bound to checkpoints by
+    transactions could not be tested here (README, "Reading and writing Kafka")."""
+    from confluent_kafka import Producer
+
+    kafka_broker.create_topic("tx", 1)
+    producer = Producer(kafka_broker.config(**{"transactional.id": "tx-probe"}))
+    producer.init_transactions(10)
+    for value, commit in ((b"committed", True), (b"aborted", False)):
+        producer.begin_transaction()
+        producer.produce("tx", value=value)
+        producer.flush(10)
+        (producer.commit_transaction if commit else producer.abort_transaction)(10)
+    consumer = Consumer(
+        kafka_broker.config(**{"group.id": "tx-probe", "isolation.level": "read_committed"})
+    )
+    consumer.assign([TopicPartition("tx", 0, 0)])
+    seen = []
+    for _ in range(20):
+        seen += [m.value() for m in consumer.consume(10, 0.5) if m.error() is None]
+        if len(seen) >= 2:
+            break
+    consumer.close()
+    assert seen == [b"committed", b"aborted"]  # Kafka would deliver b"committed" alone
