@@ -1,9 +1,9 @@
 """Exceptions of sparkbeam.io's Kafka source and sink.
 
-Owns: one small class per failure a user can act on (broker unreachable, topic missing, a
-deserializer that raised, a bad ``timestamp_policy``), each subclassing a builtin, with a
-one-line message that names the broker, topic or partition and ends with what to do. Leaves
-to others: deciding when to raise (``kafka_client``, ``kafka_read``, ``kafka_write``).
+Owns: one small class per failure a user can act on (broker unreachable, credentials refused,
+topic missing, a deserializer that raised, a bad ``timestamp_policy``), each subclassing a
+builtin, with a one-line message that names the broker, topic or partition and ends with what
+to do. Leaves to others: deciding when to raise (``kafka_client``, ``kafka_read``, ``kafka_write``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,17 @@ class KafkaBrokerUnreachableError(ConnectionError):
             f"Kafka broker {bootstrap!r} did not answer ({cause}). Check bootstrap.servers in "
             "consumer_config/producer_config and that the broker runs; no record was read or "
             "lost, and a restart from the checkpoint resumes where the job stopped."
+        )
+
+
+class KafkaCredentialsError(PermissionError):
+    """The broker answered, and refused the client's SASL or TLS handshake."""
+
+    def __init__(self, bootstrap: str, cause: object) -> None:
+        super().__init__(
+            f"Kafka broker {bootstrap!r} refused this client's credentials ({cause}). Check "
+            "security.protocol, sasl.mechanism, sasl.username/sasl.password (or the ssl.* "
+            "settings) in consumer_config/producer_config; no record was read or lost."
         )
 
 

@@ -1,7 +1,9 @@
 """What sparkbeam asks a Kafka broker, over confluent-kafka (librdkafka), with the workarounds.
 
-Owns: consumers configured for a source (``consumer``), the partitions of a topic
-(``partitions_of``, with one-line errors for an unreachable broker or a missing topic), a
+Owns: consumers configured for a source (``consumer``; each remembers the broker's refusal of
+its credentials, which librdkafka reports only to an error callback), the partitions of a topic
+(``partitions_of``, with one-line errors for an unreachable broker, refused credentials or a
+missing topic), a
 partition's end offset (``end_offset``) and the first offset at or after a time
 (``offset_for_time``). Leaves to others: reading records (``kafka_read``).
 
@@ -21,13 +23,18 @@ On a real Kafka broker both checks cost one small fetch and agree with the broke
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 import uuid
 from typing import Any
 
-from sparkbeam.io.errors import KafkaBrokerUnreachableError, KafkaTopicMissingError
+from sparkbeam.io.errors import (
+    KafkaBrokerUnreachableError,
+    KafkaCredentialsError,
+    KafkaTopicMissingError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +53,80 @@ SOURCE_DEFAULTS = {
 }
 
 
-def consumer(config: dict[str, Any], **overrides: Any):
-    """A confluent-kafka Consumer for ``config`` (a group id is made up if it has none)."""
-    from confluent_kafka import Consumer
+# What a client needs to reach and authenticate to the broker (a producer's config, minus
+# what only a producer takes, makes its probe consumer).
+_CONNECTION_KEYS = ("bootstrap.servers", "metadata.broker.list", "security.protocol", "client.id")
+_CONNECTION_PREFIXES = ("sasl.", "ssl.", "socket.")
 
+
+def connection_config(config: dict[str, Any]) -> dict[str, Any]:
+    return {
+        k: v for k, v in config.items()
+        if k in _CONNECTION_KEYS or k.startswith(_CONNECTION_PREFIXES)
+    }  # fmt: skip
+
+
+def consumer(config: dict[str, Any], **overrides: Any):
+    """A confluent-kafka Consumer for ``config`` (a group id is made up if it has none);
+    ``credentials_refused`` is then the broker's last refusal of its SASL/TLS handshake."""
     merged = {**SOURCE_DEFAULTS, **{k: str(v) for k, v in config.items()}, **overrides}
     merged.setdefault("group.id", "sparkbeam-" + uuid.uuid4().hex[:12])
-    return Consumer(merged)
+    given = config.get("error_cb")
+    holder: dict[str, Any] = {}
+
+    def on_error(error) -> None:
+        if error.code() in _credential_codes():
+            holder["refused"] = error
+        if callable(given):
+            given(error)
+
+    merged["error_cb"] = on_error
+    client = _consumer_type()(merged)
+    client.holder = holder
+    return client
+
+
+@functools.cache
+def _consumer_type():
+    from confluent_kafka import Consumer
+
+    class SourceConsumer(Consumer):
+        holder: dict[str, Any]
+
+        @property
+        def credentials_refused(self):
+            return self.holder.get("refused")
+
+    return SourceConsumer
+
+
+@functools.cache
+def _credential_codes() -> frozenset:
+    from confluent_kafka import KafkaError
+
+    return frozenset((KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                      KafkaError._SSL))  # fmt: skip
+
+
+def _metadata(client: Any, bootstrap: str, topic: str | None = None):
+    """The broker's metadata (of ``topic``, else of every topic), asked for in 1 s slices for
+    up to ``METADATA_TIMEOUT_S``: between them a consume call serves the error callback, so a
+    refusal of the client's credentials ends the wait at once with its own error."""
+    from confluent_kafka import KafkaException
+
+    deadline = time.monotonic() + METADATA_TIMEOUT_S
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            return client.list_topics(topic, timeout=max(0.1, min(1.0, left)))
+        except KafkaException as e:
+            if not client.assignment():  # nothing assigned: no record to take by mistake
+                client.consume(1, timeout=0)
+            refused = getattr(client, "credentials_refused", None)
+            if refused is not None:
+                raise KafkaCredentialsError(bootstrap, refused.str()) from None
+            if left <= 1.0:
+                raise KafkaBrokerUnreachableError(bootstrap, e.args[0] if e.args else e) from None
 
 
 def poll(client: Any, batch_size: int, timeout_s: float) -> list:
@@ -94,12 +168,9 @@ def bootstrap_of(config: dict[str, Any]) -> str:
 
 def partitions_of(client: Any, topic: str, bootstrap: str) -> list[int]:
     """The partition ids of ``topic``; one-line errors when the broker or topic is missing."""
-    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka import KafkaError
 
-    try:
-        metadata = client.list_topics(topic, timeout=METADATA_TIMEOUT_S)
-    except KafkaException as e:
-        raise KafkaBrokerUnreachableError(bootstrap, e.args[0] if e.args else e) from None
+    metadata = _metadata(client, bootstrap, topic)
     found = metadata.topics.get(topic)
     if found is None or (found.error is not None and found.error.code() in _MISSING):
         raise KafkaTopicMissingError(topic, bootstrap)
@@ -112,12 +183,8 @@ def partitions_of(client: Any, topic: str, bootstrap: str) -> list[int]:
 
 def topic_names(client: Any, bootstrap: str) -> list[str]:
     """Every topic the broker lists (internal ones, ``__...``, left out)."""
-    from confluent_kafka import KafkaException
 
-    try:
-        metadata = client.list_topics(timeout=METADATA_TIMEOUT_S)
-    except KafkaException as e:
-        raise KafkaBrokerUnreachableError(bootstrap, e.args[0] if e.args else e) from None
+    metadata = _metadata(client, bootstrap)
     return sorted(t for t in metadata.topics if not t.startswith("__"))
 
 

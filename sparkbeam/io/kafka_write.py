@@ -87,7 +87,7 @@ class _Produce(beam.DoFn):
         from confluent_kafka import Producer
 
         bootstrap = kafka_client.bootstrap_of(self.config)
-        probe = kafka_client.consumer({"bootstrap.servers": bootstrap})
+        probe = kafka_client.consumer(kafka_client.connection_config(self.config))
         try:
             kafka_client.partitions_of(probe, self.topic, bootstrap)
         finally:

@@ -1,6 +1,7 @@
-"""ReadFromKafka's failures are one line naming the cause: an unreachable broker, a missing
-topic, a deserializer that raises (naming the record's topic-partition@offset, not committed),
-and arguments sparkbeam cannot use (at construction)."""
+"""ReadFromKafka's failures are one line naming the cause: an unreachable broker, refused
+credentials (WriteToKafka's too), a missing topic, a deserializer that raises (naming the
+record's topic-partition@offset, not committed), and arguments sparkbeam cannot use (at
+construction)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from sparkbeam.io import ReadFromKafka
+from sparkbeam.io import ReadFromKafka, WriteToKafka
 from sparkbeam.io.errors import KafkaConfigError
 from tests.conftest import spark_test_options
 from tests.servers import free_port
@@ -30,6 +31,23 @@ def test_unreachable_broker_and_missing_topic(spark, kafka_broker):
         _run({"bootstrap.servers": dead}, "t")
     with pytest.raises(Exception, match=r"Kafka topic 'absent' does not exist on '127"):
         _run(kafka_broker.config(), "absent")
+
+
+def test_credentials_the_broker_refuses_are_one_line_naming_them(spark, kafka_broker):
+    """SASL the broker does not accept (Tansu takes no SASL at all: librdkafka reports it as
+    the authentication failure a wrong password gives on Kafka) is not "did not answer"."""
+    config = kafka_broker.config(
+        **{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+           "sasl.username": "reader", "sasl.password": "wrong"}
+    )  # fmt: skip
+    refused = r"Kafka broker '127[^']*' refused this client's credentials \(.*SASL"
+    with pytest.raises(Exception, match=refused) as raised:
+        _run(config, "t")
+    assert "did not answer" not in str(raised.value)
+    p = beam.Pipeline(options=PipelineOptions(spark_test_options()))
+    _ = p | beam.Create([(b"k", b"v")]) | WriteToKafka(config, "t")
+    with pytest.raises(Exception, match=refused):  # its probe uses the producer's SASL too
+        p.run().wait_until_finish()
 
 
 def test_deserializer_that_raises_names_the_record(spark, kafka_broker):
