@@ -108,6 +108,14 @@ def _credential_codes() -> frozenset:
                       KafkaError._SSL))  # fmt: skip
 
 
+def check_credentials(client: Any, config: dict[str, Any]) -> None:
+    """Raise if the broker refused ``client``'s credentials (a read that gets nothing: not an
+    outage to wait out, as no retry with the same credentials can succeed)."""
+    refused = getattr(client, "credentials_refused", None)
+    if refused is not None:
+        raise KafkaCredentialsError(bootstrap_of(config), refused.str())
+
+
 def _metadata(client: Any, bootstrap: str, topic: str | None = None):
     """The broker's metadata (of ``topic``, else of every topic), asked for in 1 s slices for
     up to ``METADATA_TIMEOUT_S``: between them a consume call serves the error callback, so a
@@ -120,13 +128,12 @@ def _metadata(client: Any, bootstrap: str, topic: str | None = None):
         try:
             return client.list_topics(topic, timeout=max(0.1, min(1.0, left)))
         except KafkaException as e:
-            if not client.assignment():  # nothing assigned: no record to take by mistake
-                client.consume(1, timeout=0)
-            refused = getattr(client, "credentials_refused", None)
-            if refused is not None:
-                raise KafkaCredentialsError(bootstrap, refused.str()) from None
-            if left <= 1.0:
-                raise KafkaBrokerUnreachableError(bootstrap, e.args[0] if e.args else e) from None
+            failed = e.args[0] if e.args else e
+        if not client.assignment():  # nothing assigned: no record to take by mistake
+            client.consume(1, timeout=0)
+        check_credentials(client, {"bootstrap.servers": bootstrap})
+        if left <= 1.0:
+            raise KafkaBrokerUnreachableError(bootstrap, failed)
 
 
 def poll(client: Any, batch_size: int, timeout_s: float) -> list:

@@ -211,6 +211,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
             while True:
                 messages = kafka_client.poll(consumer, self.batch_size, self.poll_timeout_s)
                 if not messages:
+                    kafka_client.check_credentials(consumer, self.config)
                     # Neither a record nor the partition's end within the timeout: the broker
                     # is away, or this consumer stopped fetching (seen with the test broker:
                     # it never fetched again, while a new consumer read the records at once).
