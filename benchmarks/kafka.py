@@ -8,6 +8,9 @@ records of ``--value-bytes`` bytes into a ``--partitions``-partition topic, then
 * ``sparkbeam``: ``ReadFromKafka(max_num_records=N) | Map | Count`` on SparkCheckpointRunner
   (batch), timed around ``run().wait_until_finish()`` on a warm session (a small run first),
   also net of a 100-record run's time (the fixed cost of a run: planning, rounds, jobs);
+* ``beam floor``: Beam's own per-element path for the same work without Kafka or Spark --
+  FnApiRunner in this process, one core: an SDF-less generator of ``(key, value)`` pairs
+  ``| Map | Count`` -- what one core of sparkbeam's workers can at best do per partition;
 * ``idle``: a ``--streaming`` Kafka -> files job on an empty topic in a child process; after a
   warm-up, the CPU seconds of its whole process tree (driver, JVM, Python workers) per wall
   second over ``--idle-s`` seconds;
@@ -214,6 +217,32 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
+def beam_floor(records: int, value_bytes: int) -> float:
+    """records/s of Beam's per-element path alone (FnApiRunner, one core): the same Map and
+    Count over pairs a DoFn generates, net of a 100-record run."""
+    import apache_beam as beam
+    from apache_beam.runners.portability.fn_api_runner import FnApiRunner
+
+    value = b"x" * value_bytes
+
+    def run(n: int) -> float:
+        p = beam.Pipeline(runner=FnApiRunner())
+        _ = (
+            p
+            | beam.Impulse()
+            | beam.FlatMap(lambda _, n=n: ((b"%d" % i, value) for i in range(n)))
+            | beam.Map(lambda kv: len(kv[1]))
+            | beam.combiners.Count.Globally()
+        )
+        started = time.perf_counter()
+        p.run().wait_until_finish()
+        return time.perf_counter() - started
+
+    run(100)
+    fixed = run(100)
+    return records / max(run(records) - fixed, 1e-9)
+
+
 def throughput(broker, args) -> None:
     value = b"x" * args.value_bytes
     records = [(b"%d" % i, value, None) for i in range(args.records)]
@@ -232,6 +261,12 @@ def throughput(broker, args) -> None:
     print(f"sparkbeam Kafka -> Map -> Count: {native:,.0f} records/s (whole run)")
     print(f"  net of a 100-record run ({fixed:.1f} s): {net:,.0f} records/s")
     print(f"ratio sparkbeam / bare: {native / bare:.3f}x whole, {net / bare:.3f}x net")
+    floor = beam_floor(args.records, args.value_bytes)
+    print(
+        f"Beam's per-element path alone (FnApiRunner, one core, no Kafka): {floor:,.0f} "
+        f"records/s; x{args.partitions} partitions = {floor * args.partitions:,.0f}; "
+        f"sparkbeam net / that: {net / (floor * args.partitions):.3f}x"
+    )
 
 
 def main() -> None:
