@@ -77,3 +77,34 @@ def test_bad_arguments_fail_at_construction():
             {"bootstrap.servers": "h:1"}, ["t"], max_num_records=5,
             dynamic_read_poll_interval_seconds=1,
         )  # fmt: skip
+
+
+def test_a_read_whose_credentials_are_refused_fails_instead_of_retrying(kafka_broker):
+    """The read loop itself (a streaming job's partitions, listed while the credentials still
+    held): a poll that gets nothing because the broker refused them raises the one line,
+    where a broker that is away would only be retried after the resume delay."""
+    from apache_beam.io.restriction_trackers import OffsetRange
+    from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
+
+    from sparkbeam.io.errors import KafkaCredentialsError
+    from sparkbeam.io.kafka_restrictions import (
+        UNBOUNDED,
+        KafkaOffsetTracker,
+        KafkaWatermarkEstimator,
+    )
+
+    config = kafka_broker.config(
+        **{"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+           "sasl.username": "reader", "sasl.password": "wrong"}
+    )  # fmt: skip
+    reader = ReadFromKafka(config, ["t"], consumer_polling_timeout=1).reader
+    reader.setup()
+    try:
+        tracker = RestrictionTrackerView(
+            ThreadsafeRestrictionTracker(KafkaOffsetTracker(OffsetRange(0, UNBOUNDED)))
+        )
+        watermark = KafkaWatermarkEstimator(None)
+        with pytest.raises(KafkaCredentialsError, match=r"refused this client's credentials"):
+            list(reader._read(("t", 0, 0, UNBOUNDED), tracker, watermark))
+    finally:
+        reader.teardown()
