@@ -9,14 +9,20 @@ checkpoint names (`manifest`, `store`) and where they live (`filesystem`).
 Segment format (little endian)::
 
     header  b"SBCL" version:u8 pad:3
-    body    version 2: records_len:u64, then the records as one zstd frame
+    body    version 2: blocks, each the records of a key-group sub-range as one zstd frame,
+            then the block index (per block kg_lo:u16 kg_hi:u16 offset:u64 length:u32
+            raw_length:u32 crc32:u32), then blocks:u32 crc32(index):u32
             version 1 (written before; still read): the records as they are
     record  op:u8 key_group:u16 ns_len:u16 key_len:u32 value_len:u32 ns key value   (repeated)
     footer  records:u64 crc32(header + body):u32 b"SBCLEND1"
 
 The records compress to about 0.6 of their size even when the values do not (the namespace
 repeats on every record, keys and encoded state keys share prefixes): the tail a range carries
-between snapshots is what keeps a store near its live size.
+between snapshots is what keeps a store near its live size. A segment of `BLOCK_MIN_BYTES` or
+more is cut into up to `BLOCKS` blocks by key-group sub-range (a key's records stay in order in
+its block; records of different keys commute), so a task of a restore at another parallelism
+reads only the blocks of its key groups (`read_records`: ranged reads of the index and those
+blocks, each checked by its crc32).
 
 A torn, truncated or bit-flipped segment fails the footer check and raises
 `CheckpointCorruptError` naming the file; the manifest also records each file's size and crc32.
@@ -24,6 +30,7 @@ A torn, truncated or bit-flipped segment fails the footer check and raises
 
 from __future__ import annotations
 
+import bisect
 import struct
 import uuid
 import zlib
@@ -40,7 +47,10 @@ from sparkbeam.checkpoint.keygroups import KeyGroupRange
 
 HEADER = b"SBCL\x02\x00\x00\x00"
 _V1 = 1
-_RECORDS_LEN = struct.Struct("<Q")
+_BLOCK = struct.Struct("<HHQIII")  # kg_lo kg_hi offset length raw_length crc32
+_INDEX_TAIL = struct.Struct("<II")  # blocks, crc32 of the index
+BLOCKS = 8  # like a range snapshot's key-group sub-ranges (`staging.SPLITS`)
+BLOCK_MIN_BYTES = 256 << 10  # records below this stay one block (one read is cheaper)
 _RECORD = struct.Struct("<BHHII")
 _FOOTER = struct.Struct("<QI8s")
 _FOOTER_MAGIC = b"SBCLEND1"
@@ -65,6 +75,8 @@ class SegmentBuffer:
 
     def __init__(self) -> None:
         self._parts: list[bytes] = []
+        self._starts: list[int] = []  # per record: its first part
+        self._kgs: list[int] = []
         self._ns_cache: dict[str, bytes] = {}
         self.size = len(HEADER)  # uncompressed: what flush thresholds count
         self.records = 0
@@ -78,6 +90,8 @@ class SegmentBuffer:
         ns = self._ns_cache.get(namespace)
         if ns is None:
             ns = self._ns_cache[namespace] = namespace.encode()
+        self._starts.append(len(self._parts))
+        self._kgs.append(kg)
         self._parts.append(_RECORD.pack(op, kg, len(ns), len(key), len(value)))
         self._parts.append(ns)
         self._parts.append(key)
@@ -87,10 +101,36 @@ class SegmentBuffer:
         self.records += 1
 
     def finish(self) -> bytes:
-        records = b"".join(self._parts)
-        body = HEADER + _RECORDS_LEN.pack(len(records)) + _zstd().compress(records, asbytes=True)
+        out, index, offset = [HEADER], [], len(HEADER)
+        for lo, hi, records in self._blocks():
+            frame = _zstd().compress(records, asbytes=True)
+            crc = zlib.crc32(frame) & 0xFFFFFFFF
+            index.append(_BLOCK.pack(lo, hi, offset, len(frame), len(records), crc))
+            out.append(frame)
+            offset += len(frame)
+        table = b"".join(index)
+        out += [table, _INDEX_TAIL.pack(len(index), zlib.crc32(table) & 0xFFFFFFFF)]
+        body = b"".join(out)
         crc = zlib.crc32(body) & 0xFFFFFFFF
         return body + _FOOTER.pack(self.records, crc, _FOOTER_MAGIC)
+
+    def _blocks(self) -> Iterator[tuple[int, int, bytes]]:
+        """(kg_lo, kg_hi, records) of each block, records in append order within it."""
+        lo, hi = min(self.kg_start, self.kg_stop), self.kg_stop
+        n = min(BLOCKS, hi - lo) if self.size >= BLOCK_MIN_BYTES else 1
+        if n <= 1:
+            yield lo, max(hi, lo + 1), b"".join(self._parts)
+            return
+        bounds = [lo + (hi - lo) * i // n for i in range(n + 1)]
+        members: list[list[int]] = [[] for _ in range(n)]
+        which = [bisect.bisect_right(bounds, kg) - 1 for kg in range(lo, hi)]
+        for i, kg in enumerate(self._kgs):
+            members[which[kg - lo]].append(i)
+        starts, parts = self._starts + [len(self._parts)], self._parts
+        for b, records in enumerate(members):
+            if records:
+                data = b"".join(b"".join(parts[starts[i] : starts[i + 1]]) for i in records)
+                yield bounds[b], bounds[b + 1], data
 
 
 @cache
@@ -98,20 +138,42 @@ def _zstd() -> pa.Codec:
     return pa.Codec("zstd", compression_level=1)  # ~300 MB/s a core; level 3 saves 3% more
 
 
-def _records(data: bytes, path: str) -> bytes:
-    """The records of a checked segment: version 2's decompressed, version 1's as stored."""
-    end = len(data) - _FOOTER.size
-    if data[4] == _V1:
-        return data[len(HEADER) : end]
-    start = len(HEADER) + _RECORDS_LEN.size
-    if data[4] != HEADER[4] or end < start:
-        raise CheckpointCorruptError(path, f"changelog segment version {data[4]} is not known")
-    (size,) = _RECORDS_LEN.unpack_from(data, len(HEADER))
+def _index(
+    data: bytes, path: str, end: int, first: int = len(HEADER)
+) -> list[tuple[int, int, int, int, int, int]]:
+    """A version-2 segment's block index, which ends at ``end`` of ``data`` (where the footer
+    starts) and begins at ``first`` or later."""
+    if end < first + _INDEX_TAIL.size:
+        raise CheckpointCorruptError(path, "changelog segment has no block index")
+    count, crc = _INDEX_TAIL.unpack_from(data, end - _INDEX_TAIL.size)
+    start = end - _INDEX_TAIL.size - count * _BLOCK.size
+    table = memoryview(data)[max(0, start) : end - _INDEX_TAIL.size]
+    if start < first or zlib.crc32(table) & 0xFFFFFFFF != crc:
+        raise CheckpointCorruptError(path, "changelog segment's block index is damaged")
+    return [_BLOCK.unpack_from(table, i * _BLOCK.size) for i in range(count)]
+
+
+def _block_records(frame, raw_length: int, crc: int, path: str) -> bytes:
+    if zlib.crc32(frame) & 0xFFFFFFFF != crc:
+        raise CheckpointCorruptError(path, "a block of the changelog segment fails its crc32")
     try:
-        records = _zstd().decompress(memoryview(data)[start:end], size, asbytes=True)
+        return _zstd().decompress(frame, raw_length, asbytes=True)
     except (OSError, ValueError) as e:  # pyarrow's codec errors
         raise CheckpointCorruptError(path, f"changelog segment does not decompress: {e}") from e
-    return records
+
+
+def _blocks_of(data: bytes, path: str, lo: int, hi: int) -> Iterator[bytes]:
+    """The records of a checked segment's blocks that may hold key groups ``[lo, hi)``."""
+    end = len(data) - _FOOTER.size
+    if data[4] == _V1:
+        yield data[len(HEADER) : end]
+        return
+    if data[4] != HEADER[4]:
+        raise CheckpointCorruptError(path, f"changelog segment version {data[4]} is not known")
+    view = memoryview(data)
+    for b_lo, b_hi, offset, length, raw, crc in _index(data, path, end):
+        if b_lo < hi and lo < b_hi:
+            yield _block_records(view[offset : offset + length], raw, crc, path)
 
 
 class ChangelogWriter:
@@ -226,13 +288,17 @@ def iter_records(
     data: bytes, path: str, key_groups: KeyGroupRange | None = None
 ) -> Iterator[Record]:
     """Decode a checked segment's records (optionally only those in ``key_groups``)."""
-    data = _records(data, path)
+    lo, hi = (key_groups.start, key_groups.stop) if key_groups is not None else (0, 1 << 16)
+    for records in _blocks_of(data, path, lo, hi):
+        yield from _decode(records, path, lo, hi)
+
+
+def _decode(data: bytes, path: str, lo: int, hi: int) -> Iterator[Record]:
     end = len(data)
     pos = 0
     unpack = _RECORD.unpack_from
     rsize = _RECORD.size
     ns_cache: dict[bytes, str] = {}
-    lo, hi = (key_groups.start, key_groups.stop) if key_groups is not None else (0, 1 << 16)
     while pos < end:
         if pos + rsize > end:
             raise CheckpointCorruptError(path, f"record header runs past the end at byte {pos}")
@@ -252,6 +318,44 @@ def iter_records(
                 raise CheckpointCorruptError(path, f"unknown record operation {op} at byte {pos}")
             yield known, kg, ns, data[pos + ns_len : k_end], data[k_end:stop]
         pos = stop
+
+
+def read_records(
+    storage: Storage, path: str, entry: FileEntry, key_groups: KeyGroupRange
+) -> Iterator[Record]:
+    """The records of ``key_groups`` in the segment ``entry``, reading only its index and the
+    blocks that may hold them (each checked by its crc32; the file's own checksum needs the
+    whole file). For a segment of other key groups as well, at least `BLOCK_MIN_BYTES`; a
+    smaller or version-1 segment is read whole."""
+    lo, hi = key_groups.start, key_groups.stop
+    size = entry.size
+    tail_size = _INDEX_TAIL.size + _FOOTER.size
+    if size < BLOCK_MIN_BYTES // 4 or size < len(HEADER) + tail_size:
+        yield from iter_records(read_segment(storage, path, entry), path, key_groups)
+        return
+    try:
+        head = storage.read_range(path, 0, len(HEADER))
+        tail = storage.read_range(path, size - tail_size, tail_size)
+    except FileNotFoundError:
+        raise CheckpointCorruptError(path, "file is missing") from None
+    if len(tail) != tail_size:
+        raise CheckpointCorruptError(path, f"shorter than the manifest's {size} bytes")
+    if head[:4] != HEADER[:4]:
+        raise CheckpointCorruptError(path, "not a changelog segment (bad header magic)")
+    if tail[-8:] != _FOOTER_MAGIC:
+        raise CheckpointCorruptError(path, "torn changelog segment (footer missing)")
+    if head[4] != HEADER[4]:
+        yield from iter_records(read_segment(storage, path, entry), path, key_groups)
+        return
+    (count, _) = _INDEX_TAIL.unpack_from(tail, 0)
+    index_at = size - tail_size - count * _BLOCK.size
+    if index_at < len(HEADER):
+        raise CheckpointCorruptError(path, "changelog segment's block index is damaged")
+    table = storage.read_range(path, index_at, count * _BLOCK.size) + tail[: _INDEX_TAIL.size]
+    for b_lo, b_hi, offset, length, raw, crc in _index(table, path, len(table), first=0):
+        if b_lo < hi and lo < b_hi:
+            frame = storage.read_range(path, offset, length)
+            yield from _decode(_block_records(frame, raw, crc, path), path, lo, hi)
 
 
 def read_segment(storage: Storage, path: str, expected: FileEntry | None = None) -> bytes:

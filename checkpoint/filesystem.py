@@ -43,6 +43,11 @@ class Storage(ABC):
     def read(self, path: str) -> bytes:
         """The whole file; `FileNotFoundError` if absent."""
 
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """``length`` bytes of ``path`` from ``offset`` (a backend without ranged reads reads
+        the whole file)."""
+        return self.read(path)[offset : offset + length]
+
     @abstractmethod
     def _write(self, path: str, data: bytes) -> None: ...
 
@@ -109,6 +114,11 @@ class LocalStorage(Storage):
     def read(self, path: str) -> bytes:
         with open(self._path(path), "rb") as f:
             return f.read()
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        with open(self._path(path), "rb") as f:
+            f.seek(offset)
+            return f.read(length)
 
     def _temp(self, directory: str, data: bytes) -> str:
         """A synced temp file holding ``data`` in ``directory`` (created if needed)."""
@@ -329,6 +339,18 @@ class FileSystemsStorage(Storage):
                 return f.read()
         except Exception:
             if self.object_store and not fs.exists(full):
+                raise FileNotFoundError(full) from None
+            raise
+
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """A seek on Beam's file (an object store's is a ranged GET)."""
+        full = self._path(path)
+        try:
+            with self._fs().open(full, compression_type="uncompressed") as f:
+                f.seek(offset)
+                return f.read(length)
+        except Exception:
+            if not self._fs().exists(full):
                 raise FileNotFoundError(full) from None
             raise
 

@@ -15,7 +15,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.checkpoint.changelog import Op, check_segment, iter_records, read_segment
+from sparkbeam.checkpoint.changelog import (
+    Op,
+    check_segment,
+    iter_records,
+    read_records,
+    read_segment,
+)
 from sparkbeam.checkpoint.errors import CheckpointCorruptError
 from sparkbeam.checkpoint.filesystem import Storage
 from sparkbeam.checkpoint.ids import CheckpointId, FileEntry, PipelineId
@@ -139,10 +145,21 @@ def namespace_records(
                 if ns == namespace:
                     yield Op.PUT, kg, key, value, path
             continue
-        data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)
-        for op, kg, ns, key, value in iter_records(data, path, sub):
+        for op, kg, ns, key, value in _segment_records(storage, path, entry, sub, cache):
             if ns == namespace:
                 yield op, kg, key, value, path
+
+
+def _segment_records(storage, path, entry: FileEntry, groups: KeyGroupRange, cache):
+    """The records of ``groups`` in a segment: a segment of other key groups as well (a
+    restore at another parallelism) by its blocks of these (`changelog.read_records`)."""
+    if (
+        entry.kg_stop > entry.kg_start
+        and not groups.start <= entry.kg_start < entry.kg_stop <= groups.stop
+    ):
+        return read_records(storage, path, entry, groups)
+    data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)
+    return iter_records(data, path, groups)
 
 
 def namespace_files(
