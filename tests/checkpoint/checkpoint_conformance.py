@@ -23,6 +23,10 @@ def check_storage(storage: Storage) -> None:
     storage.write("top.bin", b"")
     assert storage.read("a/b.bin") == b"hello"
     assert storage.exists("a/b.bin") and storage.size("a/c/d.bin") == 1000
+    storage.write("a/r.bin", bytes(range(200)))
+    assert storage.read_range("a/r.bin", 10, 5) == bytes(range(10, 15))
+    assert storage.read_range("a/r.bin", 190, 50) == bytes(range(190, 200))  # to the end
+    storage.delete("a/r.bin")
     assert storage.read("top.bin") == b""
     storage.write("a/b.bin", b"replaced")
     assert storage.read("a/b.bin") == b"replaced"
