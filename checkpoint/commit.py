@@ -217,6 +217,9 @@ class CheckpointChain:
         task-owned files are shared with every retained checkpoint, the tasks are asked to
         snapshot their ranges in the next round (the driver cannot: it holds no task state);
         once they are not, the driver's state is compacted into new files."""
+        self.task_state = TaskState(
+            {ns: s.without_empty_bases(cid) for ns, s in self.task_state.namespaces.items()}
+        )
         task_files = {f.name for f in self.task_state.files()}
         if task_files and self._needs_fallback(task_files):
             self.task_state = TaskState(

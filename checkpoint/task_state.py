@@ -216,6 +216,18 @@ class NamespaceState:
         )
         return replace(self, log=kept) if len(kept) != len(self.log) else self
 
+    def without_empty_bases(self, checkpoint: int) -> NamespaceState:
+        """Ranges that hold nothing (no entry, base files of no record, no tail) without their
+        files, as of ``checkpoint``: a range with no file is as empty and shares none with a
+        retained checkpoint. A finished stage (an SDF's drained residuals) has no task left to
+        write a snapshot when the commit asks for one to give the fallback."""
+        ranges = list(self.ranges)
+        for i, r in enumerate(ranges):
+            empty = r.base and r.entries == 0 and all(f.records == 0 for f in r.base)
+            if empty and not self.plan(KeyGroupRange(r.start, r.stop))[0][2]:
+                ranges[i] = replace(r, base=(), checkpoint=checkpoint)
+        return replace(self, ranges=tuple(ranges)) if ranges != list(self.ranges) else self
+
     def request_snapshots(self, checkpoint: int) -> NamespaceState:
         """Ask every range to snapshot in the round after ``checkpoint``."""
         return replace(self, rebase_below=checkpoint + 1)

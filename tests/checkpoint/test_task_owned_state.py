@@ -271,3 +271,28 @@ def test_a_restore_at_another_parallelism_reads_each_tail_once(
             read += reads.bytes
     assert got == state
     assert read <= 1.2 * stored, (read, stored)
+
+
+def test_an_empty_range_of_a_finished_stage_does_not_hold_the_fallback_back(tmp_path):
+    """A namespace whose ranges hold nothing (a finished SDF stage's drained residuals) has no
+    task left to answer the commit's request for new snapshots; the commit drops such a
+    range's empty snapshot files itself, so the driver's own state gets its fallback: a
+    checkpoint sharing no file with a retained one."""
+    store = open_store(str(tmp_path))
+    first = _round(store, 0, {}, {0: {}, 1: {}}, 2, snap=range(2))  # empty snapshots
+    assert all(r.base for r in store.load_manifest("p", first).task_state.namespaces[NS].ranges)
+    st = store.pipeline("p")
+    for i in range(6):  # the driver's own changes only: no task of the stage runs again
+        st.put(state_layout.side_input("s"), b"k%d" % i, b"\x01v")
+        cid = st.checkpoint(fingerprint="f", parallelism=2, commit_messages=[])
+    last = store.load_manifest("p", cid)
+    assert not last.task_state.namespaces[NS].snapshots_pending
+    assert not any(r.base for r in last.task_state.namespaces[NS].ranges)
+    names = {f.name for f in last.files} | {f.name for f in last.task_state.files()}
+    retained = [c.checkpoint_id for c in store.list_checkpoints("p")][:-1]
+    assert any(
+        not names & ({f.name for f in m.files} | {f.name for f in m.task_state.files()})
+        for m in (store.load_manifest("p", c) for c in retained)
+    )
+    assert _read(store, cid, 0, 2) == {} and _read(store, cid, 1, 3) == {}
+    store.close()
