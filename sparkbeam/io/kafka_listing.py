@@ -15,6 +15,7 @@ reading (``kafka_read``), broker questions (``kafka_client``).
 from __future__ import annotations
 
 import re
+import time
 import typing
 
 import apache_beam as beam
@@ -65,12 +66,18 @@ def list_topic_partitions(client, config, topics, pattern) -> list[tuple[str, in
 
 
 class ListPartitions(beam.DoFn):
-    """Impulse -> ``(topic, partition, start, stop)`` for every partition of the topics."""
+    """Impulse -> ``(topic, partition, start, stop)`` for every partition of the topics, and
+    with ``max_read_time`` (seconds) when the read ends, as epoch ms from now (so it is
+    checkpointed with each partition's residual: a resumed job keeps the same end)."""
 
-    def __init__(self, config, topics, pattern, start_read_time, max_num_records, stop_offsets):
+    def __init__(
+        self, config, topics, pattern, start_read_time, max_num_records, stop_offsets,
+        max_read_time=None,
+    ):  # fmt: skip
         self.config, self.topics, self.pattern = config, topics, pattern
         self.starts = _Starts(config, start_read_time)
         self.max_num_records, self.stop_offsets = max_num_records, stop_offsets
+        self.max_read_time = max_read_time
 
     def process(self, _impulse):
         client = kafka_client.consumer(self.config)
@@ -80,8 +87,9 @@ class ListPartitions(beam.DoFn):
             stops = self._stops(client, parts, starts)
         finally:
             kafka_client.close(client)
+        until = () if self.max_read_time is None else (_ms_from_now(self.max_read_time),)
         for topic, partition in parts:
-            yield (topic, partition, starts[(topic, partition)], stops[(topic, partition)])
+            yield (topic, partition, starts[(topic, partition)], stops[(topic, partition)], *until)
 
     def _stops(self, client, parts, starts) -> dict[tuple[str, int], int]:
         stops = {tp: self.stop_offsets.get(tp, UNBOUNDED) for tp in parts}
@@ -101,6 +109,10 @@ class ListPartitions(beam.DoFn):
             shares[parts[i % len(parts)]] += 1
             left, i = left - 1, i + 1
         return {tp: min(stops[tp], starts[tp] + shares[tp]) for tp in parts}
+
+
+def _ms_from_now(seconds: float) -> int:
+    return int((time.time() + seconds) * 1000)
 
 
 class DiscoverPartitions(beam.PTransform):

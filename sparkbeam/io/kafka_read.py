@@ -30,6 +30,7 @@ from sparkbeam.io.kafka_restrictions import (
     KafkaRestrictionProvider,
     KafkaWatermarkEstimatorProvider,
     PartitionElement,
+    PartitionUntilElement,
     note_end_offset,
 )
 
@@ -40,21 +41,23 @@ class ReadFromKafka(beam.PTransform):
     """Read ``topics`` as ``(key, value)`` pairs, or Beam Kafka rows ``with_metadata=True``.
 
     Unbounded unless ``max_num_records`` (in total, shared by the partitions at the start by
-    their backlog), ``stop_offsets`` (``{(topic, partition): offset}``, exclusive) or
-    ``stop_read_time`` (epoch ms: a partition ends at its first record at or after it) bound
-    it. The start is ``start_read_time`` (epoch ms) if given, else the consumer group's
-    committed offset, else ``auto.offset.reset`` (``latest`` by default, as in Kafka).
-    ``commit_offset_in_finalize`` commits read offsets to the consumer group (for lag
-    monitoring only: a restore reads its positions from the checkpoint). The SDF is the
-    ``Read`` step of this transform: startpoints name it ``<label>/Read``, per partition with
-    ``--key <topic>-<partition>``. ``topic_pattern`` (a regular expression matched against
-    whole topic names) adds the matching topics; ``dynamic_read_poll_interval_seconds``
-    lists the partitions again at that interval while an unbounded read runs, and reads each
-    new one from where a Kafka consumer would start it. sparkbeam's own knobs:
-    ``idle_resume_delay_s`` (how long a caught-up partition waits before it polls again) and
-    ``max_idle_resume_delay_s`` (how long after a poll that found nothing; by default 4x it),
-    ``max_poll_s`` and ``batch_size`` (a call reads batches of ``batch_size`` records for at
-    most ``max_poll_s``, then hands its remainder back to the runner, which checkpoints it).
+    their backlog), ``stop_offsets`` (``{(topic, partition): offset}``, exclusive),
+    ``stop_read_time`` (epoch ms: a partition ends at its first record at or after it) or
+    ``max_read_time`` (seconds: a partition ends at its first poll that long after the
+    partitions were listed, a time its checkpointed position keeps) bound it. The start is
+    ``start_read_time`` (epoch ms) if given, else the consumer group's committed offset, else
+    ``auto.offset.reset`` (``latest`` by default, as in Kafka). ``commit_offset_in_finalize``
+    commits read offsets to the consumer group (for lag monitoring only: a restore reads its
+    positions from the checkpoint). The SDF is the ``Read`` step of this transform: startpoints
+    name it ``<label>/Read``, per partition with ``--key <topic>-<partition>``.
+    ``topic_pattern`` (a regular expression matched against whole topic names) adds the matching
+    topics; ``dynamic_read_poll_interval_seconds`` lists the partitions again at that interval
+    while an unbounded read runs, and reads each new one from where a Kafka consumer would start
+    it. sparkbeam's own knobs: ``idle_resume_delay_s`` (how long a caught-up partition waits
+    before it polls again) and ``max_idle_resume_delay_s`` (how long after a poll that found
+    nothing; by default 4x it), ``max_poll_s`` and ``batch_size`` (a call reads batches of
+    ``batch_size`` records for at most ``max_poll_s``, then hands its remainder back to the
+    runner, which checkpoints it).
     """
 
     processing_time_policy = kafka_records.PROCESSING_TIME
@@ -69,7 +72,7 @@ class ReadFromKafka(beam.PTransform):
         value_deserializer: Any = None,
         start_read_time: int | None = None,
         max_num_records: int | None = None,
-        max_read_time: int | None = None,
+        max_read_time: float | None = None,
         commit_offset_in_finalize: bool = False,
         timestamp_policy: str = kafka_records.PROCESSING_TIME,
         consumer_polling_timeout: float = 2,
@@ -94,11 +97,8 @@ class ReadFromKafka(beam.PTransform):
                 f"max_idle_resume_delay_s={max_idle_resume_delay_s} must be finite and at least "
                 f"idle_resume_delay_s={idle_resume_delay_s}."
             )
-        if max_read_time is not None:
-            raise KafkaConfigError(
-                "max_read_time is not supported by sparkbeam's ReadFromKafka; bound the read "
-                "with stop_read_time (epoch ms), max_num_records or stop_offsets instead."
-            )
+        if max_read_time is not None and not max_read_time > 0:
+            raise KafkaConfigError(f"max_read_time={max_read_time} must be > 0 (seconds).")
         self.consumer_config = {k: str(v) for k, v in dict(consumer_config).items()}
         if not kafka_client.bootstrap_of(self.consumer_config):
             raise KafkaConfigError(
@@ -108,19 +108,22 @@ class ReadFromKafka(beam.PTransform):
         self.topics = [topics] if isinstance(topics, str) else list(topics or ())
         if not self.topics and topic_pattern is None:
             raise KafkaConfigError("ReadFromKafka needs topics, or a topic_pattern to match.")
-        bounded = max_num_records is not None or stop_read_time is not None
+        bounded = any(b is not None for b in (max_num_records, stop_read_time, max_read_time))
         if dynamic_read_poll_interval_seconds is not None and (bounded or stop_offsets):
             raise KafkaConfigError(
                 "dynamic_read_poll_interval_seconds discovers partitions of an unbounded read; "
-                "drop it, or drop max_num_records, stop_offsets and stop_read_time."
+                "drop it, or drop max_num_records, max_read_time, stop_offsets and "
+                "stop_read_time."
             )
         if dynamic_read_poll_interval_seconds is None:
             self.listing = "Partitions" >> beam.ParDo(
                 ListPartitions(
                     self.consumer_config, self.topics, topic_pattern, start_read_time,
-                    max_num_records, dict(stop_offsets or {}),
+                    max_num_records, dict(stop_offsets or {}), max_read_time,
                 )
-            ).with_output_types(PartitionElement)  # fmt: skip
+            ).with_output_types(
+                PartitionElement if max_read_time is None else PartitionUntilElement
+            )  # fmt: skip
         else:
             self.listing = "Discover" >> DiscoverPartitions(
                 self.consumer_config, self.topics, topic_pattern, start_read_time,
@@ -202,6 +205,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         from confluent_kafka import TopicPartition
 
         topic, partition = element[0], element[1]
+        until_ms = element[4] if len(element) > 4 else None  # max_read_time's end, epoch ms
         start = tracker.current_restriction().start
         consumer = self._consumer
         consumer.assign([TopicPartition(topic, partition, start)])
@@ -212,6 +216,9 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                 messages = kafka_client.poll(consumer, self.batch_size, self.poll_timeout_s)
                 if not messages:
                     kafka_client.check_credentials(consumer, self.config)
+                    if _past(until_ms):
+                        tracker.try_claim(UNBOUNDED)  # max_read_time is up: done
+                        return
                     # Neither a record nor the partition's end within the timeout: the broker
                     # is away, or this consumer stopped fetching (seen with the test broker:
                     # it never fetched again, while a new consumer read the records at once).
@@ -229,14 +236,14 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                 yield from self.records.windowed(batch[:ours], Timestamp.now(), watermark)
                 if ours:
                     last = batch[ours - 1].offset()
-                if ours < len(batch):
+                if ours < len(batch) or _past(until_ms):
                     tracker.try_claim(UNBOUNDED)  # the rest is not ours: done
                     return
                 if last is not None and last + 1 >= tracker.current_restriction().stop:
                     return  # the restriction is done: no empty residual to schedule
                 if caught_up:
                     watermark.advance_idle(Timestamp.now())
-                    if self._past_stop_wall_time():
+                    if self._past_stop_wall_time() or _past(until_ms):
                         tracker.try_claim(UNBOUNDED)
                         return
                     delay = self.idle_resume_delay_s if last is not None else self.max_idle_s
@@ -287,6 +294,10 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
 
     def _past_stop_wall_time(self) -> bool:
         return self.stop_read_time is not None and time.time() * 1000 >= self.stop_read_time
+
+
+def _past(until_ms: int | None) -> bool:
+    return until_ms is not None and time.time() * 1000 >= until_ms
 
 
 def idle_wait(delay_s: float, now: float) -> float:

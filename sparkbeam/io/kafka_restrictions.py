@@ -30,6 +30,8 @@ UNBOUNDED = sys.maxsize
 
 PartitionElement = typing.Tuple[str, int, int, int]  # noqa: UP006 - Beam's coder registry
 """``(topic, partition, start, stop)``: coded by Beam's TupleCoder (StrUtf8, VarInt...)."""
+PartitionUntilElement = typing.Tuple[str, int, int, int, int]  # noqa: UP006
+"""The same and, with ``max_read_time``, when the read ends (epoch ms, set at the listing)."""
 
 # The last end offset a task saw per (topic, partition): the backlog estimate, no broker call.
 _END_SEEN: dict[tuple[str, int], int] = {}
@@ -112,7 +114,7 @@ class KafkaRestrictionProvider(RestrictionProvider):
         return self._client
 
     def initial_restriction(self, element) -> OffsetRange:
-        _, _, start, stop = element
+        start, stop = element[2], element[3]
         return OffsetRange(start, stop)
 
     def create_tracker(self, restriction: OffsetRange) -> KafkaOffsetTracker:

@@ -122,3 +122,25 @@ def test_a_batch_claim_stops_at_the_restriction_and_after_a_split():
     assert tracker.try_claim(second) and second.claimed == 26
     assert not tracker.try_claim(ClaimUpTo(50))
     tracker.check_done()
+
+
+def test_max_read_time_bounds_a_read_that_would_never_end(spark, kafka_broker):
+    """Beam's ``max_read_time``: an otherwise unbounded read of a topic nobody writes to ends
+    about that long after it starts, with every record there was, and is a bounded
+    PCollection (a global combine applies)."""
+    import time
+
+    topic = _topic(kafka_broker, 2, 10)
+    config = kafka_broker.config(**{"auto.offset.reset": "earliest"})
+    options = PipelineOptions(spark_test_options("--parallelism=2"))
+    started = time.monotonic()
+    with beam.Pipeline(options=options) as p:
+        values = (
+            p
+            | ReadFromKafka(config, [topic], max_read_time=2, idle_resume_delay_s=0.5)
+            | beam.MapTuple(lambda k, v: v.decode())
+        )
+        assert_that(values, equal_to([f"{p}-{i}" for p in range(2) for i in range(10)]))
+        count = values | beam.combiners.Count.Globally()
+        assert_that(count, equal_to([20]), label="count")
+    assert 2 <= time.monotonic() - started < 30
