@@ -243,7 +243,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     return  # the restriction is done: no empty residual to schedule
                 if caught_up:
                     watermark.advance_idle(Timestamp.now())
-                    if self._past_stop_wall_time() or _past(until_ms):
+                    if _past(self.stop_read_time) or _past(until_ms):
                         tracker.try_claim(UNBOUNDED)
                         return
                     delay = self.idle_resume_delay_s if last is not None else self.max_idle_s
@@ -292,11 +292,9 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
             )
         return True
 
-    def _past_stop_wall_time(self) -> bool:
-        return self.stop_read_time is not None and time.time() * 1000 >= self.stop_read_time
-
 
 def _past(until_ms: int | None) -> bool:
+    """Whether the wall clock is at or past ``until_ms`` (epoch ms; None: never)."""
     return until_ms is not None and time.time() * 1000 >= until_ms
 
 
