@@ -51,6 +51,7 @@ _BLOCK = struct.Struct("<HHQIII")  # kg_lo kg_hi offset length raw_length crc32
 _INDEX_TAIL = struct.Struct("<II")  # blocks, crc32 of the index
 BLOCKS = 8  # like a range snapshot's key-group sub-ranges (`staging.SPLITS`)
 BLOCK_MIN_BYTES = 256 << 10  # records below this stay one block (one read is cheaper)
+RANGED_READ_MIN_BYTES = BLOCK_MIN_BYTES // 4  # a smaller segment is read whole (`read_records`)
 _RECORD = struct.Struct("<BHHII")
 _FOOTER = struct.Struct("<QI8s")
 _FOOTER_MAGIC = b"SBCLEND1"
@@ -330,7 +331,7 @@ def read_records(
     lo, hi = key_groups.start, key_groups.stop
     size = entry.size
     tail_size = _INDEX_TAIL.size + _FOOTER.size
-    if size < BLOCK_MIN_BYTES // 4 or size < len(HEADER) + tail_size:
+    if size < RANGED_READ_MIN_BYTES or size < len(HEADER) + tail_size:
         yield from iter_records(read_segment(storage, path, entry), path, key_groups)
         return
     try:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.changelog import (
+    RANGED_READ_MIN_BYTES,
     Op,
     check_segment,
     iter_records,
@@ -151,12 +152,11 @@ def namespace_records(
 
 
 def _segment_records(storage, path, entry: FileEntry, groups: KeyGroupRange, cache):
-    """The records of ``groups`` in a segment: a segment of other key groups as well (a
-    restore at another parallelism) by its blocks of these (`changelog.read_records`)."""
-    if (
-        entry.kg_stop > entry.kg_start
-        and not groups.start <= entry.kg_start < entry.kg_stop <= groups.stop
-    ):
+    """The records of ``groups`` in a segment: a large segment of other key groups as well (a
+    restore at another parallelism) by its blocks of these (`changelog.read_records`), any
+    other whole, through ``cache``."""
+    inside = groups.start <= entry.kg_start and entry.kg_stop <= groups.stop
+    if entry.kg_stop > entry.kg_start and not inside and entry.size >= RANGED_READ_MIN_BYTES:
         return read_records(storage, path, entry, groups)
     data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)
     return iter_records(data, path, groups)
