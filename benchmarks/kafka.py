@@ -16,9 +16,10 @@ records of ``--value-bytes`` bytes into a ``--partitions``-partition topic, then
   second over ``--idle-s`` seconds;
 * ``latency``: the same job on a topic that gets a record every ``--latency-every-s`` on
   average (at random times: records at a fixed period would meet the job's polls, which
-  caught-up partitions time to the wall clock, at one phase) for ``--latency-s`` seconds; the time from each produce to the record's line being visible in
-  an output file (the exactly-once sink publishes at checkpoint commits), against the job's
-  own round time (Spark job + commit, from the runner's round log).
+  caught-up partitions time to the wall clock, at one phase) for ``--latency-s`` seconds;
+  the time from each produce to the record's line being visible in an output file (the
+  exactly-once sink publishes at checkpoint commits), against the job's own round time
+  (Spark job + commit, from the runner's round log).
 
 Prints records/s of both and their ratio, the idle CPU-s per wall-s, and the latency p50/p99
 next to the round p50 (goal: latency p50 <= round p50 + 100 ms).
