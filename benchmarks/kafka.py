@@ -85,24 +85,31 @@ def sparkbeam_run(config: dict, topic: str, records: int) -> tuple[float, float,
 
 
 def tree_cpu_s(pid: int) -> float:
-    """user + system CPU seconds of ``pid`` and its live descendants."""
+    """user + system CPU seconds of ``pid``, its live descendants, and the Python worker
+    processes it had started: the zygote (``runner/spark/zygote.py``, named with the driver's
+    pid) detaches from the driver, and the worker daemon and its workers are forked from it."""
     ticks, children = os.sysconf("SC_CLK_TCK"), {}
-    stats = {}
+    stats, roots = {}, [pid]
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
             except OSError:
                 continue
             stats[int(entry.name)] = fields
             children.setdefault(int(fields[1]), []).append(int(entry.name))
-    total, todo = 0.0, [pid]
+            if b"sparkbeam.runner.spark.zygote" in argv and str(pid).encode() in argv:
+                roots.append(int(entry.name))
+    total, todo, seen = 0.0, roots, set()
     while todo:
         p = todo.pop()
-        if p in stats:
+        if p in stats and p not in seen:
+            seen.add(p)
             total += (int(stats[p][11]) + int(stats[p][12])) / ticks
-        todo.extend(children.get(p, []))
+            todo.extend(children.get(p, []))
     return total
 
 
@@ -287,7 +294,10 @@ def main() -> None:
     parser.add_argument("--partitions", type=int, default=2)
     parser.add_argument("--value-bytes", type=int, default=100)
     parser.add_argument("--idle-s", type=float, default=30.0)
-    parser.add_argument("--warm-s", type=float, default=45.0)
+    parser.add_argument(
+        "--warm-s", type=float, default=100.0,
+        help="seconds before measuring: the JVM compiles Spark's code for about the first 100",
+    )  # fmt: skip
     parser.add_argument("--idle-delay-s", type=float, default=1.0, help="idle_resume_delay_s")
     parser.add_argument("--idle-only", action="store_true", help="skip the throughput runs")
     parser.add_argument(

@@ -33,6 +33,12 @@ from sparkbeam.translation.plan import PipelinePlan
 
 _LOG = logging.getLogger(__name__)
 
+TIMER_SLACK_S = 0.02
+"""A round woken by a timer starts this much after it, so timers set for one moment by tasks
+that each computed it from their own clock (a few ms apart: a Kafka read's caught-up partitions
+aim at the same wall-clock tick) fire in one round, not in one round and another an interval
+later."""
+
 
 class RoundTime(NamedTuple):
     """How long one committed round took: its Spark job, then its checkpoint commit."""
@@ -203,7 +209,7 @@ class RoundLoop:
         wake = started + self.ctx.interval_s
         if self.next_timer_ms is not None and not self.job.watermark_moves():
             due = self.next_timer_ms / 1000.0 - time.time() + time.monotonic()
-            wake = max(wake, due)
+            wake = max(wake, due + TIMER_SLACK_S)
         wait_s = max(0.0, wake - time.monotonic())
         self.job.waiting(self, wait_s)
         self.ctx.stop.wait(wait_s)

@@ -300,10 +300,10 @@ def _past(until_ms: int | None) -> bool:
 
 def idle_wait(delay_s: float, now: float) -> float:
     """How long a caught-up partition waits before it polls again: about ``delay_s``, ending
-    on a multiple of it on the wall clock (at least half of it away), so that partitions
+    on a multiple of it on the wall clock (at least a quarter of it away), so that partitions
     deferred in different rounds resume in the same one."""
     wait = delay_s - now % delay_s
-    return wait + delay_s if wait < delay_s / 2 else wait
+    return wait + delay_s if wait < delay_s / 4 else wait
 
 
 class _ReadUnboundedPartitions(_ReadPartitions):
