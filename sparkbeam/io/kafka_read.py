@@ -4,12 +4,14 @@ Owns: the transform (Beam's ``apache_beam.io.kafka.ReadFromKafka`` argument name
 apply) and the read loop: assign one partition at its restriction's start, poll in batches,
 claim each batch at once (``kafka_restrictions.ClaimUpTo``), and, once the partition is caught
 up (librdkafka's partition-EOF event) or after ``max_poll_s``, defer the remainder -- with
-``idle_resume_delay_s`` when caught up, or ``max_idle_resume_delay_s`` when the call found
-nothing, ending on a multiple of the delay on the wall clock so that the partitions of an idle
-topic poll in the same round: one small fetch each per delay. The residual is sparkbeam's SDF
-residual: offsets live in the checkpoint, never in the consumer group. Leaves to others: which
-partitions and where they start (``kafka_listing``), restrictions, watermarks and startpoints
-(``kafka_restrictions``), records (``kafka_records``), broker questions (``kafka_client``).
+``idle_resume_delay_s`` when caught up, or ``max_idle_resume_delay_s`` once the partition's
+reads have found nothing for that long (the streak travels in the restriction,
+``KafkaOffsetRange``), ending on a multiple of the delay on the wall clock so that the
+partitions of an idle topic poll in the same round: one small fetch each per delay. The
+residual is sparkbeam's SDF residual: offsets live in the checkpoint, never in the consumer
+group. Leaves to others: which partitions and where they start (``kafka_listing``),
+restrictions, watermarks and startpoints (``kafka_restrictions``), records
+(``kafka_records``), broker questions (``kafka_client``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from sparkbeam.io.kafka_restrictions import (
     KafkaWatermarkEstimatorProvider,
     PartitionElement,
     PartitionUntilElement,
+    mark_idle_since,
     note_end_offset,
 )
 
@@ -54,10 +57,10 @@ class ReadFromKafka(beam.PTransform):
     topics; ``dynamic_read_poll_interval_seconds`` lists the partitions again at that interval
     while an unbounded read runs, and reads each new one from where a Kafka consumer would start
     it. sparkbeam's own knobs: ``idle_resume_delay_s`` (how long a caught-up partition waits
-    before it polls again) and ``max_idle_resume_delay_s`` (how long after a poll that found
-    nothing; by default 4x it), ``max_poll_s`` and ``batch_size`` (a call reads batches of
-    ``batch_size`` records for at most ``max_poll_s``, then hands its remainder back to the
-    runner, which checkpoints it).
+    before it polls again) and ``max_idle_resume_delay_s`` (how long it waits once its polls
+    have found nothing for that long; by default 4x it), ``max_poll_s`` and ``batch_size`` (a
+    call reads batches of ``batch_size`` records for at most ``max_poll_s``, then hands its
+    remainder back to the runner, which checkpoints it).
     """
 
     processing_time_policy = kafka_records.PROCESSING_TIME
@@ -207,6 +210,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         topic, partition = element[0], element[1]
         until_ms = element[4] if len(element) > 4 else None  # max_read_time's end, epoch ms
         start = tracker.current_restriction().start
+        idle_since = getattr(tracker.current_restriction(), "idle_since", None)
         consumer = self._consumer
         consumer.assign([TopicPartition(topic, partition, start)])
         deadline = time.monotonic() + self.max_poll_s
@@ -246,10 +250,15 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     if _past(self.stop_read_time) or _past(until_ms):
                         tracker.try_claim(UNBOUNDED)
                         return
-                    delay = self.idle_resume_delay_s if last is not None else self.max_idle_s
-                    tracker.defer_remainder(Duration(seconds=idle_wait(delay, time.time())))
+                    now = time.time()
+                    idle_since = None if last is not None else (idle_since or now)
+                    mark_idle_since(tracker, idle_since)
+                    tracker.defer_remainder(
+                        Duration(seconds=idle_wait(self._delay(idle_since, now), now))
+                    )
                     return
                 if time.monotonic() >= deadline:
+                    mark_idle_since(tracker, None)
                     tracker.defer_remainder()
                     return
         finally:
@@ -261,6 +270,13 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                 consumer.unassign()
             if self.commit_offset_in_finalize and last is not None:
                 self._to_commit[(topic, partition)] = last + 1
+
+    def _delay(self, idle_since: float | None, now: float) -> float:
+        """A caught-up partition's next poll: after ``idle_resume_delay_s``, or once its reads
+        have found nothing for ``max_idle_resume_delay_s``, after that."""
+        if idle_since is not None and now - idle_since >= self.max_idle_s:
+            return self.max_idle_s
+        return self.idle_resume_delay_s
 
     def _claim(self, batch: list, tracker) -> int:
         """How many of ``batch`` (in offset order) this call claimed, in one claim: those

@@ -47,6 +47,32 @@ def partition_key(element: Any) -> str:
     return f"{element[0]}-{element[1]}"
 
 
+class KafkaOffsetRange(OffsetRange):
+    """An offset range that also says since when (epoch s) the partition's reads have found
+    nothing (``idle_since``; None: its last read found records, or that is not known), so a
+    read that finds nothing knows whether to poll again soon or back off. A read sets it on
+    its tracker's current restriction before it defers; ``split_at`` hands it to the residual.
+    Pickled as its restriction coder does with any object; a plain ``OffsetRange`` (written
+    before it, or by a startpoint) is read as one whose streak is not known."""
+
+    def __init__(self, start: int, stop: int, idle_since: float | None = None) -> None:
+        super().__init__(start, stop)
+        self.idle_since = idle_since
+
+    def split_at(self, split_pos) -> tuple[KafkaOffsetRange, KafkaOffsetRange]:
+        return (
+            KafkaOffsetRange(self.start, split_pos, self.idle_since),
+            KafkaOffsetRange(split_pos, self.stop, self.idle_since),
+        )
+
+
+def mark_idle_since(tracker, since: float | None) -> None:
+    """Carry ``since`` (see ``KafkaOffsetRange``) to the residual the read defers next."""
+    restriction = tracker.current_restriction()
+    if isinstance(restriction, KafkaOffsetRange):
+        restriction.idle_since = since
+
+
 class ClaimUpTo:
     """A polled batch's claim: ``tracker.try_claim(ClaimUpTo(last))`` claims every offset up
     to ``last`` or to the range's stop, whichever comes first, in one call (under the lock of
@@ -64,6 +90,8 @@ class KafkaOffsetTracker(OffsetRestrictionTracker):
     only where it stands, and claims a polled batch at once (`ClaimUpTo`)."""
 
     def __init__(self, restriction: OffsetRange, backlog: int | None = None) -> None:
+        if not isinstance(restriction, KafkaOffsetRange):
+            restriction = KafkaOffsetRange(restriction.start, restriction.stop)
         super().__init__(restriction)
         self._backlog = backlog
 
@@ -115,7 +143,7 @@ class KafkaRestrictionProvider(RestrictionProvider):
 
     def initial_restriction(self, element) -> OffsetRange:
         start, stop = element[2], element[3]
-        return OffsetRange(start, stop)
+        return KafkaOffsetRange(start, stop)
 
     def create_tracker(self, restriction: OffsetRange) -> KafkaOffsetTracker:
         return KafkaOffsetTracker(restriction)
@@ -148,7 +176,7 @@ class KafkaRestrictionProvider(RestrictionProvider):
         else:
             millis = int(startpoint.position or "")
             offset = kafka_client.offset_for_time(self.client(), topic, partition, millis)
-        return OffsetRange(min(offset, stop), stop)
+        return KafkaOffsetRange(min(offset, stop), stop)
 
 
 class KafkaWatermarkEstimator(WatermarkEstimator):

@@ -1,17 +1,31 @@
-"""A caught-up partition's wait ends on its delay's wall-clock grid (partitions poll together)."""
+"""A caught-up partition's wait: on its delay's wall-clock grid (partitions poll together), and
+long only once its polls have found nothing for a while (real broker for the read)."""
 
 from __future__ import annotations
 
 import math
+import time
+import uuid
 
 import pytest
+from apache_beam.io.restriction_trackers import OffsetRange
+from apache_beam.runners.sdf_utils import RestrictionTrackerView, ThreadsafeRestrictionTracker
 
 from sparkbeam.io import ReadFromKafka
 from sparkbeam.io.errors import KafkaConfigError
 from sparkbeam.io.kafka_read import idle_wait
+from sparkbeam.io.kafka_restrictions import (
+    UNBOUNDED,
+    KafkaOffsetRange,
+    KafkaOffsetTracker,
+    KafkaRestrictionProvider,
+    KafkaWatermarkEstimator,
+)
 
 
-@pytest.mark.parametrize("now", [1000.0, 1000.3, 1000.49, 1000.51, 1000.74, 1000.76, 1000.99, 1234.5678])
+@pytest.mark.parametrize(
+    "now", [1000.0, 1000.3, 1000.49, 1000.51, 1000.74, 1000.76, 1000.99, 1234.5678]
+)
 def test_the_wait_is_about_the_delay_and_ends_on_its_grid(now):
     for delay in (0.1, 1.0, 4.0):
         wait = idle_wait(delay, now)
@@ -38,3 +52,45 @@ def test_two_partitions_deferred_in_different_rounds_resume_together():
 def test_bad_delays_are_refused_by_name(settings):
     with pytest.raises(KafkaConfigError, match="idle_resume_delay_s"):
         ReadFromKafka({"bootstrap.servers": "127.0.0.1:1"}, ["t"], **settings)
+
+
+def _read_once(reader, topic: str, restriction: OffsetRange) -> tuple[KafkaOffsetRange, float]:
+    """One call of the read; its residual (through the restriction coder, as a checkpoint
+    keeps it) and the resume delay it asked for, in seconds."""
+    tracker = ThreadsafeRestrictionTracker(KafkaOffsetTracker(restriction))
+    element = (topic, 0, restriction.start, UNBOUNDED)
+    list(reader._read(element, RestrictionTrackerView(tracker), KafkaWatermarkEstimator(None)))
+    residual, delay = tracker.deferred_status()
+    coder = KafkaRestrictionProvider({}).restriction_coder()
+    return coder.decode(coder.encode(residual)), delay.micros / 1e6
+
+
+def test_a_partition_backs_off_only_once_its_polls_have_found_nothing_for_a_while(kafka_broker):
+    """Short polls while records come now and then; the long wait once it has been quiet for
+    ``max_idle_resume_delay_s`` (a first poll that finds nothing no longer backs off at once,
+    which made the next record wait 4x the delay)."""
+    topic = "idle-" + uuid.uuid4().hex[:8]
+    kafka_broker.create_topic(topic, 1)
+    kafka_broker.produce(topic, [(b"k", b"v0", None)], partition=0)
+    reader = ReadFromKafka(
+        kafka_broker.config(), [topic], idle_resume_delay_s=1.0, max_idle_resume_delay_s=8.0
+    ).reader
+    reader.setup()
+    try:
+        # A plain OffsetRange (a checkpoint written before the streak was kept) reads as usual.
+        residual, delay = _read_once(reader, topic, OffsetRange(0, UNBOUNDED))
+        assert (residual.start, residual.idle_since) == (1, None)
+        assert delay <= 1.25
+        residual, delay = _read_once(reader, topic, residual)  # nothing: a streak begins
+        assert residual.idle_since == pytest.approx(time.time(), abs=10)
+        assert delay <= 1.25
+        residual.idle_since -= 9  # as if its polls had found nothing for 9 s
+        quiet, delay = _read_once(reader, topic, residual)
+        assert quiet.idle_since == residual.idle_since
+        assert 2.0 <= delay <= 10.0  # the long wait, on its 8 s grid
+        kafka_broker.produce(topic, [(b"k", b"v1", None)], partition=0)
+        residual, delay = _read_once(reader, topic, quiet)  # a record ends the streak
+        assert (residual.start, residual.idle_since) == (2, None)
+        assert delay <= 1.25
+    finally:
+        reader.teardown()
