@@ -3,7 +3,8 @@
 ``python -m tests.io.kafka.kafka_pipeline --bootstrap H:P --topic T --records N --output DIR``
 plus runner flags: reads ``N`` records of ``T`` (all partitions, from the oldest) in batches
 of 7 per partition per call, and writes ``"<partition> <offset> <value>"`` lines through the
-exactly-once sink.
+exactly-once sink, or, with ``--output-topic``, produces them (keyed by partition) to that
+topic with ``WriteToKafka``.
 """
 
 from __future__ import annotations
@@ -15,8 +16,11 @@ from collections import Counter
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from confluent_kafka import TopicPartition
 
-from sparkbeam.io import ReadFromKafka, WriteToFilesOnCheckpoint
+from sparkbeam.io import ReadFromKafka, WriteToFilesOnCheckpoint, WriteToKafka, kafka_client
+
+STRING = "org.apache.kafka.common.serialization.StringSerializer"
 
 
 def main(argv=None) -> None:
@@ -25,18 +29,27 @@ def main(argv=None) -> None:
     parser.add_argument("--topic", required=True)
     parser.add_argument("--records", type=int, required=True)
     parser.add_argument("--output", required=True)
+    parser.add_argument("--output-topic")
     args, rest = parser.parse_known_args(argv)
     config = {"bootstrap.servers": args.bootstrap, "auto.offset.reset": "earliest"}
     with beam.Pipeline(options=PipelineOptions(rest)) as p:
-        _ = (
+        lines = (
             p
             | "Kafka" >> ReadFromKafka(
                 config, [args.topic], max_num_records=args.records, with_metadata=True,
                 batch_size=7, max_poll_s=0, idle_resume_delay_s=0.1,
             )
             | beam.Map(lambda r: f"{r.partition} {r.offset} {r.value.decode()}")
-            | WriteToFilesOnCheckpoint(os.path.join(args.output, "out"))
         )  # fmt: skip
+        if args.output_topic:
+            producer = {"bootstrap.servers": args.bootstrap}
+            _ = (
+                lines
+                | beam.Map(lambda line: (line.split()[0], line))
+                | WriteToKafka(producer, args.output_topic, STRING, STRING)
+            )
+        else:
+            _ = lines | WriteToFilesOnCheckpoint(os.path.join(args.output, "out"))
 
 
 def visible(out_dir: str) -> Counter:
@@ -45,6 +58,23 @@ def visible(out_dir: str) -> Counter:
         with open(path) as f:
             lines.update(line.rstrip("\n") for line in f if line.strip())
     return lines
+
+
+def topic_records(kafka_broker, topic: str, partitions: int) -> list[tuple[str, str]]:
+    """Every record of ``topic``, as (key, value) strings, read from the oldest."""
+    client = kafka_client.consumer(kafka_broker.config())
+    got = []
+    for p in range(partitions):
+        end = kafka_client.end_offset(client, topic, p)
+        client.assign([TopicPartition(topic, p, 0)])
+        while end and (not got or sum(1 for _ in got) < 10**6):
+            messages = client.consume(500, timeout=5)
+            records = [m for m in messages if m.error() is None]
+            got += [(m.key().decode(), m.value().decode()) for m in records]
+            if not messages or any(m.offset() >= end - 1 for m in records):
+                break
+    client.close()
+    return got
 
 
 if __name__ == "__main__":

@@ -7,30 +7,12 @@ import uuid
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
-from confluent_kafka import TopicPartition
 
-from sparkbeam.io import WriteToKafka, kafka_client
+from sparkbeam.io import WriteToKafka
 from tests.conftest import spark_test_options
+from tests.io.kafka.kafka_pipeline import STRING, topic_records
 
 pytestmark = pytest.mark.spark
-
-STRING = "org.apache.kafka.common.serialization.StringSerializer"
-
-
-def _read_all(kafka_broker, topic: str, partitions: int) -> list[tuple[str, str]]:
-    client = kafka_client.consumer(kafka_broker.config())
-    got = []
-    for p in range(partitions):
-        end = kafka_client.end_offset(client, topic, p)
-        client.assign([TopicPartition(topic, p, 0)])
-        while end and (not got or sum(1 for _ in got) < 10**6):
-            messages = client.consume(500, timeout=5)
-            records = [m for m in messages if m.error() is None]
-            got += [(m.key().decode(), m.value().decode()) for m in records]
-            if not messages or any(m.offset() >= end - 1 for m in records):
-                break
-    client.close()
-    return got
 
 
 def test_every_element_is_produced_once_on_a_clean_run(spark, kafka_broker):
@@ -46,7 +28,7 @@ def test_every_element_is_produced_once_on_a_clean_run(spark, kafka_broker):
                 kafka_broker.config(), topic, key_serializer=STRING, value_serializer=STRING
             )
         )
-    assert sorted(_read_all(kafka_broker, topic, 2)) == sorted(elements)
+    assert sorted(topic_records(kafka_broker, topic, 2)) == sorted(elements)
 
 
 def test_missing_topic_fails_with_one_line(spark, kafka_broker):
