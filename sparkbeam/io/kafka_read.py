@@ -251,7 +251,10 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                         tracker.try_claim(UNBOUNDED)
                         return
                     now = time.time()
-                    idle_since = None if last is not None else (idle_since or now)
+                    if last is not None:
+                        idle_since = None  # records: the quiet streak ends
+                    elif idle_since is None:
+                        idle_since = now  # nothing: a streak begins
                     mark_idle_since(tracker, idle_since)
                     tracker.defer_remainder(
                         Duration(seconds=idle_wait(self._delay(idle_since, now), now))

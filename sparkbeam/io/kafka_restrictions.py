@@ -1,8 +1,9 @@
 """The restriction side of ``ReadFromKafka``: one offset range per topic-partition.
 
 Owns: the element (``(topic, partition, start, stop)``, a tuple with a deterministic coder;
-``stop`` is ``sys.maxsize`` for an unbounded read), its ``OffsetRange`` restriction and tracker
-(an unbounded range splits only at the current position: a runner-initiated split is a
+``stop`` is ``sys.maxsize`` for an unbounded read), its restriction (``KafkaOffsetRange``: an
+``OffsetRange`` that also carries since when the partition has been quiet) and tracker (an
+unbounded range splits only at the current position: a runner-initiated split is a
 checkpoint, never a cut at half of ``sys.maxsize``), the size and backlog estimates, the
 per-partition watermark estimator (the largest record timestamp seen; when the partition is
 caught up it advances to the processing time, so an idle partition does not hold the pipeline
