@@ -250,15 +250,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     if _past(self.stop_read_time) or _past(until_ms):
                         tracker.try_claim(UNBOUNDED)
                         return
-                    now = time.time()
-                    if last is not None:
-                        idle_since = None  # records: the quiet streak ends
-                    elif idle_since is None:
-                        idle_since = now  # nothing: a streak begins
-                    mark_idle_since(tracker, idle_since)
-                    tracker.defer_remainder(
-                        Duration(seconds=idle_wait(self._delay(idle_since, now), now))
-                    )
+                    self._rest(tracker, last is not None, idle_since)
                     return
                 if time.monotonic() >= deadline:
                     mark_idle_since(tracker, None)
@@ -274,12 +266,19 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
             if self.commit_offset_in_finalize and last is not None:
                 self._to_commit[(topic, partition)] = last + 1
 
-    def _delay(self, idle_since: float | None, now: float) -> float:
-        """A caught-up partition's next poll: after ``idle_resume_delay_s``, or once its reads
-        have found nothing for ``max_idle_resume_delay_s``, after that."""
-        if idle_since is not None and now - idle_since >= self.max_idle_s:
-            return self.max_idle_s
-        return self.idle_resume_delay_s
+    def _rest(self, tracker, found: bool, idle_since: float | None) -> None:
+        """Defer a caught-up partition: ``idle_resume_delay_s`` away, or, once its reads have
+        found nothing for ``max_idle_resume_delay_s`` (the streak that ``idle_since`` began,
+        carried to the residual), that long; on the delay's wall-clock grid."""
+        now = time.time()
+        if found:
+            idle_since = None  # records: the quiet streak ends
+        elif idle_since is None:
+            idle_since = now  # nothing: a streak begins
+        mark_idle_since(tracker, idle_since)
+        quiet = idle_since is not None and now - idle_since >= self.max_idle_s
+        delay = self.max_idle_s if quiet else self.idle_resume_delay_s
+        tracker.defer_remainder(Duration(seconds=idle_wait(delay, now)))
 
     def _claim(self, batch: list, tracker) -> int:
         """How many of ``batch`` (in offset order) this call claimed, in one claim: those
