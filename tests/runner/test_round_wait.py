@@ -32,7 +32,7 @@ def test_a_round_woken_by_a_timer_starts_after_the_timers_set_just_after_it():
     loop.wait(time.monotonic())
     woke = time.time() * 1000
     assert woke >= first + 5  # the later timer is due when the round takes its clock
-    assert woke < first + TIMER_SLACK_S * 1000 + 200  # and the wait is not much longer
+    assert woke < first + TIMER_SLACK_S * 1000 + 1000  # and not an interval or so longer
 
 
 def test_the_interval_still_bounds_a_round_woken_by_a_timer_from_below():
