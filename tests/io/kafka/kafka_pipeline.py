@@ -61,19 +61,24 @@ def visible(out_dir: str) -> Counter:
 
 
 def topic_records(kafka_broker, topic: str, partitions: int) -> list[tuple[str, str]]:
-    """Every record of ``topic``, as (key, value) strings, read from the oldest."""
+    """Every record of ``topic``, as (key, value) strings, read from the oldest (a partition
+    that stops answering ends its read: the caller's comparison then names what is missing)."""
     client = kafka_client.consumer(kafka_broker.config())
-    got = []
-    for p in range(partitions):
-        end = kafka_client.end_offset(client, topic, p)
-        client.assign([TopicPartition(topic, p, 0)])
-        while end and (not got or sum(1 for _ in got) < 10**6):
-            messages = client.consume(500, timeout=5)
-            records = [m for m in messages if m.error() is None]
-            got += [(m.key().decode(), m.value().decode()) for m in records]
-            if not messages or any(m.offset() >= end - 1 for m in records):
-                break
-    client.close()
+    got: list[tuple[str, str]] = []
+    try:
+        for p in range(partitions):
+            end, position = kafka_client.end_offset(client, topic, p), 0
+            client.assign([TopicPartition(topic, p, 0)])
+            while position < end:
+                messages = client.consume(500, timeout=5)
+                if not messages:
+                    break
+                for m in messages:
+                    if m.error() is None:
+                        got.append((m.key().decode(), m.value().decode()))
+                        position = m.offset() + 1
+    finally:
+        client.close()
     return got
 
 
