@@ -111,12 +111,13 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             "--residual_budget_s",
             type=float,
             default=30.0,
-            help="A splittable DoFn residual due within this many seconds of its task's "
-            "start is re-fed by that task after its delay (sleeping, no CPU); later ones "
-            "become durable state under a timer in the checkpoint store and are re-fed by "
-            "the driver. 0 sends every residual to the store. Ignored (0) when "
-            "--checkpoint_dir is set. Default: 30 (a polling SDF then costs one Spark job "
-            "per 30 s of waiting, not one per poll).",
+            help="Batch without --checkpoint_dir only: a splittable DoFn residual due within "
+            "this many seconds of its task's start is re-fed by that task after its delay "
+            "(sleeping, no CPU); a later one waits in the driver's memory under a timer and is "
+            "re-fed in a later round (a Spark job). 0 re-feeds every residual in a later round. "
+            "With --checkpoint_dir, and always in streaming, it is 0: every residual is the "
+            "task's keyed state under a timer, re-fed by the next round's task. Default: 30 (a "
+            "polling SDF then costs one Spark job per 30 s of waiting, not one per poll).",
         )
         parser.add_argument(
             "--sdf_split_after_s",

@@ -103,7 +103,7 @@ def run_stage_partition(
 
 
 class _TaskLoop:
-    """Bundles over the partition, then timers; residuals and metrics go to the driver."""
+    """Bundles over the partition, then timers; residuals and metrics leave the task as records."""
 
     def __init__(self, worker: StageWorker, task: StageTask) -> None:
         self.worker = worker
@@ -192,16 +192,18 @@ class _TaskLoop:
                 yield OutputRecord(buffer, data)
         for key, chunks in result.timers.items():
             self.timers.add(key, chunks)
-        # Residuals go back to the driver's StateAndTimerBundleCheckpointHandler.
+        # A residual due within the task's budget is re-fed here; the others leave as
+        # records for the StateAndTimerBundleCheckpointHandler: the task's own with a store
+        # (residual_state), the driver's in memory without one.
         now_ms = clock.now_seconds(self.task.clock_micros) * 1000.0
         for residual in result.response.residual_roots:
             record = self._residual_record(residual, now_ms)
             if now_ms + record.delay_ms <= self.deadline_ms:
                 self.local.append(record)
             else:
-                yield record  # to the driver's StateAndTimerBundleCheckpointHandler
-        # What runner-initiated splits moved out goes to the driver, never re-fed here:
-        # the next round spreads it over all tasks (that is the rebalancing).
+                yield record
+        # What runner-initiated splits moved out is never re-fed here: it waits for the
+        # next round (kept by this subtask with a store; spread over all tasks without one).
         self.split_counts.add(result.split)
         for residual in result.split.residual_roots:
             yield self._residual_record(residual, now_ms)
