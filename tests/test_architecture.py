@@ -14,7 +14,7 @@ FOLDERS = ("translation", "checkpoint", "sdf", "runner", "io")
 PATHS = {"io": Path("sparkbeam", "io")}  # the others are top-level folders
 SUBPACKAGES = {
     "sdf": ("startpoints", "testing"),
-    "runner": ("spark", "task", "rounds", "batch", "streaming"),
+    "runner": ("spark", "plane", "task", "rounds", "batch", "streaming"),
 }
 
 # unit -> the units it may import (besides itself)
@@ -25,9 +25,10 @@ ALLOWED = {
     "sdf.startpoints": {"sdf", "checkpoint"},
     "sdf.testing": {"sdf", "checkpoint"},
     "runner.spark": {"runner", "checkpoint"},
+    "runner.plane": {"runner.spark", "checkpoint"},
     "runner.task": {"runner.spark", "sdf", "sdf.startpoints", "checkpoint", "translation"},
     "runner.rounds": {
-        "runner", "runner.task", "runner.spark", "sdf", "sdf.startpoints", "checkpoint",
+        "runner", "runner.plane", "runner.task", "runner.spark", "sdf", "sdf.startpoints", "checkpoint",
         "translation",
     },
     "runner.batch": {
@@ -98,6 +99,16 @@ def test_leaves_import_nothing_of_sparkbeam():
         if module in LEAVES:
             inner = {n for n in imports_of(path) if n.startswith("sparkbeam")}
             assert not inner, f"{module} is a leaf (importable from any unit): {inner}"
+
+
+def test_every_subpackage_has_its_arrows():
+    """A new sub-package (a folder with ``__init__.py``) gets its own row in ALLOWED."""
+    for folder in FOLDERS:
+        base = ROOT / PATHS.get(folder, Path(folder))
+        for init in sorted(base.glob("*/__init__.py")):
+            sub = init.parent.name
+            assert sub in SUBPACKAGES.get(folder, ()), f"add {folder}.{sub} to SUBPACKAGES"
+            assert f"{folder}.{sub}" in ALLOWED, f"add {folder}.{sub}'s arrows to ALLOWED"
 
 
 def test_every_subpackage_is_installed():
