@@ -117,3 +117,18 @@ def test_every_subpackage_is_installed():
         for sub in subs:
             package = f"sparkbeam.{folder}.{sub}"
             assert f'"{package}"' in text, f"add {package} to packages in pyproject.toml"
+
+
+# Pickle carries records between Spark stages (the data plane) and a user's DoFn to the SDF
+# checker's child run; state and handles never: they have explicit formats.
+PICKLE_ALLOWED = ("sparkbeam.runner.plane.", "sparkbeam.sdf.testing.")
+
+
+def test_no_pickle_of_state_or_handles():
+    wrong = [
+        module
+        for module, path in modules()
+        if not module.startswith(PICKLE_ALLOWED)
+        and {"pickle", "cloudpickle"} & {n.split(".")[0] for n in imports_of(path)}
+    ]
+    assert not wrong, f"modules that pickle outside the data plane: {wrong}"

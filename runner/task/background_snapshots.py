@@ -5,7 +5,8 @@ state to a thread of its Python worker and returns: the read's keys and values (
 copied: bytes do not change, and the read itself may change in the next round) and the round's
 changes. A later round's task of the range reports the finished snapshot with its commit
 message, as of the log position it holds (``TaskSnapshot.since``), whichever Python worker of
-the executor runs it: the handoff is a file in the range's executor directory (`shared_reads`).
+the executor runs it: the handoff is a JSON file (file handles, no state) in the range's
+executor directory (`shared_reads`).
 
 A snapshot is reported only if the files it holds, by name, are still the range's base and
 log (its round's attempt committed; no restore abandoned them), no other segment changed the
@@ -18,14 +19,15 @@ the state is on disk, it is written in the round.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
-import pickle
 import threading
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
+from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 from sparkbeam.checkpoint.layout import background_prefix, pipeline_dir
 from sparkbeam.checkpoint.staging import StagedWriter, write_range_snapshot
@@ -47,6 +49,24 @@ class _Made:
     round_no: int  # the round whose state it holds
     bases: frozenset[str]  # the base files of the ranges that round read
     segments: frozenset[str]  # the log segments it read on top, and those its attempt staged
+
+    def to_json(self) -> bytes:
+        s = self.snapshot
+        return json.dumps({
+            "snapshot": [s.namespace, s.start, s.stop, [f.to_json() for f in s.files],
+                         s.entries, s.since],
+            "round": self.round_no, "bases": sorted(self.bases),
+            "segments": sorted(self.segments),
+        }).encode()  # fmt: skip
+
+    @classmethod
+    def from_json(cls, blob: bytes) -> _Made:
+        d = json.loads(blob)
+        namespace, start, stop, files, entries, since = d["snapshot"]
+        snapshot = TaskSnapshot(
+            namespace, start, stop, tuple(FileEntry.from_json(f) for f in files), entries, since
+        )
+        return cls(snapshot, d["round"], frozenset(d["bases"]), frozenset(d["segments"]))
 
 
 def report(writer: StagedWriter, slot: tuple, chains: NamespaceState, groups) -> bool:
@@ -153,7 +173,7 @@ def _running(directory: str, round_no: int) -> bool:
 def _put_done(directory: str, made: _Made) -> None:
     path = os.path.join(directory, f"{_DONE}{uuid.uuid4().hex}")
     with open(f"{path}.partial", "wb") as f:
-        pickle.dump(made, f)
+        f.write(made.to_json())
     os.replace(f"{path}.partial", path)
 
 
@@ -169,8 +189,8 @@ def _take_done(directory: str) -> list[_Made]:
         try:
             os.rename(os.path.join(directory, name), taken)
             with open(taken, "rb") as f:
-                out.append(pickle.load(f))
-        except (OSError, EOFError, pickle.UnpicklingError):
+                out.append(_Made.from_json(f.read()))
+        except (OSError, ValueError, KeyError, TypeError):  # torn or foreign: not taken
             continue
         finally:
             _remove(taken)
