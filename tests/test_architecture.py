@@ -7,6 +7,7 @@ draws it, and either the design or the import changes on purpose.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -28,8 +29,8 @@ ALLOWED = {
     "runner.plane": {"runner.spark", "checkpoint"},
     "runner.task": {"runner.spark", "sdf", "sdf.startpoints", "checkpoint", "translation"},
     "runner.rounds": {
-        "runner", "runner.plane", "runner.task", "runner.spark", "sdf", "sdf.startpoints", "checkpoint",
-        "translation",
+        "runner", "runner.plane", "runner.task", "runner.spark", "sdf", "sdf.startpoints",
+        "checkpoint", "translation",
     },
     "runner.batch": {
         "runner", "runner.rounds", "runner.task", "runner.spark", "sdf", "sdf.startpoints",
@@ -132,3 +133,34 @@ def test_no_pickle_of_state_or_handles():
         and {"pickle", "cloudpickle"} & {n.split(".")[0] for n in imports_of(path)}
     ]
     assert not wrong, f"modules that pickle outside the data plane: {wrong}"
+
+
+def _defines(path: Path, name: str) -> bool:
+    """Whether the module at ``path`` defines ``name`` (a function, class, or Class.method)."""
+    scope: list = ast.parse(path.read_text(encoding="utf-8")).body
+    for part in name.split("."):
+        found = [
+            n for n in scope
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and n.name == part
+        ]  # fmt: skip
+        if not found:
+            return False
+        scope = found[0].body
+    return True
+
+
+def test_architecture_names_only_what_exists():
+    """Every repository file ARCHITECTURE.md names exists, and every `file` `function` pair
+    of its walks is defined there: the document follows the code."""
+    text = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    roots = ("runner/", "checkpoint/", "sdf/", "translation/", "sparkbeam/", "tests/")
+    wrong = [
+        f"{path}: no such file"
+        for path in sorted(set(re.findall(r"`([\w/]+\.py)`", text)))
+        if path.startswith(roots) and not (ROOT / path).exists()
+    ]
+    for path, name in re.findall(r"`([\w/]+\.py)` `([\w.]+)`", text):
+        if (ROOT / path).exists() and not _defines(ROOT / path, name):
+            wrong.append(f"{path} does not define {name}")
+    assert not wrong, "ARCHITECTURE.md names what the code lacks:\n" + "\n".join(wrong)
