@@ -242,9 +242,11 @@ class SparkStreamingOptions(pipeline_options.PipelineOptions):
             "--checkpoint_interval_s",
             type=float,
             default=1.0,
-            help="Streaming: the shortest time between the starts of two rounds of a "
-            "pipeline; every round ends with a checkpoint (its barrier). A pipeline with no "
-            "due work waits longer, until its next timer. Default: 1.0.",
+            help="Streaming: a pipeline's next round starts as soon as the previous one has "
+            "committed and work is due (a timer: a residual's resume delay, a processing-time "
+            "timer or trigger; or a watermark that moved); with no timer pending, the loop "
+            "looks for work again this long after a round started. Every round ends with a "
+            "checkpoint (its barrier). Default: 1.0.",
         )
         parser.add_argument(
             "--materialization_interval_s",

@@ -7,7 +7,7 @@ this loop ending when nothing is pending; streaming is the same loop that does n
 inputs end, it is stopped or drained.
 
 ``RoundLoop`` owns the round number, the SDF stages' residual keepers (``feed``), the ledger,
-the commit, the round times and the wait; a round that fails beyond Spark's task retries
+the commit, the last rounds' times and the wait; a round that fails beyond Spark's task retries
 restores the last checkpoint, up to ``RunContext.max_restores`` times (batch: none). What
 differs per side is a ``RoundJob``: ``runner.batch.stage_rounds.StageRounds`` (one SDF stage:
 its input, then its due residuals) and ``runner.streaming.pipeline.PipelineRounds`` (one
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
@@ -38,6 +39,8 @@ TIMER_SLACK_S = 0.02
 that each computed it from their own clock (a few ms apart: a Kafka read's caught-up partitions
 aim at the same wall-clock tick) fire in one round, not in one round and another an interval
 later."""
+
+ROUND_TIMES_KEPT = 10_000  # committed rounds whose times a loop keeps (benchmarks read them)
 
 
 class RoundTime(NamedTuple):
@@ -115,7 +118,8 @@ class RoundLoop:
         self.finished = False
         self.restores = 0  # restores after a failure (not the restore at start)
         self.rounds_run = 0
-        self.round_times: list[RoundTime] = []  # every committed round of this run
+        # The last committed rounds of this run (bounded: a job may run for months).
+        self.round_times: deque[RoundTime] = deque(maxlen=ROUND_TIMES_KEPT)
 
     def run(self) -> None:
         """Open, then round after round; a failed round restores the last checkpoint."""
@@ -205,11 +209,15 @@ class RoundLoop:
         return feed.pending(self.residuals)
 
     def wait(self, started: float) -> None:
-        """Until the next round: the interval, or the earliest timer if nothing moves sooner."""
-        wake = started + self.ctx.interval_s
-        if self.next_timer_ms is not None and not self.job.watermark_moves():
-            due = self.next_timer_ms / 1000.0 - time.time() + time.monotonic()
-            wake = max(wake, due + TIMER_SLACK_S)
+        """Until the next round, which starts as soon as work is due: at once when a watermark
+        moved (windows and event-time timers to fire), else at the earliest timer (residuals,
+        processing-time timers); with neither, one interval after this round started."""
+        if self.job.watermark_moves():
+            wake = time.monotonic()
+        elif self.next_timer_ms is not None:
+            wake = self.next_timer_ms / 1000.0 - time.time() + time.monotonic() + TIMER_SLACK_S
+        else:
+            wake = started + self.ctx.interval_s
         wait_s = max(0.0, wake - time.monotonic())
         self.job.waiting(self, wait_s)
         self.ctx.stop.wait(wait_s)

@@ -1,5 +1,6 @@
-"""The round loop's wait: a round woken by a timer starts a little after it, so timers that
-tasks set for one moment, each from its own clock, fire in one round."""
+"""The round loop's wait: a round starts as soon as work is due (a moved watermark, a timer);
+one woken by a timer starts a little after it, so timers that tasks set for one moment, each
+from its own clock, fire in one round."""
 
 from __future__ import annotations
 
@@ -35,9 +36,27 @@ def test_a_round_woken_by_a_timer_starts_after_the_timers_set_just_after_it():
     assert woke < first + TIMER_SLACK_S * 1000 + 1000  # and not an interval or so longer
 
 
-def test_the_interval_still_bounds_a_round_woken_by_a_timer_from_below():
+def test_a_timer_due_before_the_interval_starts_the_round_at_the_timer():
+    """Rounds start when work is due (issue 45): the interval no longer paces them."""
+    job = _IdleJob()
+    loop = RoundLoop(job, SimpleNamespace(interval_s=5.0, stop=threading.Event()))
+    loop.next_timer_ms = time.time() * 1000 + 100
+    loop.wait(time.monotonic())
+    assert 0.05 <= job.wait_s <= 0.1 + TIMER_SLACK_S + 0.05
+
+
+def test_a_moved_watermark_starts_the_next_round_at_once():
+    job = _IdleJob()
+    job.watermark_moves = lambda: True  # windows or event-time timers to fire
+    loop = RoundLoop(job, SimpleNamespace(interval_s=5.0, stop=threading.Event()))
+    loop.next_timer_ms = time.time() * 1000 + 3000
+    loop.wait(time.monotonic())
+    assert job.wait_s == 0.0
+
+
+def test_with_nothing_known_due_the_loop_looks_again_after_the_interval():
     job = _IdleJob()
     loop = RoundLoop(job, SimpleNamespace(interval_s=0.3, stop=threading.Event()))
-    loop.next_timer_ms = time.time() * 1000 + 10
-    loop.wait(time.monotonic())
-    assert job.wait_s >= 0.25
+    started = time.monotonic()
+    loop.wait(started)
+    assert 0.25 <= job.wait_s <= 0.3
