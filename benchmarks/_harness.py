@@ -156,6 +156,37 @@ def _is_child(pid: int) -> bool:
     return int(raw[raw.rfind(")") + 2 :].split()[1]) == os.getpid()
 
 
+def process_tree(pid: int) -> dict[int, list[str]]:
+    """The ``/proc/<p>/stat`` fields after the command name (``[11]`` utime, ``[12]`` stime,
+    ``[21]`` rss pages) of ``pid``, its live descendants, and the Python worker processes it
+    started: the zygote (``runner/spark/zygote.py``, named with the driver's pid) detaches from
+    the driver, and the worker daemon and its workers are forked from it."""
+    stats: dict[int, list[str]] = {}
+    children: dict[int, list[int]] = {}
+    roots = [pid]
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
+                    argv = f.read().split(b"\0")
+            except OSError:
+                continue
+            stats[int(entry.name)] = fields
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+            if b"sparkbeam.runner.spark.zygote" in argv and str(pid).encode() in argv:
+                roots.append(int(entry.name))
+    tree: dict[int, list[str]] = {}
+    todo = roots
+    while todo:
+        p = todo.pop()
+        if p in stats and p not in tree:
+            tree[p] = stats[p]
+            todo.extend(children.get(p, []))
+    return tree
+
+
 def error_line(log_path: str) -> str:
     """The last exception line of the log (a traceback's headline), else its last line."""
     try:

@@ -85,32 +85,12 @@ def sparkbeam_run(config: dict, topic: str, records: int) -> tuple[float, float,
 
 
 def tree_cpu_s(pid: int) -> float:
-    """user + system CPU seconds of ``pid``, its live descendants, and the Python worker
-    processes it had started: the zygote (``runner/spark/zygote.py``, named with the driver's
-    pid) detaches from the driver, and the worker daemon and its workers are forked from it."""
-    ticks, children = os.sysconf("SC_CLK_TCK"), {}
-    stats, roots = {}, [pid]
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                with open(f"/proc/{entry.name}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()
-                with open(f"/proc/{entry.name}/cmdline", "rb") as f:
-                    argv = f.read().split(b"\0")
-            except OSError:
-                continue
-            stats[int(entry.name)] = fields
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-            if b"sparkbeam.runner.spark.zygote" in argv and str(pid).encode() in argv:
-                roots.append(int(entry.name))
-    total, todo, seen = 0.0, roots, set()
-    while todo:
-        p = todo.pop()
-        if p in stats and p not in seen:
-            seen.add(p)
-            total += (int(stats[p][11]) + int(stats[p][12])) / ticks
-            todo.extend(children.get(p, []))
-    return total
+    """user + system CPU seconds of ``pid``'s process tree, its Python workers included
+    (``_harness.process_tree``)."""
+    from benchmarks._harness import process_tree
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    return sum((int(f[11]) + int(f[12])) / ticks for f in process_tree(pid).values())
 
 
 def idle_cost(bootstrap: str, topic: str, idle_s: float, warm_s: float, delay_s: float) -> float:
