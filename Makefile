@@ -11,6 +11,11 @@ PYTEST_ARGS ?=
 # or a resume delay. The cluster tests share one standalone cluster, hence one worker.
 XDIST ?= -n 2 --dist loadgroup
 
+# Azurite, the Azure Blob Storage emulator of the tests, from npm (tests/azurite pins it and every
+# package it needs). Without npm its tests skip, saying so; the GCS emulator is a test extra.
+AZURITE       := $(VENV)/azurite
+AZURITE_STAMP := $(AZURITE)/.installed
+
 # The newest pyspark sparkbeam supports (pyproject.toml: pyspark>=4.0,<4.4). `make test` runs the
 # whole suite on the pinned one (constraints.txt) and SMOKE_TESTS on this one, in .venv-newest:
 # it holds pyspark (and the py4j pip picks to match it) and sees every other package in .venv,
@@ -32,7 +37,13 @@ $(STAMP): pyproject.toml constraints.txt setup.py
 	$(PY) -m pip install -q -c constraints.txt -e '.[test,dev,rocksdb]'
 	@touch $(STAMP)
 
-install: $(STAMP)
+install: $(STAMP) $(AZURITE_STAMP)
+
+$(AZURITE_STAMP): tests/azurite/package.json tests/azurite/package-lock.json | $(STAMP)
+	@if command -v npm >/dev/null 2>&1; then \
+	  mkdir -p $(AZURITE) && cp tests/azurite/package.json tests/azurite/package-lock.json $(AZURITE)/ && \
+	  npm ci --prefix $(AZURITE) --no-audit --no-fund --loglevel=error && touch $@; \
+	else echo "npm not found: the Azure Blob Storage tests will skip (they need Azurite, from npm)"; fi
 
 $(NEWEST_STAMP): $(STAMP) scripts/layer_venv.py
 	@test -x $(NEWEST_PY) || $(PYTHON) -m venv $(NEWEST_VENV)
@@ -50,7 +61,7 @@ demo: $(STAMP) java-check
 	@echo "--- the 15 most frequent words (out/wordcount-*):"
 	@cat out/wordcount-* | sort -t: -k2 -nr | head -15
 
-test: $(STAMP) java-check
+test: $(STAMP) $(AZURITE_STAMP) java-check
 	$(PY) -m pytest $(XDIST) $(PYTEST_ARGS)
 	$(MAKE) test-newest-spark
 
@@ -58,7 +69,7 @@ test: $(STAMP) java-check
 test-newest-spark: $(NEWEST_STAMP) java-check
 	$(NEWEST_PY) -m pytest $(SMOKE_TESTS)
 
-test-fast: $(STAMP) java-check
+test-fast: $(STAMP) $(AZURITE_STAMP) java-check
 	$(PY) -m pytest -m "not slow and not cluster" $(PYTEST_ARGS)
 
 lint: $(STAMP)

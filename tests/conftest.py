@@ -119,6 +119,46 @@ def s3_server(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def gcs_server(tmp_path_factory):
+    """fake-gcs-server on 127.0.0.1 with one bucket; stopped (by PID) at the end. While it runs,
+    this process's environment points Beam's GCS client at it (``GcsServer.env``: Beam has no
+    GCS endpoint option); a pipeline on it runs in a process started with that environment."""
+    from tests.servers import start_gcs_server, stop_process_group
+
+    server = start_gcs_server(tmp_path_factory.mktemp("gcs-server"))
+    saved = {name: os.environ.get(name) for name in server.env()}
+    os.environ.update(server.env())
+    try:
+        yield server
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        stop_process_group(server.proc)
+
+
+@pytest.fixture(scope="session")
+def azure_server(tmp_path_factory):
+    """Azurite's Blob service on 127.0.0.1 with one container; stopped (by PID) at the end."""
+    from tests.servers import start_azurite, stop_process_group
+
+    server = start_azurite(tmp_path_factory.mktemp("azurite"))
+    try:
+        yield server
+    finally:
+        stop_process_group(server.proc)
+
+
+@pytest.fixture(params=["s3", "gcs", "azure"])
+def cloud(request):
+    """Each object store's emulator in turn (``s3_server``, ``gcs_server``, ``azure_server``):
+    one shape (``url``, ``pipeline_flags``, ``env``, ``keys``, ``lines``)."""
+    return request.getfixturevalue(f"{request.param}_server")
+
+
+@pytest.fixture(scope="session")
 def kafka_broker(tmp_path_factory):
     """A Tansu Kafka-protocol broker (in-memory storage) on 127.0.0.1; stopped (by PID) at the
     end. Each test creates its own topics (``kafka_broker.create_topic``)."""

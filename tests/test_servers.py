@@ -4,14 +4,33 @@ from __future__ import annotations
 
 import os
 
-from tests.servers import start_s3_server, stop_process_group
+import pytest
+
+from tests.servers import (
+    leftover_processes,
+    start_azurite,
+    start_gcs_server,
+    start_s3_server,
+    stop_process_group,
+)
 
 
-def test_s3_server_serves_a_bucket_and_stops(tmp_path):
-    server = start_s3_server(tmp_path)
-    try:
+def _put_and_list(server) -> list[str]:
+    if server.name == "s3":
         server.client().put_object(Bucket=server.bucket, Key="a/b", Body=b"x")
-        assert server.keys("a/") == ["a/b"]
+    elif server.name == "gcs":
+        server.client().bucket(server.bucket).blob("a/b").upload_from_string(b"x")
+    else:
+        server.client().upload_blob("a/b", b"x")
+    return server.keys("a/")
+
+
+@pytest.mark.parametrize("start", [start_s3_server, start_gcs_server, start_azurite])
+def test_an_object_store_emulator_serves_a_bucket_and_stops(tmp_path, start):
+    server = start(tmp_path)
+    try:
+        assert _put_and_list(server) == ["a/b"]
+        assert leftover_processes(role=server.name)  # marked, so the check below can fail
     finally:
         stop_process_group(server.proc)
     assert server.proc.poll() is not None
@@ -21,3 +40,4 @@ def test_s3_server_serves_a_bucket_and_stops(tmp_path):
     except ProcessLookupError:
         alive = False
     assert not alive
+    assert leftover_processes(role=server.name) == []
