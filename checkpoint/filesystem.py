@@ -3,10 +3,11 @@
 Owns: the small `Storage` interface (read, atomic write, write-once create, exclusive create,
 list, delete, exists, size, mtime) and its backends -- `LocalStorage` for plain paths and
 ``file://`` URLs, `MemoryStorage` for fast unit tests, `FileSystemsStorage`, an adapter over
-Beam's ``FileSystems`` for every other scheme (``gs://``, ``azfs://``, ``hdfs://``, ...), and
-its ``s3://`` specialization `sparkbeam.checkpoint.s3_storage.S3Storage`. `open_storage(url)`
-picks one. Leaves to others: file formats and what is written when (the other modules), and
-filesystem options (``FileSystems.set_options``; see `sparkbeam.checkpoint.filesystem_options`).
+Beam's ``FileSystems`` for every other scheme (``hdfs://``, ...), and its object-store
+specializations (`sparkbeam.checkpoint.object_storage`: ``s3://`` `S3Storage`, ``gs://``
+`GcsStorage`, ``azfs://`` `AzureStorage`). `open_storage(url)` picks one. Leaves to others:
+file formats and what is written when (the other modules), and filesystem options
+(``FileSystems.set_options``; see `sparkbeam.checkpoint.filesystem_options`).
 
 Paths given to a storage are relative to its root and use ``/``. Writes are atomic for readers:
 local files are written to a temp name, fsynced and renamed. Object stores (``s3``, ``gs``,
@@ -63,7 +64,7 @@ class Storage(ABC):
     def write_new(self, path: str, data: bytes) -> None:
         """Write a file whose name is never reused (a manifest), atomically for readers;
         `FileExistsError` if it exists. Exclusive where the backend has a conditional create
-        (S3); elsewhere checked first, and the store's lock keeps writers apart."""
+        (S3, GCS, Azure); elsewhere checked first, and the store's lock keeps writers apart."""
         if self.exists(path):
             raise FileExistsError(f"{self.url}/{path} exists; write-once names are never reused.")
         self.write(path, data)
@@ -311,8 +312,8 @@ class FileSystemsStorage(Storage):
     for local or in-memory stores. On object stores (`OBJECT_STORE_SCHEMES`) a write is one
     upload to the final name and nothing checks for directories; elsewhere (HDFS, ...) a write
     goes to a unique temp name in the directory and is renamed. `create_exclusive` (and
-    `write_new`) check, then write: a best effort that relies on the store's lock; ``s3://``
-    has a real conditional create (`S3Storage`).
+    `write_new`) check, then write: a best effort that relies on the store's lock; the object
+    stores' own backends (`OBJECT_BACKENDS`) have a real conditional create.
     """
 
     def __init__(self, url: str):
@@ -408,19 +409,30 @@ class FileSystemsStorage(Storage):
         return float(self._fs().last_updated(self._path(path)))
 
 
+OBJECT_BACKENDS = {
+    "s3": ("sparkbeam.checkpoint.s3_storage", "S3Storage"),
+    "gs": ("sparkbeam.checkpoint.gcs_storage", "GcsStorage"),
+    "azfs": ("sparkbeam.checkpoint.azure_storage", "AzureStorage"),
+}
+"""Scheme -> (module, class) of the object stores' own backends (one request per call)."""
+
+
 def open_storage(url: str | Storage) -> Storage:
     """The storage for ``url``: local for plain paths/``file://``, memory for ``memory://``,
-    `S3Storage` for ``s3://``, `FileSystemsStorage` for every other scheme."""
+    an object store's own backend (`OBJECT_BACKENDS`), `FileSystemsStorage` for every other
+    scheme."""
     if isinstance(url, Storage):
         return url
     if url.startswith("memory://"):
         return MemoryStorage(url[len("memory://") :] or None)
     if "://" not in url or url.startswith("file://"):
         return LocalStorage(url)
-    if url.startswith("s3://"):
-        from sparkbeam.checkpoint.s3_storage import S3Storage
+    backend = OBJECT_BACKENDS.get(url.split("://", 1)[0])
+    if backend is not None:
+        import importlib
 
-        return S3Storage(url)
+        module, name = backend
+        return getattr(importlib.import_module(module), name)(url)
     return FileSystemsStorage(url)
 
 

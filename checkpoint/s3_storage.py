@@ -1,6 +1,6 @@
 """The store on ``s3://``: one S3 request per storage call, and a real exclusive create.
 
-Owns: `S3Storage`, the `FileSystemsStorage` for ``s3://bucket/prefix`` URLs. It talks to S3
+Owns: `S3Storage`, the `ObjectStorage` for ``s3://bucket/prefix`` URLs. It talks to S3
 through the boto3 client inside Beam's own S3 client wrapper
 (``apache_beam.io.aws.clients.s3.boto3_client.Client``), built from the same options as Beam's
 ``FileSystems`` in this process (``FileSystems.set_options``; unset values come from boto3's
@@ -20,94 +20,29 @@ conditional write. Here:
   to check-then-write, with a warning.
 - ``list`` is ``ListObjectsV2`` under the key prefix (a page per 1000 keys): S3 has no
   directories, so nothing checks that a "directory" exists first.
-- ``read`` is one ``GetObject``; ``delete`` one ``DeleteObject`` (deleting a missing key is
-  not an error in S3).
+- ``read`` is one ``GetObject``, ``read_range`` one with a ``Range``; ``delete`` one
+  ``DeleteObject`` (deleting a missing key is not an error in S3).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
+from collections.abc import Iterator
 
-from sparkbeam.checkpoint.filesystem import FileSystemsStorage
+from sparkbeam.checkpoint.object_storage import ObjectStorage, client_for
 
 log = logging.getLogger(__name__)
-
-_CLIENT_LOCK = threading.Lock()
-_CLIENT: tuple[object, object] | None = None  # (the FileSystems options it was built from, client)
 
 
 def s3_client():
     """The boto3 S3 client for this process's ``FileSystems`` options (one per options)."""
-    global _CLIENT
-    from apache_beam.io.aws.clients.s3 import boto3_client
-    from apache_beam.io.filesystems import FileSystems
-    from apache_beam.options.pipeline_options import PipelineOptions
 
-    options = FileSystems._pipeline_options
-    with _CLIENT_LOCK:
-        if _CLIENT is None or _CLIENT[0] is not options:
-            wrapper = boto3_client.Client(options=options or PipelineOptions([]))
-            _CLIENT = (options, wrapper.client)
-        return _CLIENT[1]
+    def build(options):
+        from apache_beam.io.aws.clients.s3 import boto3_client
 
+        return boto3_client.Client(options=options).client
 
-def explained(storage: S3Storage, error: Exception) -> Exception:
-    """A botocore error as one line naming the store, the endpoint and what to set; other
-    errors unchanged. The store's first request (its lock) meets these first."""
-    from botocore.exceptions import (
-        ClientError,
-        EndpointConnectionError,
-        NoCredentialsError,
-        PartialCredentialsError,
-    )
-
-    from sparkbeam.checkpoint.errors import StoreAccessError
-
-    client = s3_client()
-    endpoint = getattr(client.meta, "endpoint_url", None) or "AWS's default"
-    where = f"Checkpoint store {storage.url!r} (S3 endpoint {endpoint!r})"
-    if isinstance(error, EndpointConnectionError):
-        what = (
-            "cannot connect to the S3 endpoint; set the right one with --s3_endpoint_url (or "
-            "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)"
-        )
-    elif isinstance(error, (NoCredentialsError, PartialCredentialsError)):
-        what = (
-            "has no AWS credentials; pass --s3_access_key_id and --s3_secret_access_key (or set "
-            "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
-        )
-    elif isinstance(error, ClientError) and _code(error) == "NoSuchBucket":
-        what = (
-            f"names bucket {storage.bucket!r}, which does not exist there; create it, or fix the "
-            "bucket in --checkpoint_dir (or --s3_endpoint_url if it is on another endpoint)"
-        )
-    elif isinstance(error, ClientError) and _status(error) in (401, 403):
-        what = (
-            f"refused the request ({_code(error) or _status(error)}): the credentials may not "
-            f"read and write bucket {storage.bucket!r}; check --s3_access_key_id and "
-            "--s3_secret_access_key (or AWS_ACCESS_KEY_ID / AWS_PROFILE) and the bucket's policy"
-        )
-    else:
-        return error
-    return StoreAccessError(f"{where} {what}.")
-
-
-def _explain(method):
-    """Raise `explained` errors from one S3 call of the storage."""
-
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        try:
-            return method(self, *args, **kwargs)
-        except Exception as e:
-            error = explained(self, e)
-            if error is e:
-                raise
-            raise error from e
-
-    return call
+    return client_for("s3", build)
 
 
 def _code(error) -> str:
@@ -120,48 +55,45 @@ def _status(error) -> int:
     return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
 
 
-class S3Storage(FileSystemsStorage):
+class S3Storage(ObjectStorage):
     """``s3://bucket/prefix``; see the module docstring for what each call costs. A wrong
     endpoint, missing credentials or bucket, or a refused request raise `StoreAccessError`
-    (one line, `explained`)."""
+    (one line, `explain`)."""
 
-    def __init__(self, url: str):
-        super().__init__(url)
-        rest = self.url[len("s3://") :]
-        self.bucket, _, self.prefix = rest.partition("/")
-        if not self.bucket:
-            raise ValueError(f"Checkpoint store URL {url!r} names no bucket; use s3://bucket/dir.")
+    service = "S3"
+    extra = "aws"
+
+    def __init__(self, url: str, retry: bool = True):
+        super().__init__(url, retry)
         self._conditional = True  # False once the server said it cannot do conditional writes
 
-    def _key(self, path: str) -> str:
-        return "/".join(p for p in (self.prefix, path) if p)
+    def endpoint(self) -> str:
+        return getattr(s3_client().meta, "endpoint_url", None) or "AWS's default"
 
-    @_explain
-    def read(self, path: str) -> bytes:
+    def _get(self, key: str, span: tuple[int, int] | None) -> bytes | None:
         from botocore.exceptions import ClientError
 
+        ranged = {} if span is None else {"Range": f"bytes={span[0]}-{sum(span) - 1}"}
         try:
-            response = s3_client().get_object(Bucket=self.bucket, Key=self._key(path))
+            response = s3_client().get_object(Bucket=self.bucket, Key=key, **ranged)
         except ClientError as e:
             if _code(e) in ("NoSuchKey", "404") or _status(e) == 404:
-                raise FileNotFoundError(self._path(path)) from None
+                return None
+            if _status(e) == 416:  # the range starts at or past the end
+                return b""
             raise
         return response["Body"].read()
 
-    @_explain
-    def _write(self, path: str, data: bytes) -> None:
-        s3_client().put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
-
-    @_explain
-    def create_exclusive(self, path: str, data: bytes) -> bool:
+    def _put(self, key: str, data: bytes, exclusive: bool) -> bool:
         from botocore.exceptions import ClientError
 
+        if not exclusive:
+            s3_client().put_object(Bucket=self.bucket, Key=key, Body=data)
+            return True
         if not self._conditional:
-            return super().create_exclusive(path, data)
+            return self._stat(key) is None and self._put(key, data, exclusive=False)
         try:
-            s3_client().put_object(
-                Bucket=self.bucket, Key=self._key(path), Body=data, IfNoneMatch="*"
-            )
+            s3_client().put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
         except ClientError as e:
             if _status(e) in (409, 412):  # exists / a concurrent conditional write won
                 return False
@@ -172,52 +104,60 @@ class S3Storage(FileSystemsStorage):
                     self.url,
                 )
                 self._conditional = False
-                return super().create_exclusive(path, data)
+                return self._put(key, data, exclusive=True)
             raise
-        self.bytes_written += len(data)
         return True
 
-    def write_new(self, path: str, data: bytes) -> None:
-        if not self.create_exclusive(path, data):
-            raise FileExistsError(f"{self._path(path)} exists; write-once names are never reused.")
-
-    @_explain
-    def list(self, prefix: str = "") -> list[str]:
-        base = self._key(prefix.strip("/"))
-        start = f"{base}/" if base else ""
-        root = f"{self.prefix}/" if self.prefix else ""
+    def _keys(self, prefix: str) -> Iterator[str]:
         pages = (
-            s3_client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=start)
+            s3_client().get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
         )
-        keys = (o["Key"] for page in pages for o in page.get("Contents", ()))
-        return sorted(k[len(root) :] for k in keys if not k.endswith("/"))
+        return (o["Key"] for page in pages for o in page.get("Contents", ()))
 
-    @_explain
-    def delete(self, path: str) -> None:
-        s3_client().delete_object(Bucket=self.bucket, Key=self._key(path))
+    def _remove(self, key: str) -> None:
+        s3_client().delete_object(Bucket=self.bucket, Key=key)
 
-    @_explain
-    def _head(self, path: str) -> dict | None:
+    def _stat(self, key: str) -> tuple[int, float] | None:
         from botocore.exceptions import ClientError
 
         try:
-            return s3_client().head_object(Bucket=self.bucket, Key=self._key(path))
+            head = s3_client().head_object(Bucket=self.bucket, Key=key)
         except ClientError as e:
             if _status(e) == 404 or _code(e) in ("404", "NoSuchKey", "NotFound"):
                 return None
             raise
+        return int(head["ContentLength"]), head["LastModified"].timestamp()
 
-    def exists(self, path: str) -> bool:
-        return self._head(path) is not None
+    def explain(self, error: Exception) -> str | None:
+        """A botocore error as what to set; the store's first request (its lock) meets these
+        first."""
+        from botocore.exceptions import (
+            ClientError,
+            EndpointConnectionError,
+            NoCredentialsError,
+            PartialCredentialsError,
+        )
 
-    def _stat(self, path: str) -> dict:
-        head = self._head(path)
-        if head is None:
-            raise FileNotFoundError(self._path(path))
-        return head
-
-    def size(self, path: str) -> int:
-        return int(self._stat(path)["ContentLength"])
-
-    def mtime(self, path: str) -> float:
-        return self._stat(path)["LastModified"].timestamp()
+        if isinstance(error, EndpointConnectionError):
+            return (
+                "cannot connect to the S3 endpoint; set the right one with --s3_endpoint_url (or "
+                "AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL)"
+            )
+        if isinstance(error, (NoCredentialsError, PartialCredentialsError)):
+            return (
+                "has no AWS credentials; pass --s3_access_key_id and --s3_secret_access_key (or "
+                "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE)"
+            )
+        if isinstance(error, ClientError) and _code(error) == "NoSuchBucket":
+            return (
+                f"names bucket {self.bucket!r}, which does not exist there; create it, or fix the "
+                "bucket in --checkpoint_dir (or --s3_endpoint_url if it is on another endpoint)"
+            )
+        if isinstance(error, ClientError) and _status(error) in (401, 403):
+            return (
+                f"refused the request ({_code(error) or _status(error)}): the credentials may not "
+                f"read and write bucket {self.bucket!r}; check --s3_access_key_id and "
+                "--s3_secret_access_key (or AWS_ACCESS_KEY_ID / AWS_PROFILE) and the bucket's "
+                "policy"
+            )
+        return None

@@ -1,0 +1,163 @@
+"""The store on ``gs://``: one GCS request per storage call, and a real exclusive create.
+
+Owns: `GcsStorage`, the `ObjectStorage` for ``gs://bucket/prefix`` URLs. It talks to GCS
+through the google-cloud-storage client Beam's own GCS filesystem builds
+(``apache_beam.io.gcp.gcsio.create_storage_client``: Application Default Credentials,
+``--impersonate_service_account``, ``--project``), from the same options as Beam's
+``FileSystems`` in this process, with Beam's retry policy (``gcsio_retry``). The client honours
+``STORAGE_EMULATOR_HOST`` (an emulator's address). Leaves to others: the file formats and the
+commit protocol (the store), and the options (``filesystem_options``).
+
+Why not Beam's ``GCSFileSystem`` calls: they build a client per call, read through a
+``BlobReader`` that fetches metadata first, rename by rewrite + delete, and offer no
+conditional write. Here:
+
+- ``write`` is one upload to the final name (up to 8 MiB one multipart request, with a CRC32C
+  the server checks; larger ones a resumable upload). GCS makes an object visible whole when
+  its upload completes, with read-after-write consistency.
+- ``create_exclusive`` and ``write_new`` upload with ``ifGenerationMatch=0``: GCS refuses it
+  (412) if the object exists, atomically -- the store's lock and its write-once manifests rely
+  on that.
+- ``read`` is one media GET (the client checks the CRC32C of a whole object), ``read_range``
+  one with a ``Range``; ``list`` is ``objects.list`` under the prefix (a page per 1000);
+  ``delete`` one DELETE (a missing object is no error); ``exists``/``size``/``mtime`` one GET
+  of the object's metadata.
+
+An upload's 404 can only mean the bucket is missing (uploads create objects), and so does a
+listing's: both say so in one line. A read's 404 is a missing file.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+from sparkbeam.checkpoint.errors import StoreAccessError
+from sparkbeam.checkpoint.object_storage import ObjectStorage, client_for
+
+_CREDENTIALS_HELP = (
+    "set GOOGLE_APPLICATION_CREDENTIALS to a key file or run `gcloud auth application-default "
+    "login` (--impersonate_service_account acts as another account)"
+)
+
+
+def gcs_client():
+    """Beam's google-cloud-storage client for this process's ``FileSystems`` options."""
+
+    def build(options):
+        from apache_beam.io.gcp import gcsio
+
+        return gcsio.create_storage_client(options)
+
+    return client_for("gcs", build)
+
+
+def _retry():
+    """Beam's retry policy for GCS calls (google-cloud-storage's, with a throttling counter)."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.io.gcp import gcsio_retry
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    return gcsio_retry.get_retry(FileSystems._pipeline_options or PipelineOptions([]))
+
+
+class GcsStorage(ObjectStorage):
+    """``gs://bucket/prefix``; see the module docstring for what each call costs. A wrong
+    endpoint, missing or refused credentials, or a missing bucket raise `StoreAccessError`
+    (one line, `explain`)."""
+
+    service = "GCS"
+    extra = "gcp"
+
+    def endpoint(self) -> str:
+        try:
+            client = gcs_client()
+        except Exception:  # noqa: BLE001 - the client is what failed: say where it would go
+            return os.environ.get("STORAGE_EMULATOR_HOST") or "Google's default"
+        return getattr(client, "api_endpoint", None) or client._connection.API_BASE_URL
+
+    def _calls(self) -> dict:
+        return {"retry": _retry() if self.retry else None}
+
+    def _blob(self, key: str):
+        return gcs_client().bucket(self.bucket).blob(key)
+
+    def _get(self, key: str, span: tuple[int, int] | None) -> bytes | None:
+        from google.api_core.exceptions import NotFound, RequestRangeNotSatisfiable
+
+        ranged = {} if span is None else {"start": span[0], "end": sum(span) - 1}
+        try:
+            return self._blob(key).download_as_bytes(**ranged, **self._calls())
+        except NotFound:
+            return None
+        except RequestRangeNotSatisfiable:  # the range starts at or past the end
+            return b""
+
+    def _put(self, key: str, data: bytes, exclusive: bool) -> bool:
+        from google.api_core.exceptions import NotFound, PreconditionFailed
+
+        condition = {"if_generation_match": 0} if exclusive else {}
+        try:
+            self._blob(key).upload_from_string(
+                data, content_type="application/octet-stream", **condition, **self._calls()
+            )
+        except PreconditionFailed:  # it exists (or a concurrent create won)
+            return False
+        except NotFound:
+            raise self._missing_bucket() from None
+        return True
+
+    def _keys(self, prefix: str) -> Iterator[str]:
+        from google.api_core.exceptions import NotFound
+
+        blobs = gcs_client().list_blobs(self.bucket, prefix=prefix, **self._calls())
+        try:
+            yield from (b.name for b in blobs)
+        except NotFound:
+            raise self._missing_bucket() from None
+
+    def _remove(self, key: str) -> None:
+        from google.api_core.exceptions import NotFound
+
+        try:
+            self._blob(key).delete(**self._calls())
+        except NotFound:
+            pass
+
+    def _stat(self, key: str) -> tuple[int, float] | None:
+        blob = gcs_client().bucket(self.bucket).get_blob(key, **self._calls())
+        return None if blob is None else (int(blob.size), blob.updated.timestamp())
+
+    def _missing_bucket(self) -> StoreAccessError:
+        return self.access_error(
+            f"names bucket {self.bucket!r}, which does not exist there; create it, or fix the "
+            "bucket in --checkpoint_dir"
+        )
+
+    def explain(self, error: Exception) -> str | None:
+        """A google-cloud-storage or google-auth error as what to set."""
+        import requests
+        from google.api_core.exceptions import Forbidden, RetryError, Unauthorized
+        from google.auth.credentials import AnonymousCredentials
+        from google.auth.exceptions import GoogleAuthError
+
+        cause = error.cause if isinstance(error, RetryError) and error.cause else error
+        if isinstance(cause, requests.exceptions.ConnectionError):
+            return (
+                "cannot connect to the GCS endpoint; check the network, and STORAGE_EMULATOR_HOST "
+                "(set it only for an emulator)"
+            )
+        if isinstance(cause, GoogleAuthError):
+            first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
+            return f"has no usable Google credentials ({first[:200]}); {_CREDENTIALS_HELP}"
+        if isinstance(cause, (Unauthorized, Forbidden)):
+            credentials = getattr(gcs_client(), "_credentials", None)
+            who = "the credentials"
+            if isinstance(credentials, AnonymousCredentials):
+                who = "anonymous requests (Beam found no credentials)"
+            return (
+                f"refused the request ({cause.code}): {who} may not read and write bucket "
+                f"{self.bucket!r}; {_CREDENTIALS_HELP}, with a role such as Storage Object "
+                "Admin on the bucket"
+            )
+        return None

@@ -1,0 +1,195 @@
+"""What the object-store backends share: one request per storage call, one client per process.
+
+Owns: `ObjectStorage`, the base of `S3Storage` (``s3://``), `GcsStorage` (``gs://``) and
+`AzureStorage` (``azfs://``): the URL as a bucket (or container) and a key prefix, every
+`Storage` call as one request of the backend's (`_get`, `_put`, `_keys`, `_remove`, `_stat`),
+write-once names over its conditional create, listing by key prefix, and errors made one line
+(`StoreAccessError` naming the store, the endpoint and what to set, from the backend's
+`explain`). `client_for` keeps one client per kind for this process's ``FileSystems`` options.
+Leaves to the backends: the requests and what each cloud's errors mean; to
+``filesystem_options``: the options.
+
+Object stores have no directories, no rename and no partial writes: an upload becomes visible
+whole when it completes, so a write goes straight to its final key; a conditional create is the
+cloud's own (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, Azure ``If-None-Match: *``),
+atomic on the server -- the store's lock and its write-once manifests rely on it.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from abc import abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from sparkbeam.checkpoint.errors import StoreAccessError
+from sparkbeam.checkpoint.filesystem import FileSystemsStorage
+
+_LOCK = threading.Lock()
+_CLIENTS: dict[str, tuple[object, Any]] = {}  # kind -> (the FileSystems options it used, client)
+
+
+def client_for(kind: str, build: Callable[[Any], Any]) -> Any:
+    """The ``kind`` client for this process's ``FileSystems`` options (the ones Beam's own
+    filesystems use, `filesystem_options.apply`), built once per options by ``build(options)``."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    options = FileSystems._pipeline_options
+    with _LOCK:
+        cached = _CLIENTS.get(kind)
+        if cached is None or cached[0] is not options:
+            cached = _CLIENTS[kind] = (options, build(options or PipelineOptions([])))
+        return cached[1]
+
+
+def _explained(method):
+    """Raise a backend error of ``method`` as the storage's `StoreAccessError`, if it explains
+    it (`ObjectStorage.explain`); anything else unchanged."""
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except StoreAccessError:
+            raise
+        except ImportError as e:  # the cloud's client library
+            raise StoreAccessError(
+                f"Checkpoint store {self.url!r} needs the Python package of module {e.name!r}, "
+                f"which is not installed: pip install 'sparkbeam[{self.extra}]'."
+            ) from e
+        except Exception as e:
+            what = self.explain(e)
+            if what is None:
+                raise
+            raise self.access_error(what) from e
+
+    return call
+
+
+class ObjectStorage(FileSystemsStorage):
+    """``scheme://bucket/prefix``; each call below is one request of the backend (a listing,
+    one per 1000 keys). ``retry=False`` makes the cloud's client fail at the first error (tests
+    of a wrong endpoint: GCS's and Azure's clients retry a refused connection for minutes)."""
+
+    service = ""
+    """The cloud's name in messages ("S3", "GCS", "Azure Blob")."""
+    extra = ""
+    """sparkbeam's extra that installs the cloud's client ("aws", "gcp", "azure")."""
+    bucket: str
+    """The bucket (Azure: the container)."""
+    prefix: str
+    """The key prefix under it ('' for the whole bucket)."""
+
+    def __init__(self, url: str, retry: bool = True):
+        super().__init__(url)
+        self.bucket, _, self.prefix = self.url.split("://", 1)[1].partition("/")
+        if not self.bucket:
+            raise ValueError(
+                f"Checkpoint store URL {url!r} names no bucket; use {self.scheme}://bucket/dir."
+            )
+        self.retry = retry
+
+    # The backend: one request each.
+    @abstractmethod
+    def _get(self, key: str, span: tuple[int, int] | None) -> bytes | None:
+        """The object, or its ``(offset, length)`` span (shorter at its end); None if absent."""
+
+    @abstractmethod
+    def _put(self, key: str, data: bytes, exclusive: bool) -> bool:
+        """Upload ``data``; with ``exclusive`` only if the key is absent (False if not)."""
+
+    @abstractmethod
+    def _keys(self, prefix: str) -> Iterable[str]:
+        """Every key that starts with ``prefix``."""
+
+    @abstractmethod
+    def _remove(self, key: str) -> None:
+        """Delete the key; absent is no error."""
+
+    @abstractmethod
+    def _stat(self, key: str) -> tuple[int, float] | None:
+        """(size, modification time) of the key, None if absent."""
+
+    @abstractmethod
+    def endpoint(self) -> str:
+        """Where the client sends requests (for messages)."""
+
+    @abstractmethod
+    def explain(self, error: Exception) -> str | None:
+        """What a client error means and what to set (the end of a `StoreAccessError`), or None
+        for an error that is not about reaching the store."""
+
+    def access_error(self, what: str) -> StoreAccessError:
+        """One line: the store, the endpoint, then ``what``."""
+        where = f"Checkpoint store {self.url!r} ({self.service} endpoint {self.endpoint()!r})"
+        return StoreAccessError(f"{where} {what}.")
+
+    def _key(self, path: str) -> str:
+        return "/".join(p for p in (self.prefix, path) if p)
+
+    # The Storage interface.
+    @_explained
+    def read(self, path: str) -> bytes:
+        data = self._get(self._key(path), None)
+        if data is None:
+            raise FileNotFoundError(self._path(path))
+        return data
+
+    @_explained
+    def read_range(self, path: str, offset: int, length: int) -> bytes:
+        """One ranged GET."""
+        if length <= 0:
+            return b""
+        data = self._get(self._key(path), (offset, length))
+        if data is None:
+            raise FileNotFoundError(self._path(path))
+        return data
+
+    @_explained
+    def _write(self, path: str, data: bytes) -> None:
+        self._put(self._key(path), data, exclusive=False)
+
+    @_explained
+    def create_exclusive(self, path: str, data: bytes) -> bool:
+        if not self._put(self._key(path), data, exclusive=True):
+            return False
+        self.bytes_written += len(data)
+        return True
+
+    def write_new(self, path: str, data: bytes) -> None:
+        """Exclusive on the server: of two writers of one manifest name, one fails."""
+        if not self.create_exclusive(path, data):
+            raise FileExistsError(f"{self._path(path)} exists; write-once names are never reused.")
+
+    @_explained
+    def list(self, prefix: str = "") -> list[str]:
+        """By key prefix: nothing checks that a "directory" exists."""
+        base = self._key(prefix.strip("/"))
+        root = f"{self.prefix}/" if self.prefix else ""
+        keys = self._keys(f"{base}/" if base else "")
+        return sorted(k[len(root) :] for k in keys if not k.endswith("/"))
+
+    @_explained
+    def delete(self, path: str) -> None:
+        self._remove(self._key(path))
+
+    @_explained
+    def _stat_or_none(self, path: str) -> tuple[int, float] | None:
+        return self._stat(self._key(path))
+
+    def _stat_of(self, path: str) -> tuple[int, float]:
+        stat = self._stat_or_none(path)
+        if stat is None:
+            raise FileNotFoundError(self._path(path))
+        return stat
+
+    def exists(self, path: str) -> bool:
+        return self._stat_or_none(path) is not None
+
+    def size(self, path: str) -> int:
+        return self._stat_of(path)[0]
+
+    def mtime(self, path: str) -> float:
+        return self._stat_of(path)[1]
