@@ -412,11 +412,14 @@ class KafkaBroker:
         """Client config for this broker (consumer or producer), plus ``extra``."""
         return {"bootstrap.servers": self.bootstrap, **extra}
 
-    def create_topic(self, topic: str, partitions: int) -> None:
+    def create_topic(self, topic: str, partitions: int, config: dict | None = None) -> None:
+        """Create ``topic``; ``config`` (e.g. ``{"retention.ms": "-1"}``) is what Tansu then
+        reports for it (it reports no default)."""
         from confluent_kafka.admin import AdminClient, NewTopic
 
         admin = AdminClient(self.config())
-        for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        new = NewTopic(topic, partitions, 1, config=dict(config or {}))
+        for future in admin.create_topics([new]).values():
             future.result(10)
 
     def produce(self, topic: str, records, partition: int | None = None) -> None:
