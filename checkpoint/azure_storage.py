@@ -51,7 +51,7 @@ def azure_client():
             return None
         return blobstorageio.BlobStorageIO(pipeline_options=options).client
 
-    return client_for("azure", build)
+    return client_for("azure", build, env=("AZURE_STORAGE_CONNECTION_STRING",))
 
 
 def _code(error: Exception) -> str | None:

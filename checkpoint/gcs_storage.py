@@ -49,7 +49,7 @@ def gcs_client():
 
         return gcsio.create_storage_client(options)
 
-    return client_for("gcs", build)
+    return client_for("gcs", build, env=("STORAGE_EMULATOR_HOST",))
 
 
 def _retry():

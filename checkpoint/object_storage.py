@@ -18,6 +18,7 @@ atomic on the server -- the store's lock and its write-once manifests rely on it
 from __future__ import annotations
 
 import functools
+import os
 import threading
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
@@ -27,20 +28,22 @@ from sparkbeam.checkpoint.errors import StoreAccessError
 from sparkbeam.checkpoint.filesystem import FileSystemsStorage
 
 _LOCK = threading.Lock()
-_CLIENTS: dict[str, tuple[object, Any]] = {}  # kind -> (the FileSystems options it used, client)
+_CLIENTS: dict[str, tuple[tuple, Any]] = {}  # kind -> ((FileSystems options, env values), client)
 
 
-def client_for(kind: str, build: Callable[[Any], Any]) -> Any:
+def client_for(kind: str, build: Callable[[Any], Any], env: tuple[str, ...] = ()) -> Any:
     """The ``kind`` client for this process's ``FileSystems`` options (the ones Beam's own
-    filesystems use, `filesystem_options.apply`), built once per options by ``build(options)``."""
+    filesystems use, `filesystem_options.apply`), built once per options and per value of the
+    environment variables ``env`` it reads, by ``build(options)``."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
     options = FileSystems._pipeline_options
+    key = (options, tuple(os.environ.get(name) for name in env))
     with _LOCK:
         cached = _CLIENTS.get(kind)
-        if cached is None or cached[0] is not options:
-            cached = _CLIENTS[kind] = (options, build(options or PipelineOptions([])))
+        if cached is None or cached[0][0] is not options or cached[0][1] != key[1]:
+            cached = _CLIENTS[kind] = (key, build(options or PipelineOptions([])))
         return cached[1]
 
 
