@@ -17,6 +17,7 @@ from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.runners.worker import bundle_processor
 
 from sparkbeam.translation.buffer_reads import read_stage
+from sparkbeam.translation.errors import UnsupportedFeatureError
 from sparkbeam.translation.test_stream import TEST_STREAM_URN, expand_test_stream
 from sparkbeam.translation.text_reads import TEXT_READ_URN, expand_text_reads
 
@@ -30,6 +31,14 @@ KNOWN_RUNNER_URNS = frozenset([FLATTEN_URN, GBK_URN, RESHUFFLE_URN, TEST_STREAM_
 
 RESHUFFLE_BUFFER_KIND = "reshuffle"
 
+SDF_PARDO_URNS = frozenset(
+    [
+        common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn,
+        common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn,
+    ]
+)
+"""The consumers of expand_sdf's Reshuffle; their payload is the SDF's ParDoPayload."""
+
 
 def expand_reshuffle(stages, context):
     """Transforms each runner-known Reshuffle into a buffer write followed by a read."""
@@ -38,7 +47,8 @@ def expand_reshuffle(stages, context):
             yield stage
             continue
         transform = stage.transforms[0]
-        for pcoll_id in list(transform.inputs.values()) + list(transform.outputs.values()):
+        inputs = _data_input(transform, context)
+        for pcoll_id in list(inputs.values()) + list(transform.outputs.values()):
             context.length_prefix_pcoll_coders(pcoll_id)
         buffer_id = t.create_buffer_id(transform.unique_name, kind=RESHUFFLE_BUFFER_KIND)
         write = t.Stage(
@@ -46,7 +56,7 @@ def expand_reshuffle(stages, context):
             [
                 beam_runner_api_pb2.PTransform(
                     unique_name=transform.unique_name + "/Write",
-                    inputs=transform.inputs,
+                    inputs=inputs,
                     spec=beam_runner_api_pb2.FunctionSpec(
                         urn=bundle_processor.DATA_OUTPUT_URN, payload=buffer_id
                     ),
@@ -63,6 +73,28 @@ def expand_reshuffle(stages, context):
             stage.downstream_side_inputs,
             t.union(frozenset([write]), stage.must_follow),
         )
+
+
+def _data_input(transform, context) -> dict:
+    """The Reshuffle's one data input, as ``{tag: pcollection}``.
+
+    The Reshuffle ``expand_sdf`` inserts before an SDF's process stage also names the SDF's side
+    inputs, under the ParDo's side-input tags: its consumer reads them, the shuffle does not.
+    """
+    (output,) = transform.outputs.values()
+    side_tags: set[str] = set()
+    for consumer in context.components.transforms.values():
+        if output in consumer.inputs.values() and consumer.spec.urn in SDF_PARDO_URNS:
+            payload = beam_runner_api_pb2.ParDoPayload.FromString(consumer.spec.payload)
+            side_tags.update(payload.side_inputs)
+    data = {tag: pcoll for tag, pcoll in transform.inputs.items() if tag not in side_tags}
+    if len(data) != 1:
+        raise UnsupportedFeatureError(
+            transform.unique_name,
+            f"a Reshuffle of {len(data)} inputs ({sorted(data)})",
+            "Flatten the inputs before the Reshuffle.",
+        )
+    return data
 
 
 def lift_combiners_keeping_holds(stages, context):

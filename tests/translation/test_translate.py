@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 
 import apache_beam as beam
+import pytest
 from apache_beam.io.restriction_trackers import OffsetRange, OffsetRestrictionTracker
 from apache_beam.testing.test_stream import TestStream
 from apache_beam.transforms import environments
@@ -49,6 +50,41 @@ def test_sdf_process_stage_is_the_root_after_a_reshuffle():
     assert writers and all(
         any("SplitAndSizeRestriction" in t for t in w.transforms) for w in writers
     )
+
+
+def test_sdf_with_a_side_input_reads_it_in_its_process_stage_not_in_the_reshuffle():
+    """expand_sdf gives the Reshuffle it inserts the SDF's side inputs too (issue 43, 5): the
+    buffer write shuffles the main input alone, and the process stage after the break reads the
+    side input (as does the split stage before it, which runs the same DoFn)."""
+    p = beam.Pipeline()
+    side = p | "Side" >> beam.Create([100])
+    _ = p | beam.Create([3]) | beam.ParDo(_CountTo(), beam.pvalue.AsSingleton(side))
+    plan = translate(_proto(p))
+    (stage,) = [s for s in plan.stages if s.is_sdf_process]
+    assert [plan.edge(b).kind for b in stage.input_buffers] == [EdgeKind.RESHUFFLE]
+    (side_input,) = stage.side_inputs
+    (writer,) = [s for s in plan.stages if set(s.output_buffers) & set(stage.input_buffers)]
+    assert writer.id != stage.id and {si.buffer for si in writer.side_inputs} == {side_input.buffer}
+    (side_writer,) = [s for s in plan.stages if side_input.buffer in s.output_buffers]
+    order = [s.id for s in plan.stages]
+    assert order.index(side_writer.id) < order.index(stage.id)
+
+
+def test_a_reshuffle_of_two_data_inputs_is_refused_by_name():
+    p = beam.Pipeline()
+    _ = p | "Other" >> beam.Create([2])
+    _ = p | beam.Create([1]) | "Shuffle" >> beam.Reshuffle()
+    proto = _proto(p)
+    (shuffle,) = [t for t in proto.components.transforms.values() if t.unique_name == "Shuffle"]
+    (other_out,) = [
+        pc
+        for t in proto.components.transforms.values()
+        if t.unique_name == "Other/Map(decode)"
+        for pc in t.outputs.values()
+    ]
+    shuffle.inputs["second"] = other_out
+    with pytest.raises(NotImplementedError, match=r"'Shuffle' needs a Reshuffle of 2 inputs"):
+        translate(proto)
 
 
 def test_independent_pipelines_are_connected_components():
