@@ -3,7 +3,10 @@
 Owns: one small class per failure a user can act on (broker unreachable, credentials refused,
 topic missing, a deserializer that raised, a bad ``timestamp_policy``), each subclassing a
 builtin, with a one-line message that names the broker, topic or partition and ends with what
-to do. Leaves to others: deciding when to raise (``kafka_client``, ``kafka_read``, ``kafka_write``).
+to do; and the warning of a partition that lags and makes no progress
+(``KafkaReadStalledWarning``: a task's warning reaches the driver, which re-issues it).
+Leaves to others: deciding when to raise (``kafka_client``, ``kafka_read``, ``kafka_write``,
+``kafka_pace``).
 """
 
 from __future__ import annotations
@@ -55,3 +58,8 @@ class KafkaDeserializeError(ValueError):
 
 class KafkaConfigError(ValueError):
     """An argument of ReadFromKafka/WriteToKafka has a value sparkbeam cannot use."""
+
+
+class KafkaReadStalledWarning(UserWarning):
+    """A partition has records past its position, and its read got none of them for a while
+    (``stall_warning_s``); issued at most once a minute per partition, by ``kafka_pace``."""

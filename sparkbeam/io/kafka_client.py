@@ -1,7 +1,8 @@
 """What sparkbeam asks a Kafka broker, over confluent-kafka (librdkafka), with the workarounds.
 
 Owns: consumers configured for a source (``consumer``; each remembers the broker's refusal of
-its credentials, which librdkafka reports only to an error callback), the partitions of a topic
+its credentials, which librdkafka reports only to an error callback) or for broker questions
+(``question_consumer``: a long fetch wait), the partitions of a topic
 (``partitions_of``, with one-line errors for an unreachable broker, refused credentials or a
 missing topic), a
 partition's end offset (``end_offset``) and the first offset at or after a time
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 METADATA_TIMEOUT_S = 10.0
 FETCH_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 10.0
+QUESTION_FETCH_WAIT_MS = 500
 
 # Defaults a source's consumer gets unless the user's consumer_config sets them: partitions
 # are assigned (no group rebalancing), offsets live in sparkbeam's checkpoint.
@@ -52,6 +54,7 @@ SOURCE_DEFAULTS = {
     # partition's end (librdkafka's EOF event, which waits for such an empty fetch, and for
     # the one still in flight from the previous read): 100 ms made each caught-up read take
     # 200 ms, 5 ms takes 10. Only a caught-up read waits: one with records gets them at once.
+    # The read's starting wait: it grows for a partition that lags (kafka_pace).
     "fetch.wait.max.ms": "5",
 }
 
@@ -87,6 +90,14 @@ def consumer(config: dict[str, Any], **overrides: Any):
     client = _consumer_type()(merged)
     client.holder = holder
     return client
+
+
+def question_consumer(config: dict[str, Any]):
+    """A consumer for broker questions (``end_offset``, ``offset_for_time``): each fetches
+    one record that exists, so a long fetch wait costs nothing on a broker that answers, and
+    lets one that is slow to gather a partition's records answer at all (see
+    ``kafka_pace``)."""
+    return consumer(config, **{"fetch.wait.max.ms": str(QUESTION_FETCH_WAIT_MS)})
 
 
 @functools.cache
@@ -154,12 +165,6 @@ def poll(client: Any, batch_size: int, timeout_s: float) -> list:
     if first is None:
         return []
     return [first, *client.consume(batch_size - 1, timeout=0)] if batch_size > 1 else [first]
-
-
-def renew(client: Any, config: dict[str, Any]):
-    """A new consumer for ``config`` in place of ``client``, which is closed."""
-    close(client)
-    return consumer(config)
 
 
 def close(client: Any) -> None:
@@ -278,13 +283,21 @@ def _record_at(client: Any, topic: str, partition: int, offset: int):
         while True:
             records = client.consume(1, timeout=FETCH_TIMEOUT_S)
             if not records:
-                return None
+                break
             record = records[0]
             if record.error() is None:
                 return record
             if record.error().code() == _partition_eof():
                 return None
             raise KafkaBrokerUnreachableError(f"{topic}-{partition}", record.error())
+        _, high = client.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
+        if high > offset:  # the record is there: not the end, a broker too slow to answer
+            raise KafkaBrokerUnreachableError(
+                f"{topic}-{partition}",
+                f"no record at offset {offset} within {FETCH_TIMEOUT_S:.0f} s although the "
+                f"partition ends at {high}",
+            )
+        return None
     finally:
         client.unassign()
 

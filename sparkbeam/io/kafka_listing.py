@@ -80,7 +80,7 @@ class ListPartitions(beam.DoFn):
         self.max_read_time = max_read_time
 
     def process(self, _impulse):
-        client = kafka_client.consumer(self.config)
+        client = kafka_client.question_consumer(self.config)
         try:
             parts = list_topic_partitions(client, self.config, self.topics, self.pattern)
             starts = {tp: self.starts.start(client, *tp) for tp in parts}
@@ -163,7 +163,7 @@ class _FirstSeen(beam.DoFn):
         self.config, self.starts = config, _Starts(config, start_read_time)
 
     def setup(self):
-        self._client = kafka_client.consumer(self.config)
+        self._client = kafka_client.question_consumer(self.config)
 
     def process(self, keyed, seen=beam.DoFn.StateParam(SEEN)):
         if seen.read():

@@ -7,16 +7,20 @@ up (librdkafka's partition-EOF event) or after ``max_poll_s``, defer the remaind
 ``idle_resume_delay_s`` when caught up, or ``max_idle_resume_delay_s`` once the partition's
 reads have found nothing for that long (the streak travels in the restriction,
 ``KafkaOffsetRange``), ending on a multiple of the delay on the wall clock so that the
-partitions of an idle topic poll in the same round: one small fetch each per delay. The
-residual is sparkbeam's SDF residual: offsets live in the checkpoint, never in the consumer
-group. Leaves to others: which partitions and where they start (``kafka_listing``),
-restrictions, watermarks and startpoints (``kafka_restrictions``), records
+partitions of an idle topic poll in the same round: one small fetch each per delay. A poll
+that gets nothing while the partition lags is not idleness: the partition's fetch wait grows
+and the call reads on, the consumer kept; after ``consumer_polling_timeout`` of nothing the
+remainder is deferred, not caught up (``kafka_pace``). The residual is sparkbeam's SDF
+residual: offsets live in the checkpoint, never in the consumer group. Leaves to others:
+which partitions and where they start (``kafka_listing``), restrictions, watermarks and
+startpoints (``kafka_restrictions``), fetch waits and stalls (``kafka_pace``), records
 (``kafka_records``), broker questions (``kafka_client``).
 """
 
 from __future__ import annotations
 
 import time
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -24,8 +28,13 @@ import apache_beam as beam
 from apache_beam.utils.timestamp import Duration, Timestamp
 
 from sparkbeam.io import kafka_client, kafka_records
-from sparkbeam.io.errors import KafkaBrokerUnreachableError, KafkaConfigError
+from sparkbeam.io.errors import (
+    KafkaBrokerUnreachableError,
+    KafkaConfigError,
+    KafkaReadStalledWarning,
+)
 from sparkbeam.io.kafka_listing import DiscoverPartitions, ListPartitions
+from sparkbeam.io.kafka_pace import MAX_FETCH_WAIT_MS, Consumers, Hold, Pacing, progressed
 from sparkbeam.io.kafka_restrictions import (
     UNBOUNDED,
     ClaimUpTo,
@@ -34,7 +43,6 @@ from sparkbeam.io.kafka_restrictions import (
     PartitionElement,
     PartitionUntilElement,
     mark_idle_since,
-    note_end_offset,
 )
 
 __all__ = ["ReadFromKafka"]
@@ -60,7 +68,11 @@ class ReadFromKafka(beam.PTransform):
     before it polls again) and ``max_idle_resume_delay_s`` (how long it waits once its polls
     have found nothing for that long; by default 4x it), ``max_poll_s`` and ``batch_size`` (a
     call reads batches of ``batch_size`` records for at most ``max_poll_s``, then hands its
-    remainder back to the runner, which checkpoints it).
+    remainder back to the runner, which checkpoints it); ``max_fetch_wait_ms`` (500: the
+    longest a partition's fetch wait grows to, from the consumer config's
+    ``fetch.wait.max.ms``, 5 by default, while the partition lags and the broker answers
+    nothing within the wait) and ``stall_warning_s`` (60: how long a lagging partition goes
+    without a record before a ``KafkaReadStalledWarning`` names it, once a minute).
     """
 
     processing_time_policy = kafka_records.PROCESSING_TIME
@@ -89,6 +101,8 @@ class ReadFromKafka(beam.PTransform):
         max_poll_s: float = 1.0,
         batch_size: int = 500,
         max_idle_resume_delay_s: float | None = None,
+        max_fetch_wait_ms: int = MAX_FETCH_WAIT_MS,
+        stall_warning_s: float = 60.0,
     ) -> None:
         super().__init__()
         if not idle_resume_delay_s > 0:
@@ -103,6 +117,7 @@ class ReadFromKafka(beam.PTransform):
         if max_read_time is not None and not max_read_time > 0:
             raise KafkaConfigError(f"max_read_time={max_read_time} must be > 0 (seconds).")
         self.consumer_config = {k: str(v) for k, v in dict(consumer_config).items()}
+        pacing = Pacing.of(self.consumer_config, max_fetch_wait_ms, stall_warning_s)
         if not kafka_client.bootstrap_of(self.consumer_config):
             raise KafkaConfigError(
                 "consumer_config has no 'bootstrap.servers'; pass the broker list, e.g. "
@@ -147,6 +162,7 @@ class ReadFromKafka(beam.PTransform):
             max_idle_resume_delay_s=max_idle_resume_delay_s,
             max_poll_s=max_poll_s,
             batch_size=batch_size,
+            pacing=pacing,
         )
 
     def expand(self, pbegin):
@@ -165,7 +181,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
 
     def __init__(
         self, config, records, *, commit_offset_in_finalize, poll_timeout_s, stop_read_time,
-        idle_resume_delay_s, max_idle_resume_delay_s, max_poll_s, batch_size,
+        idle_resume_delay_s, max_idle_resume_delay_s, max_poll_s, batch_size, pacing,
     ) -> None:  # fmt: skip
         KafkaRestrictionProvider.__init__(self, config)
         self.config, self.records = config, records
@@ -174,10 +190,11 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         self.idle_resume_delay_s, self.max_poll_s = idle_resume_delay_s, max_poll_s
         self.max_idle_s = max_idle_resume_delay_s
         self.batch_size = batch_size
-        self._consumer = None
+        self.pacing: Pacing = pacing
+        self._consumers: Consumers | None = None
 
     def setup(self):
-        self._consumer = kafka_client.consumer(self.config)
+        self._consumers = Consumers(self.config)
         self._to_commit: dict[tuple[str, int], int] = {}
 
     def finish_bundle(self):
@@ -188,13 +205,14 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
             from confluent_kafka import TopicPartition
 
             offsets = [TopicPartition(t, p, o) for (t, p), o in self._to_commit.items()]
-            self._consumer.commit(offsets=offsets, asynchronous=False)
+            consumer = self._consumers.get(self.pacing.start_ms)
+            consumer.commit(offsets=offsets, asynchronous=False)
             self._to_commit.clear()
 
     def teardown(self):
-        if self._consumer is not None:
-            kafka_client.close(self._consumer)
-            self._consumer = None
+        if self._consumers is not None:
+            self._consumers.close()
+            self._consumers = None
 
     def process(
         self,
@@ -205,41 +223,35 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         yield from self._read(element, tracker, watermark)
 
     def _read(self, element, tracker, watermark):
-        from confluent_kafka import TopicPartition
-
         topic, partition = element[0], element[1]
         until_ms = element[4] if len(element) > 4 else None  # max_read_time's end, epoch ms
-        start = tracker.current_restriction().start
-        idle_since = getattr(tracker.current_restriction(), "idle_since", None)
-        consumer = self._consumer
-        consumer.assign([TopicPartition(topic, partition, start)])
+        restriction = tracker.current_restriction()
+        idle_since = getattr(restriction, "idle_since", None)
+        pace = self.pacing.pace_of(restriction, time.time())
+        hold = Hold(topic, partition, restriction.start, self._consumers.get(pace.wait_ms))
         deadline = time.monotonic() + self.max_poll_s
         last = None
         try:
             while True:
-                messages = kafka_client.poll(consumer, self.batch_size, self.poll_timeout_s)
+                slice_s = self.pacing.slice_s(pace)
+                messages = kafka_client.poll(hold.consumer, self.batch_size, slice_s)
                 if not messages:
-                    kafka_client.check_credentials(consumer, self.config)
-                    if _past(until_ms):
-                        tracker.try_claim(UNBOUNDED)  # max_read_time is up: done
+                    if self._nothing(hold, pace, tracker, until_ms):
                         return
-                    # Neither a record nor the partition's end within the timeout: the broker
-                    # is away, or this consumer stopped fetching (seen with the test broker:
-                    # it never fetched again, while a new consumer read the records at once).
-                    # Not caught up, so the watermark stays; the next call gets a new consumer.
-                    self._consumer = kafka_client.renew(consumer, self.config)
-                    tracker.defer_remainder(Duration(seconds=self.idle_resume_delay_s))
-                    return
+                    continue
+                hold.quiet_from = time.monotonic()
                 caught_up, batch = False, []
                 for message in messages:
                     if message.error() is None:
                         batch.append(message)
                     else:
-                        caught_up = caught_up or self._caught_up(message, topic, partition)
+                        caught_up = caught_up or self._caught_up(message, hold)
                 ours = self._claim(batch, tracker)
                 yield from self.records.windowed(batch[:ours], Timestamp.now(), watermark)
                 if ours:
                     last = batch[ours - 1].offset()
+                    hold.position = last + 1
+                    progressed(pace)
                 if ours < len(batch) or _past(until_ms):
                     tracker.try_claim(UNBOUNDED)  # the rest is not ours: done
                     return
@@ -257,14 +269,35 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     tracker.defer_remainder()
                     return
         finally:
-            if consumer is self._consumer:
-                tp = TopicPartition(topic, partition)
-                _, high = consumer.get_watermark_offsets(tp, cached=True)
-                if high >= 0:
-                    note_end_offset(topic, partition, high)
-                consumer.unassign()
+            hold.release()
             if self.commit_offset_in_finalize and last is not None:
                 self._to_commit[(topic, partition)] = last + 1
+
+    def _nothing(self, hold: Hold, pace, tracker, until_ms: int | None) -> bool:
+        """A poll slice got nothing: a partition that lags gets a longer fetch wait (and this
+        call goes on with the consumer of that wait); after ``poll_timeout_s`` of nothing,
+        the broker is away or, with lag, too slow even at the longest wait: the remainder is
+        deferred, not caught up (the watermark stays), with the consumer kept, and a partition
+        stalled for ``stall_warning_s`` is named in a warning. True: the call is over."""
+        kafka_client.check_credentials(hold.consumer, self.config)
+        if _past(until_ms):
+            tracker.try_claim(UNBOUNDED)  # max_read_time is up: done
+            return True
+        now = time.time()
+        lags = hold.lags()
+        if lags and self.pacing.grow(pace, now):
+            hold.take(self._consumers.get(pace.wait_ms))
+            return False
+        if time.monotonic() - hold.quiet_from < self.poll_timeout_s:
+            return False
+        if lags:
+            age_s = self._consumers.age_s(hold.consumer)
+            end = hold.end_seen
+            warning = self.pacing.stall_warning(pace, now, hold.name, hold.position, end, age_s)
+            if warning is not None:
+                warnings.warn(warning, KafkaReadStalledWarning, stacklevel=2)
+        tracker.defer_remainder(Duration(seconds=self.idle_resume_delay_s))
+        return True
 
     def _rest(self, tracker, found: bool, idle_since: float | None) -> None:
         """Defer a caught-up partition: ``idle_resume_delay_s`` away, or, once its reads have
@@ -296,18 +329,25 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
             return n
         return sum(1 for m in batch[:n] if m.offset() <= claim.claimed)
 
-    def _caught_up(self, message, topic, partition) -> bool:
+    def _caught_up(self, message, hold: Hold) -> bool:
+        """Whether an event ends the call as caught up (the partition's end, or a broker that
+        is away: retried after the resume delay, nothing is lost); raises on an error no
+        retry can mend, and closes the consumer first on a fatal one (librdkafka: the
+        consumer cannot go on), the one error that calls for a new consumer."""
         from confluent_kafka import KafkaError
 
-        code = message.error().code()
+        error = message.error()
+        code = error.code()
         if code == KafkaError._PARTITION_EOF:
             return True
         if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT):
             return True  # the broker is away: retry after the resume delay, nothing is lost
-        if message.error().fatal() or not message.error().retriable():
-            raise KafkaBrokerUnreachableError(
-                f"{kafka_client.bootstrap_of(self.config)} ({topic}-{partition})", message.error()
-            )
+        if error.fatal() or not error.retriable():
+            if error.fatal():
+                self._consumers.drop(hold.consumer)
+                hold.consumer = None
+            bootstrap = kafka_client.bootstrap_of(self.config)
+            raise KafkaBrokerUnreachableError(f"{bootstrap} ({hold.name})", error)
         return True
 
 

@@ -2,7 +2,8 @@
 
 Owns: the element (``(topic, partition, start, stop)``, a tuple with a deterministic coder;
 ``stop`` is ``sys.maxsize`` for an unbounded read), its restriction (``KafkaOffsetRange``: an
-``OffsetRange`` that also carries since when the partition has been quiet) and tracker (an
+``OffsetRange`` that also carries since when the partition has been quiet, and its fetch wait
+and stall) and tracker (an
 unbounded range splits only at the current position: a runner-initiated split is a
 checkpoint, never a cut at half of ``sys.maxsize``), the size and backlog estimates, the
 per-partition watermark estimator (the largest record timestamp seen; when the partition is
@@ -14,6 +15,7 @@ Leaves to others: polling (``kafka_read``), broker questions (``kafka_client``).
 
 from __future__ import annotations
 
+import copy
 import sys
 import typing
 from typing import Any
@@ -49,21 +51,27 @@ def partition_key(element: Any) -> str:
 
 
 class KafkaOffsetRange(OffsetRange):
-    """An offset range that also says since when (epoch s) the partition's reads have found
-    nothing (``idle_since``; None: its last read found records, or that is not known), so a
-    read that finds nothing knows whether to poll again soon or back off. A read sets it on
-    its tracker's current restriction before it defers; ``split_at`` hands it to the residual.
-    Pickled as its restriction coder does with any object; a plain ``OffsetRange`` (written
-    before it, or by a startpoint) is read as one whose streak is not known."""
+    """An offset range that also carries what a read learnt of its partition for the next:
+    since when (epoch s) its reads have found nothing (``idle_since``; None: its last read
+    found records, or that is not known), so a read that finds nothing knows whether to poll
+    again soon or back off; and its fetch wait and stall (``pace``, ``kafka_pace.FetchPace``;
+    None: not known). A read sets them on its tracker's current restriction before it defers;
+    ``split_at`` hands them to the residual. Pickled as its restriction coder does with any
+    object; a plain ``OffsetRange`` (written before it, or by a startpoint), or one written
+    before ``pace``, is read as one that knows nothing."""
 
-    def __init__(self, start: int, stop: int, idle_since: float | None = None) -> None:
+    def __init__(
+        self, start: int, stop: int, idle_since: float | None = None, pace: Any = None
+    ) -> None:
         super().__init__(start, stop)
         self.idle_since = idle_since
+        self.pace = pace
 
     def split_at(self, split_pos) -> tuple[KafkaOffsetRange, KafkaOffsetRange]:
+        pace = getattr(self, "pace", None)  # the read goes on with it; the residual's a copy
         return (
-            KafkaOffsetRange(self.start, split_pos, self.idle_since),
-            KafkaOffsetRange(split_pos, self.stop, self.idle_since),
+            KafkaOffsetRange(self.start, split_pos, self.idle_since, pace),
+            KafkaOffsetRange(split_pos, self.stop, self.idle_since, copy.copy(pace)),
         )
 
 
@@ -139,7 +147,7 @@ class KafkaRestrictionProvider(RestrictionProvider):
 
     def client(self):
         if self._client is None:
-            self._client = kafka_client.consumer(self.consumer_config)
+            self._client = kafka_client.question_consumer(self.consumer_config)
         return self._client
 
     def initial_restriction(self, element) -> OffsetRange:
