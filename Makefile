@@ -77,10 +77,21 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff format --check runner sdf translation checkpoint sparkbeam
 	$(VENV)/bin/mypy runner sdf translation checkpoint sparkbeam/io
 
-bench: $(STAMP) java-check
+# The Python stream processors benchmarks/kafka.py compares with (Quix Streams, bytewax), in a
+# venv of their own: their pins clash with constraints.txt. Not part of `make test`.
+PEERS_VENV  := .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+
+$(PEERS_STAMP): benchmarks/peers-requirements.txt
+	@test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install -q -r benchmarks/peers-requirements.txt
+	@touch $@
+
+bench: $(STAMP) $(PEERS_STAMP) java-check
 	$(PY) benchmarks/wordcount.py --size 20
 	$(PY) benchmarks/checkpoint_store.py --keys 1e4,1e5
 	$(PY) benchmarks/sdf.py
+	$(PY) benchmarks/kafka.py --throughput-only
 
 clean:
-	rm -rf $(VENV) $(NEWEST_VENV) build *.egg-info out
+	rm -rf $(VENV) $(NEWEST_VENV) $(PEERS_VENV) build *.egg-info out
