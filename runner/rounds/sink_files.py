@@ -150,14 +150,28 @@ def finalize(pairs: Iterable[tuple[str, str]]) -> int:
     """
     renamed = 0
     for staged, final in pairs:
-        if FileSystems.exists(staged):
-            if FileSystems.exists(final):
+        if _exists(staged):
+            if _exists(final):
                 FileSystems.delete([final])  # some filesystems refuse to overwrite
             FileSystems.rename([staged], [final])
             renamed += 1
-        elif not FileSystems.exists(final):
+        elif not _exists(final):
             raise SinkFileLostError(staged, final)
     return renamed
+
+
+def _exists(path: str) -> bool:
+    """``FileSystems.exists``; an absent ``azfs://`` blob is False, which Beam's Azure
+    filesystem raises as a 404 instead (its ``exists`` catches the wrong exception class)."""
+    from apache_beam.io.filesystem import BeamIOError
+
+    try:
+        return FileSystems.exists(path)
+    except BeamIOError as e:
+        causes = e.exception_details.values()
+        if causes and all(getattr(c, "code", None) == 404 for c in causes):
+            return False
+        raise
 
 
 def discard_staging(directory: str, keep: Iterable[str] = ()) -> int:
