@@ -258,19 +258,20 @@ def gcs_emulator_binary() -> str:
 
 
 def start_gcs_server(log_dir: Path) -> GcsServer:
-    """Start fake-gcs-server (in memory, HTTP) on a free 127.0.0.1 port and create the test
-    bucket. Beam's GCS client looks for Google credentials for 20 s (retrying) before it
-    connects anonymously, in every process: `GcsServer.env` names a credentials file with an
-    access token that never expires, so google-auth never asks a Google server for one (the
-    emulator takes any)."""
-    port = free_port()
+    """Start fake-gcs-server (in memory, HTTP) behind `tests.gcs_front` (which mends its JSON
+    batch requests) on free 127.0.0.1 ports and create the test bucket. Beam's GCS client looks
+    for Google credentials for 20 s (retrying) before it connects anonymously, in every process:
+    `GcsServer.env` names a credentials file with an access token that never expires, so
+    google-auth never asks a Google server for one (the emulator takes any)."""
+    port, backend = free_port(), free_port()
     endpoint = f"http://127.0.0.1:{port}"
     cmd = [
+        sys.executable, "-m", "tests.gcs_front", str(port), str(backend), "--",
         gcs_emulator_binary(), "-scheme", "http", "-backend", "memory", "-host", "127.0.0.1",
-        "-port", str(port), "-external-url", endpoint, "-log-level", "warn",
+        "-port", str(backend), "-external-url", endpoint, "-log-level", "warn",
     ]  # fmt: skip
     log = log_dir / "fake-gcs-server.log"
-    proc = _start(cmd, "gcs", log)
+    proc = _start(cmd, "gcs", log, cwd=Path(__file__).parent.parent)
     _wait_until_ready(
         proc, lambda: urllib.request.urlopen(f"{endpoint}/storage/v1/b", timeout=1).status == 200,
         "fake-gcs-server", log,
@@ -380,6 +381,31 @@ def start_azurite(log_dir: Path) -> AzuriteServer:
     server = AzuriteServer(endpoint, BUCKET, proc)
     server.client().create_container()
     return server
+
+
+def point_beam_at(server) -> None:
+    """This process's Beam filesystems (and so the store's clients) on ``server``'s flags; a GCS
+    emulator is reached through the environment its fixture set."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from sparkbeam.checkpoint.filesystem_options import apply, collect, encode
+
+    apply(encode(collect(PipelineOptions(server.pipeline_flags()))))
+
+
+CLOUD_ENV = ("AWS_", "STORAGE_EMULATOR_HOST", "GOOGLE_", "AZURE_")
+"""Prefixes of the environment variables that point a cloud's client somewhere."""
+
+
+def env_reaching(server, base: dict[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this environment) less every cloud's variables, plus ``server``'s own
+    where Beam has no flag for it (GCS's emulator): a process that reaches ``server`` by its
+    pipeline flags wherever it can."""
+    source = os.environ if base is None else base
+    env = {k: v for k, v in source.items() if not k.startswith(CLOUD_ENV)}
+    if not server.pipeline_flags():
+        env.update(server.env())
+    return env
 
 
 def start_connect_server(log_dir: Path, master: str = "local[2]"):
