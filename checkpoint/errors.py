@@ -22,6 +22,33 @@ class CheckpointCorruptError(ValueError):
         super().__init__(f"Checkpoint file {path!r} is corrupt: {reason}. {action}")
 
 
+class TaskStateDamagedError(CheckpointCorruptError):
+    """A task found a file of the checkpoint it reads corrupt or missing (a checksum mismatch,
+    a short read, a missing object, an undecodable block index). One line, so the driver finds
+    it in the task's failure text (`runner.errors`); it then restores the newest checkpoint
+    whose files are all sound (`restore.fall_back`)."""
+
+    def __init__(self, path: str, reason: str, pipeline_id: str, checkpoint_id: int) -> None:
+        self.pipeline_id = pipeline_id
+        self.checkpoint_id = checkpoint_id
+        super().__init__(
+            path,
+            f"{reason}; checkpoint {checkpoint_id} of pipeline {pipeline_id!r} names it",
+            "The driver restores the newest checkpoint whose files are all sound (the one "
+            "`sparkbeam checkpoints verify` names).",
+        )
+
+    @classmethod
+    def of(
+        cls, error: CheckpointCorruptError, url: str, pipeline_id: str, checkpoint_id: int
+    ) -> TaskStateDamagedError:
+        """``error``, met reading checkpoint ``checkpoint_id`` of the store at ``url``."""
+        if isinstance(error, cls):
+            return error
+        path = error.path if error.path.startswith(url) else f"{url.rstrip('/')}/{error.path}"
+        return cls(path, error.reason, pipeline_id, checkpoint_id)
+
+
 class IncompatibleCheckpointError(ValueError):
     """The checkpoint was written by a pipeline with another fingerprint."""
 

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sparkbeam.checkpoint import key_group_range, open_store, state_layout
+from sparkbeam.checkpoint.errors import CheckpointCorruptError, TaskStateDamagedError
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.reader import may_hold, replay, replay_changelog, replay_namespace
@@ -97,7 +98,16 @@ def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[b
     parallelism, as of its checkpoint: a dict, or a `SpilledState` past the memory budget.
 
     The caller must not change it (but may hand it to ``keep_staged``): this process keeps it
-    for the next round's read. ``release`` it when the stage is done with it."""
+    for the next round's read. ``release`` it when the stage is done with it. A damaged or
+    missing file of the checkpoint raises `TaskStateDamagedError`, naming it and the
+    checkpoint: the driver then falls back to a sound checkpoint."""
+    try:
+        return _read_task_state(spec, subtask, namespace)
+    except CheckpointCorruptError as e:
+        raise TaskStateDamagedError.of(e, spec.url, spec.pipeline, spec.checkpoint_id) from e
+
+
+def _read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[bytes, bytes]:
     held_state.release_earlier()
     store = task_store(spec.url)
     checkpoint_id = spec.checkpoint_id
