@@ -8,10 +8,16 @@ is read, changed and snapshotted a record at a time instead of failing. Any Pyth
 the executor opens the range's database next; RocksDB's own lock keeps it to one at a time,
 and a second worker that finds it held takes the next directory of the range.
 
-What a database holds is named by an identity file beside it: the manifest files its state is
-as of, the files an attempt staged on top, its entry count and bytes. The file is removed
-before the database changes and written after, so a worker killed in between leaves none and
-the next read replays the range from the durable store. A spilled range is closed when the
+What a database holds is named by its claim, kept inside it (a column family of its own, apart
+from the range's keys): the range it is of, the manifest files its state is as of, the files
+an attempt staged on top, its entry count and bytes. The claim is deleted before the first
+change and written after the last, in the database's one sequence of writes, so whatever
+RocksDB recovers (a worker killed in between, a lost write-ahead log) holds either no claim
+or one its records agree with. Nothing beside the database vouches for it: a directory
+deleted (a /tmp cleaner, a lost disk) reopens as a new database with no claim, one replaced
+by another range's holds that range's claim, and one with files missing does not open (it
+is removed and made anew, with a warning). A range with no claim of its own is replayed from
+the durable store. A spilled range is closed when the
 stage that read it is done with it (`release`; one Spark task may run a GroupByKey and the SDF
 stage it feeds, each with its own range); one a failed task left open is closed by the next
 task of its worker.
@@ -20,6 +26,7 @@ task of its worker.
 from __future__ import annotations
 
 import hashlib
+import logging
 import marshal
 import os
 import shutil
@@ -30,6 +37,9 @@ from sparkbeam.runner.task import shared_reads
 DIRECTORIES_PER_RANGE = 4  # workers of one executor that may hold one range at once
 BATCH_RECORDS = 10_000  # records written to RocksDB in one batch while replaying
 _OPEN: list[SpilledState] = []  # the ranges this worker holds open, each by one task attempt
+_CLAIMS = "sparkbeam-claim"  # the column family of a database's claim
+_CLAIM = b"claim"
+_LOG = logging.getLogger(__name__)
 
 
 class SpilledState(Mapping):
@@ -37,8 +47,10 @@ class SpilledState(Mapping):
 
     ``put``/``delete`` change it; ``identity`` says what it holds (None: unknown, replay)."""
 
-    def __init__(self, path: str, db, identity: tuple | None) -> None:
-        self.path, self._db = path, db
+    def __init__(self, path: str, db, slot: tuple) -> None:
+        self.path, self._db, self.slot = path, db, slot
+        self._claims = db.get_column_family(_CLAIMS)
+        identity = _identity(self._claims.get(_CLAIM), slot)
         self.identity = identity  # (materialization, changelog, staged, count, size) or None
         self.count = identity[3] if identity else 0
         self.size = identity[4] if identity else 0
@@ -73,9 +85,9 @@ class SpilledState(Mapping):
     # -- changing ----------------------------------------------------------------------
 
     def forget(self) -> None:
-        """Remove the identity before the first change (a kill then leaves no claim)."""
+        """Delete the claim before the first change (a kill then leaves none)."""
         if self.identity is not None:
-            _remove(self.path + ".identity")
+            del self._claims[_CLAIM]
             self.identity = None
 
     def put(self, key: bytes, value: bytes, *, new: bool = False) -> None:
@@ -113,13 +125,12 @@ class SpilledState(Mapping):
         self._db.write(batch)
 
     def claim(self, materialization, changelog, staged) -> None:
-        """Write the identity: the state is that of these manifest files (and staged files)."""
+        """Write the claim: the state is that of these manifest files (and staged files)."""
         identity = (tuple(materialization), tuple(changelog), staged, self.count, self.size)
-        partial = f"{self.path}.identity.{os.getpid()}"
-        with open(partial, "wb") as f:
-            f.write(marshal.dumps((list(identity[0]), list(identity[1]), _list(staged),
-                                   self.count, self.size)))  # fmt: skip
-        os.replace(partial, self.path + ".identity")
+        self._claims[_CLAIM] = marshal.dumps(
+            (list(self.slot), list(identity[0]), list(identity[1]), _list(staged),
+             self.count, self.size)
+        )  # fmt: skip
         self.identity = identity
         self.read_as = identity[:2]
 
@@ -128,9 +139,15 @@ class SpilledState(Mapping):
         return self._db is not None
 
     def close(self) -> None:
+        """Close the database; one that fails to (its directory went while it was open) is
+        dropped: its claim, if any, went with it, so the next read replays the range."""
         if self._db is not None:
-            self._db.close()
-            self._db = None
+            try:
+                self._claims.close()
+                self._db.close()
+            except Exception as e:  # rocksdict raises a bare Exception
+                _LOG.warning("%s; dropped the range held at %s", _line(e), self.path)
+            self._db = self._claims = None
         _OPEN[:] = [s for s in _OPEN if s is not self]
 
 
@@ -151,7 +168,7 @@ def open_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
         db = _open(path, memory_bytes)
         if db is None:
             continue  # another worker holds it
-        state = SpilledState(path, db, _identity(path))
+        state = SpilledState(path, db, slot)
         _OPEN.append(state)
         return state
     return None
@@ -179,11 +196,11 @@ def empty_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
     path = state.path
     state.forget()
     state.close()
-    _destroy(path)
+    shutil.rmtree(path, ignore_errors=True)
     db = _open(path, memory_bytes)
     if db is None:  # another worker took it meanwhile
         return None
-    state = SpilledState(path, db, None)
+    state = SpilledState(path, db, slot)
     _OPEN.append(state)
     return state
 
@@ -203,7 +220,11 @@ def _options(memory_bytes: int):
     from rocksdict import BlockBasedOptions, Cache, Options
 
     options = Options(raw_mode=True)
-    options.create_if_missing(True)
+    options.create_if_missing(True)  # a new range, or one whose directory went: no claim
+    options.create_missing_column_families(True)
+    options.set_atomic_flush(True)  # the claim's tables never run ahead of the records'
+    options.set_paranoid_checks(True)
+    options.set_max_open_files(-1)  # every table is opened (and checked) on open
     # Its memory is a small part of the budget: two write buffers and a block cache.
     part = max(1 << 20, min(32 << 20, memory_bytes // 16))
     options.set_write_buffer_size(part)
@@ -214,33 +235,45 @@ def _options(memory_bytes: int):
     return options
 
 
+def _claim_options():
+    from rocksdict import Options
+
+    options = Options(raw_mode=True)
+    options.set_write_buffer_size(64 << 10)  # one small value
+    return options
+
+
 def _open(path: str, memory_bytes: int):
+    """The database at ``path`` (made anew if missing, or if it does not open: files of it
+    gone or cut); None if another worker holds it."""
     from rocksdict import Rdict
 
+    cause = ""
+    for _ in range(2):
+        try:
+            return Rdict(path, _options(memory_bytes), column_families={_CLAIMS: _claim_options()})
+        except Exception as e:  # rocksdict raises a bare Exception
+            if os.path.join(path, "LOCK") in str(e):
+                return None
+            cause = _line(e)
+            _LOG.warning("%s; replaying the range held at %s from the store", cause, path)
+            shutil.rmtree(path, ignore_errors=True)
+    raise OSError(
+        f"{cause}: cannot make {path!r}, the database of a key-group range past "
+        "--task_state_memory_mb; check the disk of Spark's local directory (SPARK_LOCAL_DIRS)"
+    )
+
+
+def _line(e: Exception) -> str:
+    return " ".join(str(e).split())
+
+
+def _identity(raw: bytes | None, slot: tuple) -> tuple | None:
+    """What a claim says the database holds, if it is a claim of ``slot``."""
     try:
-        return Rdict(path, _options(memory_bytes))
-    except Exception as e:  # rocksdict raises a bare Exception
-        if "lock" in str(e).lower():
-            return None
-        raise
-
-
-def _destroy(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-    _remove(path + ".identity")
-
-
-def _identity(path: str) -> tuple | None:
-    try:
-        with open(path + ".identity", "rb") as f:
-            m, c, staged, count, size = marshal.loads(f.read())
-    except (OSError, EOFError, ValueError, TypeError):
-        return None
+        saved, m, c, staged, count, size = marshal.loads(raw)  # type: ignore[arg-type]
+    except (EOFError, ValueError, TypeError):
+        return None  # none, or damaged
+    if saved != list(slot):
+        return None  # another range's directory
     return tuple(m), tuple(c), None if staged is None else tuple(staged), count, size
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except FileNotFoundError:
-        pass

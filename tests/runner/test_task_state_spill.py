@@ -5,7 +5,9 @@ as an executor's Python worker sees it); the reads are the ones tasks make."""
 
 from __future__ import annotations
 
+import glob
 import os
+import shutil
 
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint.task_state import Due, NamespaceState
@@ -173,4 +175,87 @@ def test_a_stage_done_with_its_range_leaves_another_stages_range_open(tmp_path, 
     staged_state.release(mine)
     assert not mine.is_open and other.is_open and len(other) == 0
     staged_state.release(other)
+    store.close()
+
+
+def _held(root: str, first: int) -> str:
+    """Read the range past the budget (so it is held on disk) and close it: its directory."""
+    state = _read(root, first, memory_bytes=BUDGET)
+    assert isinstance(state, held_state.SpilledState)
+    staged_state.release()
+    return state.path
+
+
+def test_a_deleted_directory_is_not_trusted_the_range_is_replayed(tmp_path, executor_dir, replays):
+    """A /tmp cleaner or a lost disk takes the database, not what lies beside it: the next
+    read opens a new database, which claims nothing, and replays the range."""
+    root, store = _store(tmp_path)
+    first = _commit(store, root, 0, _puts(300))
+    shutil.rmtree(_held(root, first))
+    second = _commit(store, root, 1, _puts(1, start=500))
+    got = _read(root, second, memory_bytes=BUDGET)
+    assert dict(got.items()) == {**_expected(_puts(300)), **_expected(_puts(1, start=500))}
+    assert len(got) == 301 and replays == [first, second]
+    staged_state.release()
+    store.close()
+
+
+def test_a_directory_replaced_by_another_ranges_is_not_trusted(tmp_path, executor_dir, replays):
+    """Two subtasks' ranges swap directories: each claims the other's range, so neither read
+    builds on it."""
+    root, store = _store(tmp_path)
+    first = _commit(store, root, 0, _puts(600))
+    paths = [_held_range(root, first, subtask) for subtask in (0, 1)]
+    shutil.move(paths[0], paths[0] + ".moved")
+    shutil.move(paths[1], paths[0])
+    shutil.move(paths[0] + ".moved", paths[1])
+    for subtask in (0, 1):
+        got = _read(root, first, subtask, 2, memory_bytes=BUDGET)
+        assert dict(got.items()) == _read(root, first, subtask, 2)  # the default budget: a dict
+        staged_state.release()
+    assert replays == [first] * 6
+    store.close()
+
+
+def _held_range(root: str, first: int, subtask: int) -> str:
+    state = _read(root, first, subtask, 2, memory_bytes=BUDGET)
+    assert isinstance(state, held_state.SpilledState)
+    staged_state.release()
+    return state.path
+
+
+def test_a_directory_with_tables_missing_is_made_anew_and_replayed(
+    tmp_path, executor_dir, replays, caplog
+):
+    root, store = _store(tmp_path)
+    first = _commit(store, root, 0, _puts(300))
+    path = _held(root, first)
+    (table, *_) = sorted(glob.glob(os.path.join(path, "*.sst")))
+    os.remove(table)
+    got = _read(root, first, memory_bytes=BUDGET)
+    assert dict(got.items()) == _expected(_puts(300)) and replays == [first, first]
+    assert f"replaying the range held at {path} from the store" in caplog.text
+    staged_state.release()
+    store.close()
+
+
+def test_a_directory_deleted_while_a_task_holds_it_is_replayed_next(
+    tmp_path, executor_dir, replays
+):
+    """The task goes on with the open database (its files are gone from the directory); its
+    claim goes with them, so the next read replays."""
+    root, store = _store(tmp_path)
+    first = _commit(store, root, 0, _puts(300))
+    state = _read(root, first, memory_bytes=BUDGET)
+    shutil.rmtree(state.path)
+    message, changes = _stage(root, 1, {b"key-00001": 7}, deletes=[b"key-00002"])
+    staged_state.keep_staged(_spec(root, first), 0, NS, state, changes, message.files)
+    staged_state.release()
+    second = store.pipeline("p").checkpoint(
+        fingerprint="f", parallelism=1, commit_messages=[message]
+    )
+    got = _read(root, second, memory_bytes=BUDGET)
+    expected = {**_expected(_puts(300), [b"key-00002"]), b"key-00001": _value(7)}
+    assert dict(got.items()) == expected and replays == [first, second]
+    staged_state.release()
     store.close()

@@ -8,7 +8,9 @@ in memory (and read one larger than its cache whole every round)."""
 from __future__ import annotations
 
 import glob
+import marshal
 import os
+import shutil
 import time
 
 import apache_beam as beam
@@ -18,7 +20,7 @@ from apache_beam.transforms import userstate
 
 from sparkbeam.checkpoint import open_store
 from sparkbeam.io import WriteToFilesOnCheckpoint
-from sparkbeam.runner.task import shared_reads
+from sparkbeam.runner.task import held_state, shared_reads
 from tests.streaming.streaming_pipelines import EventTimeOffsets
 from tests.streaming.test_streaming import _options
 
@@ -40,14 +42,18 @@ class _PaddedCount(beam.DoFn):
         yield kv[0], count
 
 
-def _counts(options, tmp_path, count_fn, keys: int, n: int, per_round: int) -> list[str]:
+def _counts(
+    options, tmp_path, count_fn, keys: int, n: int, per_round: int, before=lambda kv: kv
+) -> list[str]:
     """Run ``n`` elements, ``per_round`` a round, over ``keys`` keys through the stateful
-    ``count_fn``; the lines it wrote exactly once."""
+    ``count_fn`` (each element through ``before`` first, in the stage ahead of it); the
+    lines it wrote exactly once."""
     with beam.Pipeline(options=options) as p:
         _ = (
             p
             | beam.Create([("a", n)])
             | beam.ParDo(EventTimeOffsets(per_round=per_round, delay_s=0.01))
+            | beam.Map(before)
             | beam.Map(lambda kv: (f"k{kv[1] % keys}", kv[1]))
             | beam.ParDo(count_fn)
             | WriteToFilesOnCheckpoint(str(tmp_path / "out" / "counts"), format_fn=repr)
@@ -70,12 +76,30 @@ def test_state_four_times_the_budget_is_held_on_the_executors_disk_and_exact(spa
     options = _options(tmp_path, "--parallelism=2", "--task_state_memory_mb=1")
     lines = _counts(options, tmp_path, _PaddedCount(), KEYS, n, per_round=KEYS // 2)
     assert sorted(lines) == sorted(repr((f"k{k}", c)) for k in range(KEYS) for c in (1, 2))
-    claims = [  # each a range a worker held on disk past the budget, and what it held
-        path
-        for path in glob.glob(os.path.join(_executor_dir(spark), "spilled", "*", "*.identity"))
-        if os.path.getmtime(path) >= started
-    ]
-    assert claims
+    claims = _claims(_executor_dir(spark), started)
+    assert claims  # ranges a worker held on disk past the budget, each with what it holds
+    for records, (*_, count, size) in claims:
+        assert (count, size) == (len(records), sum(len(k) + len(v) for k, v in records.items()))
+
+
+def _claims(executor_dir: str, since: float) -> list[tuple[dict, tuple]]:
+    """(records, claim) of each database a round changed since ``since`` that claims what it
+    holds (read-only: a worker may hold it)."""
+    from rocksdict import AccessType, Options, Rdict
+
+    found = []
+    for path in glob.glob(os.path.join(executor_dir, "spilled", "*", "*", "CURRENT")):
+        path = os.path.dirname(path)
+        if max(os.path.getmtime(f) for f in glob.glob(os.path.join(path, "*"))) < since:
+            continue
+        db = Rdict(path, Options(raw_mode=True), access_type=AccessType.read_only())
+        claims = db.get_column_family(held_state._CLAIMS)
+        claim = claims.get(held_state._CLAIM)
+        if claim is not None:
+            found.append((dict(db.items()), marshal.loads(claim)))
+        claims.close()
+        db.close()
+    return found
 
 
 class _Count(beam.DoFn):
@@ -107,3 +131,80 @@ def test_a_grown_range_is_snapshotted_in_the_background_and_the_output_is_exact(
         for f in r.base
     ]
     assert any("-late-" in name for name in bases), bases
+
+
+def _held_ranges(since: float) -> list[str]:
+    """The executor's database directories of the ranges held on its disk that hold records
+    (tables or a write-ahead log) and that a round changed since ``since`` (not those of
+    earlier tests), largest first."""
+    found = []
+    for path in glob.glob(os.path.join(shared_reads.shared_dir(), "spilled", "*", "*", "")):
+        files = glob.glob(os.path.join(path, "*"))
+        data = sum(os.path.getsize(f) for f in files if f.endswith((".sst", ".log")))
+        if data and max(os.path.getmtime(f) for f in files) >= since:
+            found.append((data, path.rstrip(os.sep)))
+    return [path for _, path in sorted(found, reverse=True)]
+
+
+def _damage(kind: str, since: float) -> int:
+    """Damage the ranges held on this executor's disk as a lost disk or a /tmp cleaner
+    would, leaving what lies beside them; how many were damaged."""
+    paths = _held_ranges(since)
+    if kind == "swap":  # each range's directory replaced by the other's
+        a, b = paths[:2]
+        shutil.move(a, a + ".moved")
+        shutil.move(b, a)
+        shutil.move(a + ".moved", b)
+        return 2
+    for path in paths:
+        if kind == "delete":
+            shutil.rmtree(path)
+        else:  # truncate: half its tables gone
+            tables = sorted(glob.glob(os.path.join(path, "*.sst")))
+            for table in tables[: max(1, len(tables) // 2)]:
+                os.remove(table)
+    return len(paths)
+
+
+class _DamageOnce:
+    """At element ``at``, once (a retried task does not repeat it): `_damage` the ranges,
+    and note how many in ``marker``."""
+
+    def __init__(self, kind: str, at: int, since: float, marker: str) -> None:
+        self.kind, self.at, self.since, self.marker = kind, at, since, marker
+
+    def __call__(self, kv):
+        if kv[1] == self.at and not os.path.exists(self.marker):
+            damaged = _damage(self.kind, self.since)
+            with open(self.marker, "w") as f:
+                f.write(str(damaged))
+        return kv
+
+
+class _PaddedCountDamaging(_PaddedCount):
+    """`_PaddedCount` that deletes the ranges held on disk while its task holds one open."""
+
+    def __init__(self, damage: _DamageOnce) -> None:
+        self.damage = damage
+
+    def process(self, kv, state=beam.DoFn.StateParam(_PaddedCount.STATE)):
+        self.damage(kv)
+        yield from super().process(kv, state)
+
+
+@pytest.mark.parametrize("kind", ["delete", "truncate", "swap", "delete mid-round"])
+def test_a_range_whose_directory_is_damaged_is_read_again_from_the_store(spark, tmp_path, kind):
+    """Between rounds (in the stage ahead) or while a task holds it, the ranges' database
+    directories are deleted, cut or swapped, what lies beside them left: the next read
+    trusts none of them and replays the range from the store; the output is exact."""
+    n = 2 * KEYS  # two elements per key in four rounds: the second needs the first's state
+    marker = str(tmp_path / "damaged")
+    damage = _DamageOnce(kind.split()[0], KEYS + KEYS // 4, time.time(), marker)
+    options = _options(tmp_path, "--parallelism=2", "--task_state_memory_mb=1")
+    if kind.endswith("mid-round"):
+        lines = _counts(options, tmp_path, _PaddedCountDamaging(damage), KEYS, n, KEYS // 2)
+    else:
+        lines = _counts(options, tmp_path, _PaddedCount(), KEYS, n, KEYS // 2, before=damage)
+    with open(marker) as f:
+        assert int(f.read()) >= 2  # both tasks' ranges were on disk, and damaged
+    assert sorted(lines) == sorted(repr((f"k{k}", c)) for k in range(KEYS) for c in (1, 2))
