@@ -5,9 +5,10 @@ Owns: the operator's view of a store's checkpoints -- the argparse subcommands
 `main` (``python -m sparkbeam.checkpoint.cli checkpoints list --checkpoint_dir URL``) that also
 has ``startpoints`` (`startpoints_cli`). Output is a readable table, or JSON with ``--json``;
 ``verify`` also says which checkpoint a restart of each pipeline would restore (the newest
-undamaged one). ``list``, ``show`` and ``verify`` open the store read-only (no lock); ``clean``
-takes the lock. Taking, checking and opening the store, with Beam's filesystem flags, is
-`cli_store`'s. Leaves to others: everything it prints comes from `CheckpointStore`.
+sound one, by the rule the driver uses) and exits 1 if any checkpoint is damaged. ``list``,
+``show`` and ``verify`` open the store read-only (no lock); ``clean`` takes the lock. Taking,
+checking and opening the store, with Beam's filesystem flags, is `cli_store`'s. Leaves to
+others: everything it prints comes from `CheckpointStore`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from sparkbeam.checkpoint.errors import (
     StoreLockedError,
 )
 from sparkbeam.checkpoint.reader import VerificationResult
-from sparkbeam.checkpoint.restore import lost_manifests
+from sparkbeam.checkpoint.restore import lost_manifests, sound_checkpoint
 from sparkbeam.checkpoint.startpoints_cli import add_startpoint_subcommands
 from sparkbeam.checkpoint.store import open_store
 
@@ -57,7 +58,11 @@ def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.Argument
     sp.add_argument("--checkpoint", type=int, help="checkpoint id (default: the latest)")
     sp.set_defaults(checkpoints_func=_show)
 
-    sp = sub.add_parser("verify", help="read every file and check sizes and checksums")
+    sp = sub.add_parser(
+        "verify",
+        help="read every file and check sizes and checksums; say which checkpoint a restart "
+        "uses; exit 0 if every checkpoint is sound, 1 if any is damaged",
+    )
     common(sp)
     sp.add_argument("--pipeline", help="only this pipeline (default: all)")
     sp.add_argument("--checkpoint", type=int, help="only this checkpoint id (default: all)")
@@ -168,10 +173,10 @@ def _verify(args: argparse.Namespace) -> int:
         results.extend(store.verify(pid, cid) for cid in ids)
     bad = [r for r in results if not r.ok]
     # What a restart restores: the newest undamaged checkpoint (known when all were checked).
-    restart = {} if args.checkpoint is not None else _restart_choices(pids, results)
+    restart = {} if args.checkpoint is not None else _restart_choices(store, pids, results)
     checked = {r.pipeline_id for r in results}
     lost = {pid: lost_manifests(store, pid) for pid in pids if pid not in checked}
-    failing = bool(bad) or any(lost.values())  # every "a restart fails" below exits 1
+    failing = bool(bad) or any(lost.values())  # damage, or a restart that fails: exit 1
     if args.json:
         docs = [dict(dataclasses.asdict(r), restart=restart.get(r.pipeline_id) == r.checkpoint_id)
                 for r in results]  # fmt: skip
@@ -202,14 +207,18 @@ def _verify(args: argparse.Namespace) -> int:
     return 1 if failing else 0
 
 
-def _restart_choices(pids: Sequence[str], results: list[VerificationResult]) -> dict:
-    """Pipeline -> the checkpoint a restart restores (the newest undamaged), if any."""
-    choices = {}
-    for pid in pids:
-        ok = [r.checkpoint_id for r in results if r.pipeline_id == pid and r.ok]
-        if ok:
-            choices[pid] = max(ok)
-    return choices
+def _restart_choices(store, pids: Sequence[str], results: list[VerificationResult]) -> dict:
+    """Pipeline -> the checkpoint a restart restores, if any."""
+    choices = {pid: _restart_choice(store, pid, results) for pid in pids}
+    return {pid: cid for pid, cid in choices.items() if cid is not None}
+
+
+def _restart_choice(store, pid: str, results: list[VerificationResult]) -> int | None:
+    """The newest sound checkpoint: the driver's own rule (`restore.sound_checkpoint`), over
+    the results just printed (a checkpoint committed since is verified now)."""
+    checked = {r.checkpoint_id: r for r in results if r.pipeline_id == pid}
+    cid, _ = sound_checkpoint(store, pid, lambda c: checked.get(c) or store.verify(pid, c))
+    return cid
 
 
 def _clean(args: argparse.Namespace) -> int:

@@ -34,8 +34,7 @@ class TaskStateDamagedError(CheckpointCorruptError):
         super().__init__(
             path,
             f"{reason}; checkpoint {checkpoint_id} of pipeline {pipeline_id!r} names it",
-            "The driver restores the newest checkpoint whose files are all sound (the one "
-            "`sparkbeam checkpoints verify` names).",
+            "The driver restores the newest checkpoint whose files are all sound.",
         )
 
     @classmethod

@@ -1,18 +1,25 @@
 """Restore of one pipeline: the latest usable checkpoint, falling back past damaged ones.
 
-Owns: choosing which checkpoint to load (a given one, or the newest that loads), the
-fingerprint check, falling back with a logged warning naming the file and the reason, and
-the error when none is left. Also the record that a pipeline committed before
-(`COMMITTED_MARK`, next to its manifests, written after its first commit and at a restore):
-a pipeline with that record and no manifest lost its manifests, and starting it fresh would
-publish its output again, so it is refused (`ManifestsLostError`); data files without it are
-a first commit cut short, and start fresh. Leaves to others: loading a manifest's files into
-the working state (``pipeline.PipelineStore.load``), the chain a restored pipeline continues
+Owns: choosing which checkpoint to load (a given one, or the newest that loads and was not
+set aside), the fingerprint check, falling back with a logged warning naming the file and the
+reason, and the error when none is left. Also the fallback after a task found a file of the
+checkpoint it read damaged (`fall_back`): the checkpoint a restart uses is the newest whose
+files are all sound (`sound_checkpoint`, `CheckpointStore.verify`'s rule, which
+``sparkbeam checkpoints verify`` prints), and every newer one is set aside (a
+``manifests/chk-<id>.json.damaged`` mark beside its manifest), so no restore picks it again;
+the next commit deletes them (`commit.CheckpointChain.abandoned`), saying so. Also the record
+that a pipeline committed before (`COMMITTED_MARK`, next to its manifests, written after its
+first commit and at a restore): a pipeline with that record and no manifest lost its
+manifests, and starting it fresh would publish its output again, so it is refused
+(`ManifestsLostError`); data files without it are a first commit cut short, and start fresh.
+Leaves to others: loading a manifest's files into the working state
+(``pipeline.PipelineStore.load``), the chain a restored pipeline continues
 (``commit.CheckpointChain.adopt``) and reading manifests (``store``).
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -23,15 +30,20 @@ from sparkbeam.checkpoint.errors import (
 )
 from sparkbeam.checkpoint.ids import CheckpointId
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.checkpoint.manifest import MANIFEST_DIR, Manifest
+from sparkbeam.checkpoint.manifest import MANIFEST_DIR, Manifest, manifest_name, parse_manifest_name
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from sparkbeam.checkpoint.pipeline import PipelineStore
+    from sparkbeam.checkpoint.reader import VerificationResult
     from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore
 
 log = logging.getLogger(__name__)
 COMMITTED_MARK = f"{MANIFEST_DIR}/committed"
 """Written once a pipeline has a committed checkpoint; under the manifests, which `clean` keeps."""
+SET_ASIDE = ".damaged"
+"""Suffix of a set-aside checkpoint's mark: its manifest's name + this (`set_aside_mark`)."""
 
 
 class ManifestsLostError(CheckpointCorruptError):
@@ -94,7 +106,17 @@ def restore(
             raise lost
         return None
     failures: list[CheckpointCorruptError] = []
+    aside = set_aside_ids(store, work.pipeline_id) if checkpoint_id is None else set()
+    if aside:
+        log.warning(
+            "Checkpoints %s of pipeline %r were set aside after a task found files of them "
+            "damaged (%s): a restore skips them.",
+            ", ".join(map(str, sorted(aside))), work.pipeline_id,
+            f"{store.url}/{work.directory}/{MANIFEST_DIR}/chk-*.json{SET_ASIDE}",
+        )  # fmt: skip
     for cid in sorted(ids, reverse=True):
+        if cid in aside:
+            continue
         try:
             manifest = store.load_manifest(work.pipeline_id, cid)
             _check_fingerprint(manifest, fingerprint, allow_fingerprint_change)
@@ -108,10 +130,84 @@ def restore(
                 cid, work.pipeline_id, e,
             )  # fmt: skip
             continue
-        work.chain.abandoned = tuple(c for c in ids if c > cid)  # damaged, skipped above
+        # Damaged or set aside, skipped above: the next commit deletes them.
+        work.chain.abandoned = tuple(c for c in ids if c > cid or c in aside)
         committed(work, cid)  # stores written before the record, too
         return CheckpointInfo.from_manifest(manifest)
+    if not failures and aside:
+        raise _no_sound_checkpoint(store, work.pipeline_id, f"all set aside: {sorted(aside)}")
     raise _all_damaged(store, work, failures)
+
+
+def set_aside_mark(checkpoint_id: int) -> str:
+    """``manifests/chk-<id>.json.damaged`` (relative to the pipeline directory)."""
+    return manifest_name(checkpoint_id) + SET_ASIDE
+
+
+def set_aside_ids(store: CheckpointStore, pipeline_id: str) -> set[CheckpointId]:
+    """The checkpoints of a pipeline a fallback set aside (one listing of its manifests)."""
+    marks = store.storage.list(f"{pipeline_dir(pipeline_id)}/{MANIFEST_DIR}")
+    ids = (parse_manifest_name(m[: -len(SET_ASIDE)]) for m in marks if m.endswith(SET_ASIDE))
+    return {i for i in ids if i is not None}
+
+
+def sound_checkpoint(
+    store: CheckpointStore,
+    pipeline_id: str,
+    verify: Callable[[int], VerificationResult] | None = None,
+) -> tuple[CheckpointId | None, list[VerificationResult]]:
+    """The checkpoint a restart uses -- the newest whose files are all sound -- and the
+    results of the damaged ones newer than it, newest first. ``verify``: a checkpoint's
+    result (by default `CheckpointStore.verify`, which reads each file once)."""
+    check = verify or (lambda cid: store.verify(pipeline_id, cid))
+    damaged = []
+    for cid in reversed(store._manifest_ids(pipeline_id)):
+        result = check(cid)
+        if result.ok:
+            return cid, damaged
+        damaged.append(result)
+    return None, damaged
+
+
+def fall_back(store: CheckpointStore, pipeline_id: str, cause: str) -> CheckpointId | None:
+    """After a task found a file of a checkpoint of ``pipeline_id`` damaged (``cause``: its
+    error, one line): set aside the checkpoints newer than the sound one (`sound_checkpoint`),
+    logging them at WARNING, cause first; returns the sound one, which the next restore
+    loads. None when the newest is sound (the file was unreadable for a while, not damaged):
+    nothing is set aside. Raises `CheckpointCorruptError` when none is sound (nothing is set
+    aside then: restoring the files from a backup makes the store whole again)."""
+    sound, damaged = sound_checkpoint(store, pipeline_id)
+    if not damaged:
+        return None
+    problems = sorted({p for r in damaged for p in r.problems})
+    if sound is None:
+        raise _no_sound_checkpoint(store, pipeline_id, "; ".join(problems[:3]))
+    ids = sorted(r.checkpoint_id for r in damaged)
+    for cid in ids:
+        store.storage.write(
+            f"{pipeline_dir(pipeline_id)}/{set_aside_mark(cid)}",
+            json.dumps({"cause": cause, "problems": problems}, indent=1).encode(),
+        )
+    others = [p for p in problems if p.split(": ", 1)[0] not in cause][:3]  # not the cause's
+    log.warning(
+        "%s -- checkpoints %s of pipeline %r name damaged files%s: set aside (%s, deleted by the "
+        "next commit); restoring checkpoint %d, the newest sound one (as `sparkbeam checkpoints "
+        "verify` says), and running the rounds after it again.",
+        cause, ", ".join(map(str, ids)), pipeline_id,
+        f" (also {'; '.join(others)})" if others else "", f"{MANIFEST_DIR}/chk-*.json{SET_ASIDE}",
+        sound,
+    )  # fmt: skip
+    return sound
+
+
+def _no_sound_checkpoint(store: CheckpointStore, pipeline_id: str, why: str):
+    directory = f"{store.url}/{pipeline_dir(pipeline_id)}"
+    return CheckpointCorruptError(
+        directory,
+        f"no checkpoint of pipeline {pipeline_id!r} is sound ({why})",
+        "Restore the damaged files from a backup (`sparkbeam checkpoints verify` lists them), "
+        "or start fresh with a new --checkpoint_dir.",
+    )
 
 
 def _check_fingerprint(manifest: Manifest, fingerprint: str | None, allow_change: bool) -> None:

@@ -19,6 +19,7 @@ Typical use (driver)::
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ from sparkbeam.checkpoint.reader import (
     read_state,
     verify_files,
 )
+from sparkbeam.checkpoint.restore import set_aside_mark
 from sparkbeam.checkpoint.retention import needs_fallback, plan_retention, sweep
 from sparkbeam.checkpoint.staging import StagedWriter
 from sparkbeam.checkpoint.startpoints import Startpoints
@@ -283,7 +285,15 @@ class CheckpointStore:
                 PipelineId(pipeline_id), CheckpointId(checkpoint_id), False,
                 (f"{e.path}: {e.reason}",), 1, 0,
             )  # fmt: skip
-        return verify_files(self.storage, pipeline_dir(pipeline_id), manifest)
+        result = verify_files(self.storage, pipeline_dir(pipeline_id), manifest)
+        mark = f"{pipeline_dir(pipeline_id)}/{set_aside_mark(checkpoint_id)}"
+        if not self.storage.exists(mark):
+            return result
+        problem = (
+            f"{mark}: set aside after a task found a file of it damaged; no restore uses it "
+            "(delete this mark once the files are restored)"
+        )
+        return dataclasses.replace(result, ok=False, problems=(*result.problems, problem))
 
     def read_subtask_state(
         self, pipeline_id: str, checkpoint_id: int | None, subtask: int, parallelism: int
@@ -340,12 +350,21 @@ class CheckpointStore:
         for cid in keep:
             referenced.update(files_of(cid) or ())
         candidates: set[str] = set()
+        damaged = [cid for cid in drop if cid in set(abandoned)]
         for cid in drop:
             candidates.update(files_of(cid) or ())
             self.storage.delete(f"{directory}/{manifest_name(cid)}")
             self._manifest_cache.pop((PipelineId(pipeline_id), cid), None)
+        for cid in damaged:
+            self.storage.delete(f"{directory}/{set_aside_mark(cid)}")
         for name in sorted(candidates - referenced):
             self.storage.delete(f"{directory}/{name}")
+        if damaged:
+            log.warning(
+                "Deleted checkpoints %s of pipeline %r, damaged or set aside (a restore fell back "
+                "past them), with the files no other checkpoint names.",
+                ", ".join(map(str, damaged)), pipeline_id,
+            )  # fmt: skip
 
     def _sweep(self, pipeline_id: str, rounds_done: dict[str, int], live: set[str]) -> int:
         """Delete staged files of committed rounds and driver segments that no checkpoint

@@ -65,6 +65,38 @@ class StageFailedError(RuntimeError):
             )
         super().__init__("\n".join(lines))
 
+    @property
+    def cause(self) -> str:
+        """The task's Python exception on one line, "Type: message" (its message's first
+        line), for a log line that puts the cause first; the JVM's frames are not in it."""
+        return _MODULE_PATH.sub("", last_error(self.user_traceback))
+
+
+class DamagedStateError(StageFailedError):
+    """A task found a file of the checkpoint it read corrupt or missing (its
+    `TaskStateDamagedError` crossed Spark as text): the store is damaged, not the code. A
+    round loop falls back to the newest checkpoint whose files are all sound
+    (`checkpoint.restore.fall_back`); this error reaches the user only when that finds the
+    checkpoint sound (the file was unreadable for a while) and the restores ran out."""
+
+    def __init__(self, stage: str, user_traceback: str, path: str) -> None:
+        RuntimeError.__init__(self)
+        self.stage, self.user_traceback, self.transform = stage, user_traceback, None
+        self.path = path
+        where = f"Beam stage {stage!r}" if stage != _UNKNOWN else "A Beam stage"
+        self.args = (
+            f"{where} could not read checkpoint file {path!r}: {self.cause}\n"
+            "  What to do: the store is damaged, not the code. `sparkbeam checkpoints verify "
+            "--checkpoint_dir <store>` lists its damaged files and the checkpoint a restart "
+            "restores; if it finds none, the file was unreadable for a while: rerun the job.",
+        )
+
+
+def _damaged_file(traceback_text: str) -> str | None:
+    """The file a task's `TaskStateDamagedError` (or `CheckpointCorruptError`) names."""
+    found = _DAMAGED.findall(traceback_text)
+    return found[-1][1] if found else None
+
 
 def _cause_advice(error: str) -> str | None:
     """What to do about a failure whose cause is the machine, not the code: a full disk, a
@@ -128,6 +160,10 @@ _WORKER_DID_NOT_START = re.compile(
     r"Error from python worker:\n((?:  .*\n?)+)(?:PYTHONPATH was:\n  (.*))?"
 )
 _UNKNOWN = "<unknown>"  # a failure no stage can be told for
+_MODULE_PATH = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=\w+: )")  # "a.b.ValueError: " -> "ValueError: "
+_DAMAGED = re.compile(
+    r"(?:TaskStateDamagedError|CheckpointCorruptError): Checkpoint file (['\"])(.+?)\1 is corrupt: "
+)
 _STAGE_TAG = re.compile(r"\[(stage-\d+)\]")
 _STEP = re.compile(r"\[while running '([^']+)'\]")
 _FRAME = re.compile(r'^\s*File "([^"]+)", line \d+')
@@ -159,6 +195,9 @@ def run_guarded(stage_id: str | None, action, describe=None):
         if worker is not None:
             raise worker from None
         user = user_traceback(text)
+        damaged = _damaged_file(user)
+        if damaged is not None:  # the store, not the code: the round loop falls back
+            raise DamagedStateError(failed, user, damaged) from None
         startpoint = startpoint_failure(user)
         if startpoint is not None:  # not the user's DoFn: restoring cannot help
             raise _with_frames(startpoint, user) from None

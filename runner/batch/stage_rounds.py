@@ -52,6 +52,7 @@ class StageRounds:
         self.pipeline = next(p for p in ctx.plan.pipelines if p.id == stage.pipeline)
         self.sdf_stages = (stage.id,)
         self.virtual_time = False  # batch rounds wait for their residuals on the wall clock
+        self.restores_on_open = False  # the executor restores, once, before any stage
         self.side_bc, self.state, self.input = side_bc, state, input_rdd
         self.restored_metadata = restored_metadata or {}
         self.outputs: list = []  # every round's output RDD (and the restored chunks)

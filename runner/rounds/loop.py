@@ -8,7 +8,9 @@ inputs end, it is stopped or drained.
 
 ``RoundLoop`` owns the round number, the SDF stages' residual keepers (``feed``), the ledger,
 the commit, the last rounds' times and the wait; a round that fails beyond Spark's task retries
-restores the last checkpoint, up to ``RunContext.max_restores`` times (batch: none). What
+restores the last checkpoint, up to ``RunContext.max_restores`` times (batch: none), logging
+the task's exception first in one line; a round whose task found a file of its checkpoint
+damaged restores the newest sound checkpoint instead (``checkpoint.restore.fall_back``). What
 differs per side is a ``RoundJob``: ``runner.batch.stage_rounds.StageRounds`` (one SDF stage:
 its input, then its due residuals) and ``runner.streaming.pipeline.PipelineRounds`` (one
 pipeline's live stages, with its watermarks and GroupByKey and user state).
@@ -22,7 +24,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
-from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.checkpoint import restore
+from sparkbeam.runner.errors import DamagedStateError, StageFailedError
 from sparkbeam.runner.faults import crash_point
 from sparkbeam.runner.rounds import feed
 from sparkbeam.runner.rounds.context import RunContext
@@ -69,6 +72,7 @@ class RoundJob(Protocol):
     pipeline: PipelinePlan
     sdf_stages: tuple[str, ...]  # stages whose residuals the loop keeps
     virtual_time: bool  # the job keeps its own clock (a TestStream): no waiting between rounds
+    restores_on_open: bool  # open() restores the latest checkpoint (streaming; batch: before)
 
     def open(self) -> Opened:
         """Restore the latest checkpoint (again after a failed round)."""
@@ -132,19 +136,34 @@ class RoundLoop:
                 record_failure(self.ctx.store.startpoints, e)
                 raise
             except StageFailedError as e:
+                if isinstance(e, DamagedStateError) and self.fall_back(e):
+                    continue  # a sound checkpoint restored: not a retry of the damaged one
                 self.restores += 1
                 if self.restores > self.ctx.max_restores:
                     raise
                 _LOG.warning(
-                    "Pipeline %s: round %d failed (%s); restoring its last checkpoint "
-                    "(restore %d of at most %d). Other pipelines keep running.",
-                    self.pipeline.id, self.round_no, e.stage, self.restores, self.ctx.max_restores,
+                    "%s -- round %d of pipeline %s failed%s; restoring %s (restore %d of at "
+                    "most %d); other pipelines keep running.",
+                    e.cause, self.round_no, self.pipeline.id, _where(e), _checkpoint(self),
+                    self.restores, self.ctx.max_restores,
                 )  # fmt: skip
                 self.open()
                 continue
             if not self.finished and not self.job.virtual_time:
                 self.wait(started)
         self.job.ended(self)
+
+    def fall_back(self, e: DamagedStateError) -> bool:
+        """A task found a file of the checkpoint it read damaged: set aside the damaged
+        checkpoints and restore the newest sound one (`restore.fall_back`). False when this
+        job does not restore on open, or the checkpoint is sound after all."""
+        if not (self.ctx.durable and self.job.restores_on_open):
+            return False
+        cause = f"{e.cause} -- round {self.round_no} of pipeline {self.pipeline.id}"
+        if restore.fall_back(self.ctx.store, self.pipeline.id, cause) is None:
+            return False
+        self.open()
+        return True
 
     def open(self) -> None:
         """Start from the job's latest checkpoint: its state, residuals and round number."""
@@ -221,3 +240,14 @@ class RoundLoop:
         wait_s = max(0.0, wake - time.monotonic())
         self.job.waiting(self, wait_s)
         self.ctx.stop.wait(wait_s)
+
+
+def _where(e: StageFailedError) -> str:
+    if e.transform:
+        return f" in {e.transform!r} (stage {e.stage})"
+    return "" if e.stage == "<unknown>" else f" in stage {e.stage}"
+
+
+def _checkpoint(loop: RoundLoop) -> str:
+    cid = loop.checkpoint_id
+    return "its start (no checkpoint yet)" if cid is None else f"checkpoint {cid}"

@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 
+from sparkbeam.runner.errors import StageFailedError
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.loop import RoundLoop
 from sparkbeam.runner.streaming.pipeline import PipelineRounds
@@ -174,7 +175,7 @@ class StreamingExecutor:
             plane.use_in_jobs(self.ctx.filesystem_options)  # s3://... options in every task
             loop.run()
         except BaseException as e:  # noqa: BLE001 - reported by wait()
-            _LOG.error("Pipeline %s failed: %s", loop.pipeline.id, e)
+            _LOG.error("%s -- pipeline %s failed; the job stops.", _cause(e), loop.pipeline.id)
             self.errors.append(e)
             self.stop.set()  # a pipeline beyond its restores fails the job
 
@@ -202,3 +203,12 @@ class StreamingExecutor:
 
     def monitoring_infos_by_stage(self) -> dict[str, list]:
         return self.ctx.metrics.by_name(self.plan)
+
+
+def _cause(e: BaseException) -> str:
+    """One line, the cause first: a task's Python exception, not the JVM's frames (the whole
+    error reaches the caller of ``wait``)."""
+    if isinstance(e, StageFailedError):
+        return e.cause
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}" if first else type(e).__name__

@@ -84,6 +84,7 @@ class PipelineRounds:
         player = test_stream.player_for(self.plan, ids)
         self.test_stream = test_stream.TestStreamClock(player) if player else None
         self.virtual_time = self.test_stream is not None  # the loop does not wait between rounds
+        self.restores_on_open = True  # a round that read a damaged file falls back
 
     # --- restore -----------------------------------------------------------------------
 
