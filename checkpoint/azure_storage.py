@@ -56,7 +56,8 @@ def azure_client():
 
 def _code(error: Exception) -> str | None:
     """Azure's error code (``BlobNotFound``, ``ContainerNotFound``, ...) of an azure-core error."""
-    return getattr(error, "error_code", None)
+    code = getattr(error, "error_code", None)
+    return getattr(code, "value", code)  # a StorageErrorCode is an enum of the code
 
 
 class AzureStorage(ObjectStorage):

@@ -148,8 +148,9 @@ class GcsStorage(ObjectStorage):
                 "(set it only for an emulator)"
             )
         if isinstance(cause, GoogleAuthError):
-            first = (str(cause).strip().splitlines() or [type(cause).__name__])[0]
-            return f"has no usable Google credentials ({first[:200]}); {_CREDENTIALS_HELP}"
+            said = cause.args[0] if cause.args and isinstance(cause.args[0], str) else str(cause)
+            first = (said.strip().splitlines() or [type(cause).__name__])[0]
+            return f"has no usable Google credentials ({first[:160]}); {_CREDENTIALS_HELP}"
         if isinstance(cause, (Unauthorized, Forbidden)):
             credentials = getattr(gcs_client(), "_credentials", None)
             who = "the credentials"
