@@ -17,10 +17,13 @@ or one its records agree with. Nothing beside the database vouches for it: a dir
 deleted (a /tmp cleaner, a lost disk) reopens as a new database with no claim, one replaced
 by another range's holds that range's claim, and one with files missing does not open (it
 is removed and made anew, with a warning). A range with no claim of its own is replayed from
-the durable store. A spilled range is closed when the
-stage that read it is done with it (`release`; one Spark task may run a GroupByKey and the SDF
-stage it feeds, each with its own range); one a failed task left open is closed by the next
-task of its worker.
+the durable store. A read or write the database fails (a damaged table; RocksDB's iterator
+would end early without a word, so an iteration is counted against the claim) removes it and
+fails the task by name (`SpilledStateError`): its retry replays the range.
+
+A spilled range is closed when the stage that read it is done with it (`release`; one Spark
+task may run a GroupByKey and the SDF stage it feeds, each with its own range); one a failed
+task left open is closed by the next task of its worker.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import marshal
 import os
 import shutil
 from collections.abc import Iterator, Mapping
+from typing import Any, NamedTuple, NoReturn
 
 from sparkbeam.runner.task import shared_reads
 
@@ -42,15 +46,20 @@ _CLAIM = b"claim"
 _LOG = logging.getLogger(__name__)
 
 
+class SpilledStateError(RuntimeError):
+    """A database of a range held on an executor's disk failed a read or write; it is
+    removed, and the task fails (its retry replays the range from the checkpoint store)."""
+
+
 class SpilledState(Mapping):
     """One range's state in a RocksDB on the executor's disk, read like the dict it replaces.
 
     ``put``/``delete`` change it; ``identity`` says what it holds (None: unknown, replay)."""
 
-    def __init__(self, path: str, db, slot: tuple) -> None:
-        self.path, self._db, self.slot = path, db, slot
-        self._claims = db.get_column_family(_CLAIMS)
-        identity = _identity(self._claims.get(_CLAIM), slot)
+    def __init__(self, path: str, opened: _Opened, slot: tuple) -> None:
+        self.path, self.slot = path, slot
+        self._db, self._claims, raw, self.fresh = opened
+        identity = _identity(raw, slot)
         self.identity = identity  # (materialization, changelog, staged, count, size) or None
         self.count = identity[3] if identity else 0
         self.size = identity[4] if identity else 0
@@ -60,24 +69,42 @@ class SpilledState(Mapping):
     # -- reading ---------------------------------------------------------------------
 
     def __getitem__(self, key: bytes) -> bytes:
-        value = self._db.get(key)
+        value = self.get(key)
         if value is None:
             raise KeyError(key)
         return value
 
     def get(self, key: bytes, default=None):
-        value = self._db.get(key)
+        try:
+            value = self._db.get(key)
+        except Exception as e:  # rocksdict raises a bare Exception
+            self._refuse(e)
         return default if value is None else value
 
     def __contains__(self, key: object) -> bool:
-        return self._db.get(key) is not None
+        return self.get(key) is not None  # type: ignore[arg-type]
 
     def __iter__(self) -> Iterator[bytes]:
-        return iter(self._db.keys())
+        return (key for key, _ in self.items())
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:  # type: ignore[override]
-        """(key, value) in key order, read from disk as they are iterated."""
-        return iter(self._db.items())
+        """(key, value) in key order, read from disk as they are iterated; all of them, or
+        `SpilledStateError` (RocksDB's iterator ends early, silently, on a damaged table)."""
+        try:
+            return self._counted(self._db.items(), self.count)
+        except Exception as e:
+            self._refuse(e)
+
+    def _counted(self, rows, expected: int) -> Iterator[tuple[bytes, bytes]]:
+        n = 0
+        try:
+            for row in rows:
+                n += 1
+                yield row
+        except Exception as e:
+            self._refuse(e)
+        if n != expected:
+            self._refuse(f"{n} records where its claim counts {expected}")
 
     def __len__(self) -> int:
         return self.count
@@ -87,27 +114,36 @@ class SpilledState(Mapping):
     def forget(self) -> None:
         """Delete the claim before the first change (a kill then leaves none)."""
         if self.identity is not None:
-            del self._claims[_CLAIM]
+            try:
+                del self._claims[_CLAIM]
+            except Exception as e:
+                self._refuse(e)
             self.identity = None
 
     def put(self, key: bytes, value: bytes, *, new: bool = False) -> None:
         """Put ``key`` (``new``: known absent, as a snapshot's rows are)."""
         self.forget()
-        old = None if new else self._db.get(key)
+        old = None if new else self.get(key)
         if old is None:
             self.count += 1
             self.size += len(key) + len(value)
         else:
             self.size += len(value) - len(old)
-        self._db[key] = value
+        try:
+            self._db[key] = value
+        except Exception as e:
+            self._refuse(e)
 
     def delete(self, key: bytes) -> None:
         self.forget()
-        old = self._db.get(key)
+        old = self.get(key)
         if old is not None:
             self.count -= 1
             self.size -= len(key) + len(old)
-            del self._db[key]
+            try:
+                del self._db[key]
+            except Exception as e:
+                self._refuse(e)
 
     def put_all(self, items) -> None:
         """Put ``items`` (absent keys: a dict being spilled) in batches."""
@@ -115,38 +151,59 @@ class SpilledState(Mapping):
 
         self.forget()
         batch = WriteBatch(raw_mode=True)
-        for key, value in items:
-            batch.put(key, value)
-            self.count += 1
-            self.size += len(key) + len(value)
-            if len(batch) >= BATCH_RECORDS:
-                self._db.write(batch)
-                batch = WriteBatch(raw_mode=True)
-        self._db.write(batch)
+        try:
+            for key, value in items:
+                batch.put(key, value)
+                self.count += 1
+                self.size += len(key) + len(value)
+                if len(batch) >= BATCH_RECORDS:
+                    self._db.write(batch)
+                    batch = WriteBatch(raw_mode=True)
+            self._db.write(batch)
+        except Exception as e:
+            self._refuse(e)
 
     def claim(self, materialization, changelog, staged) -> None:
         """Write the claim: the state is that of these manifest files (and staged files)."""
         identity = (tuple(materialization), tuple(changelog), staged, self.count, self.size)
-        self._claims[_CLAIM] = marshal.dumps(
-            (list(self.slot), list(identity[0]), list(identity[1]), _list(staged),
-             self.count, self.size)
-        )  # fmt: skip
+        try:
+            self._claims[_CLAIM] = marshal.dumps(
+                (list(self.slot), list(identity[0]), list(identity[1]), _list(staged),
+                 self.count, self.size)
+            )  # fmt: skip
+        except Exception as e:
+            self._refuse(e)
         self.identity = identity
         self.read_as = identity[:2]
+
+    def _refuse(self, cause: Exception | str) -> NoReturn:
+        """The database failed (a table damaged, its directory gone): remove it, so that the
+        task's retry reads the range again from the store, and fail the task by name."""
+        if isinstance(cause, SpilledStateError):
+            raise cause
+        if self._db is None:  # closed: another worker may hold the directory now
+            raise RuntimeError(f"the range held at {self.path!r} is used after its close")
+        shutil.rmtree(self.path, ignore_errors=True)  # before `close`: the lock is still ours
+        self.close(removed=True)
+        text = _line(cause) if isinstance(cause, Exception) else cause
+        raise SpilledStateError(
+            f"{text}: the database at {self.path!r} of a key-group range past "
+            "--task_state_memory_mb failed and is removed; the task's retry reads the range "
+            "again from the checkpoint store (if it recurs, check that disk of Spark's local "
+            "directory)"
+        )
 
     @property
     def is_open(self) -> bool:
         return self._db is not None
 
-    def close(self) -> None:
+    def close(self, *, removed: bool = False) -> None:
         """Close the database; one that fails to (its directory went while it was open) is
         dropped: its claim, if any, went with it, so the next read replays the range."""
         if self._db is not None:
-            try:
-                self._claims.close()
-                self._db.close()
-            except Exception as e:  # rocksdict raises a bare Exception
-                _LOG.warning("%s; dropped the range held at %s", _line(e), self.path)
+            error = _close(self._claims, self._db)
+            if error and not removed:
+                _LOG.warning("%s; dropped the range held at %s", error, self.path)
             self._db = self._claims = None
         _OPEN[:] = [s for s in _OPEN if s is not self]
 
@@ -165,10 +222,10 @@ def open_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
     os.makedirs(base, exist_ok=True)
     for n in range(DIRECTORIES_PER_RANGE):
         path = os.path.join(base, str(n))
-        db = _open(path, memory_bytes)
-        if db is None:
+        opened = _open(path, memory_bytes)
+        if opened is None:
             continue  # another worker holds it
-        state = SpilledState(path, db, slot)
+        state = SpilledState(path, opened, slot)
         _OPEN.append(state)
         return state
     return None
@@ -189,18 +246,18 @@ def _attempt() -> int | None:
 
 
 def empty_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
-    """`open_spilled`, emptied (its identity and records removed)."""
+    """`open_spilled`, emptied (made anew unless this open made it: a database's records
+    are not read to tell whether it is empty, as a damaged table reads as none)."""
     state = open_spilled(slot, memory_bytes)
-    if state is None or (state.identity is None and _is_new(state)):
+    if state is None or state.fresh:
         return state
     path = state.path
-    state.forget()
     state.close()
     shutil.rmtree(path, ignore_errors=True)
-    db = _open(path, memory_bytes)
-    if db is None:  # another worker took it meanwhile
+    opened = _open(path, memory_bytes)
+    if opened is None:  # another worker took it meanwhile
         return None
-    state = SpilledState(path, db, slot)
+    state = SpilledState(path, opened, slot)
     _OPEN.append(state)
     return state
 
@@ -210,10 +267,6 @@ def release(*states) -> None:
     for state in states or list(_OPEN):
         if isinstance(state, SpilledState):
             state.close()
-
-
-def _is_new(state: SpilledState) -> bool:
-    return next(iter(state._db.keys()), None) is None
 
 
 def _options(memory_bytes: int):
@@ -243,25 +296,50 @@ def _claim_options():
     return options
 
 
-def _open(path: str, memory_bytes: int):
-    """The database at ``path`` (made anew if missing, or if it does not open: files of it
-    gone or cut); None if another worker holds it."""
+class _Opened(NamedTuple):
+    db: Any
+    claims: Any  # the database's column family of its claim
+    claim: bytes | None
+    fresh: bool  # made by this open
+
+
+def _open(path: str, memory_bytes: int) -> _Opened | None:
+    """The database at ``path`` and its claim (made anew if missing, or if it does not open
+    or its claim does not read: files of it gone, cut or damaged); None if another worker
+    holds it."""
     from rocksdict import Rdict
 
     cause = ""
     for _ in range(2):
+        fresh = not os.path.exists(os.path.join(path, "CURRENT"))
+        db = claims = None
         try:
-            return Rdict(path, _options(memory_bytes), column_families={_CLAIMS: _claim_options()})
+            db = Rdict(path, _options(memory_bytes), column_families={_CLAIMS: _claim_options()})
+            claims = db.get_column_family(_CLAIMS)
+            return _Opened(db, claims, claims.get(_CLAIM), fresh)
         except Exception as e:  # rocksdict raises a bare Exception
             if os.path.join(path, "LOCK") in str(e):
                 return None
             cause = _line(e)
+            _close(claims, db)
             _LOG.warning("%s; replaying the range held at %s from the store", cause, path)
             shutil.rmtree(path, ignore_errors=True)
     raise OSError(
         f"{cause}: cannot make {path!r}, the database of a key-group range past "
         "--task_state_memory_mb; check the disk of Spark's local directory (SPARK_LOCAL_DIRS)"
     )
+
+
+def _close(*handles) -> str | None:
+    """Close a database's handles (its column families' first); the first error, if any."""
+    error = None
+    for handle in handles:
+        try:
+            if handle is not None:
+                handle.close()
+        except Exception as e:  # rocksdict raises a bare Exception
+            error = error or _line(e)
+    return error
 
 
 def _line(e: Exception) -> str:

@@ -24,6 +24,7 @@ import marshal
 import os
 import struct
 import zlib
+from typing import Any
 
 KEEP_DELTAS = 16
 _HEADER = struct.Struct(">4sIQ")  # magic, CRC-32 and length of the marshalled content
@@ -115,7 +116,7 @@ def load_delta(slot: tuple, segment: str) -> dict[bytes, bytes | None] | None:
     if directory is None:
         return None
     try:
-        saved_slot, saved, changes = _read(_delta_path(directory, segment))[1]  # type: ignore[misc]
+        saved_slot, saved, changes = _read(_delta_path(directory, segment))[1]
     except (TypeError, ValueError):
         return None
     return changes if (saved_slot, saved) == (list(slot), segment) else None
@@ -139,7 +140,7 @@ def _write(path: str, value) -> bool:
         return False  # sharing only saves a replay
 
 
-def _read(path: str) -> tuple[os.stat_result | None, object]:
+def _read(path: str) -> tuple[os.stat_result | None, Any]:
     """(its stat, its value) of a file `_write` wrote; value None if missing, cut or changed
     (stat None if missing)."""
     try:

@@ -9,6 +9,8 @@ import glob
 import os
 import shutil
 
+import pytest
+
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint.task_state import Due, NamespaceState
 from sparkbeam.runner.task import held_state, range_staging, shared_reads, staged_state
@@ -257,5 +259,37 @@ def test_a_directory_deleted_while_a_task_holds_it_is_replayed_next(
     got = _read(root, second, memory_bytes=BUDGET)
     expected = {**_expected(_puts(300), [b"key-00002"]), b"key-00001": _value(7)}
     assert dict(got.items()) == expected and replays == [first, second]
+    staged_state.release()
+    store.close()
+
+
+def _rot(path: str) -> None:
+    """Flip a byte in every 4 KB of the database's largest table (of records, not its
+    claim's), as a failing disk does."""
+    for table in sorted(glob.glob(os.path.join(path, "*.sst")), key=os.path.getsize)[-1:]:
+        with open(table, "r+b") as f:
+            blob = bytearray(f.read())
+            for at in range(100, len(blob), 4096):
+                blob[at] ^= 0xFF
+            f.seek(0)
+            f.write(blob)
+
+
+def test_a_damaged_table_fails_the_task_by_name_and_its_retry_replays(
+    tmp_path, executor_dir, replays
+):
+    """RocksDB's iterator ends early, silently, at a damaged block: the read counts what it
+    yields against the claim, removes the database and fails; the next read replays."""
+    root, store = _store(tmp_path)
+    first = _commit(store, root, 0, _puts(300))
+    path = _held(root, first)
+    _rot(path)
+    state = _read(root, first, memory_bytes=BUDGET)  # built on the claim: nothing read yet
+    with pytest.raises(held_state.SpilledStateError, match="failed and is removed"):
+        dict(state.items())
+    assert not os.path.exists(path)
+    staged_state.release()
+    got = _read(root, first, memory_bytes=BUDGET)
+    assert dict(got.items()) == _expected(_puts(300)) and replays == [first, first]
     staged_state.release()
     store.close()

@@ -157,12 +157,20 @@ def _damage(kind: str, since: float) -> int:
         shutil.move(a + ".moved", b)
         return 2
     for path in paths:
+        tables = sorted(glob.glob(os.path.join(path, "*.sst")))
         if kind == "delete":
             shutil.rmtree(path)
-        else:  # truncate: half its tables gone
-            tables = sorted(glob.glob(os.path.join(path, "*.sst")))
+        elif kind == "truncate":  # half its tables gone
             for table in tables[: max(1, len(tables) // 2)]:
                 os.remove(table)
+        else:  # rot: a byte flipped in every 4 KB of its records' tables (its claim's,
+            # a few hundred bytes, read on open, stay sound), as a failing disk does
+            for table in [t for t in tables if os.path.getsize(t) > 16 << 10]:
+                with open(table, "r+b") as f:
+                    blob = bytearray(f.read())
+                    blob[100::4096] = bytes(b ^ 0xFF for b in blob[100::4096])
+                    f.seek(0)
+                    f.write(blob)
     return len(paths)
 
 
@@ -192,11 +200,12 @@ class _PaddedCountDamaging(_PaddedCount):
         yield from super().process(kv, state)
 
 
-@pytest.mark.parametrize("kind", ["delete", "truncate", "swap", "delete mid-round"])
+@pytest.mark.parametrize("kind", ["delete", "truncate", "swap", "rot", "delete mid-round"])
 def test_a_range_whose_directory_is_damaged_is_read_again_from_the_store(spark, tmp_path, kind):
     """Between rounds (in the stage ahead) or while a task holds it, the ranges' database
-    directories are deleted, cut or swapped, what lies beside them left: the next read
-    trusts none of them and replays the range from the store; the output is exact."""
+    directories are deleted, cut, swapped or their tables damaged, what lies beside them
+    left: the next read trusts none of them (a read that meets damage fails its task and
+    removes the database) and replays the range from the store; the output is exact."""
     n = 2 * KEYS  # two elements per key in four rounds: the second needs the first's state
     marker = str(tmp_path / "damaged")
     damage = _DamageOnce(kind.split()[0], KEYS + KEYS // 4, time.time(), marker)
