@@ -16,14 +16,14 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from sparkbeam.checkpoint import open_working_store
+from sparkbeam.checkpoint import open_working_store, restore
 from sparkbeam.runner import progress
 from sparkbeam.runner.batch.build_order import build_waves
 from sparkbeam.runner.batch.driver_stages import DriverStages
 from sparkbeam.runner.batch.durability import FINISHED, input_marker
 from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.batch.stage_rounds import StageRounds
-from sparkbeam.runner.errors import run_guarded
+from sparkbeam.runner.errors import DamagedStateError, run_guarded
 from sparkbeam.runner.rounds.carry import plan_carriers
 from sparkbeam.runner.rounds.compatibility import run_again
 from sparkbeam.runner.rounds.context import RunContext
@@ -74,7 +74,13 @@ class PlanExecutor:
         )  # fmt: skip
         self.plane, self.plan, self.store = ctx.plane, plan, store
         self.elements = progress.ElementCounter(spark, {e.pcollection for e in plan.edges})
-        self.rdds = StageRdds(ctx, residual_budget_s, split_policy or SplitPolicy(), self.elements)
+        self._rdd_options = (residual_budget_s, split_policy or SplitPolicy())
+        self._start()
+
+    def _start(self) -> None:
+        """What one run of the plan builds: a fresh one after a fallback (`_fall_back`)."""
+        ctx, plan = self.ctx, self.plan
+        self.rdds = StageRdds(ctx, *self._rdd_options, self.elements)
         self.startpoints = self.rdds.startpoints  # pipeline -> its StartpointSession
         self._labels = self.rdds.labels
         self._broadcasts: list = [ctx.components]
@@ -102,21 +108,44 @@ class PlanExecutor:
 
     def run(self) -> None:
         try:
-            if self.ctx.durable:
-                self._restore()
-                self._open_startpoints()
-            self._completed = self._completed_stages()
-            self.edges.carriers = self._plan_carriers()
-            for wave in build_waves(self.plan):
-                self._run_wave(wave)
-            self._run_remaining()
-            self.monitoring_infos_by_stage = self.ctx.metrics.by_name(self.plan)
-            self._finalize_sink_files()
-            if self.ctx.durable:
-                for pipeline in self.plan.pipelines:
-                    self._checkpoint(pipeline.id, {FINISHED: True})
+            while True:
+                try:
+                    return self._run()
+                except DamagedStateError as e:
+                    if not self._fall_back(e):
+                        raise
         finally:
             self._cleanup()
+
+    def _fall_back(self, e: DamagedStateError) -> bool:
+        """A task found a file of the restored checkpoint (or of a later round's) damaged: set
+        aside the damaged checkpoints (`restore.fall_back`) and build the run again from the
+        sound ones. False when every pipeline's newest checkpoint is sound (the file was
+        unreadable for a while): the run fails, as on any failed batch round."""
+        if not self.ctx.durable:
+            return False
+        cause = f"{e.cause} -- batch stage {e.stage}"
+        sound = [restore.fall_back(self.store, p.id, cause) for p in self.plan.pipelines]
+        if all(cid is None for cid in sound):
+            return False
+        self._cleanup()
+        self._start()
+        return True
+
+    def _run(self) -> None:
+        if self.ctx.durable:
+            self._restore()
+            self._open_startpoints()
+        self._completed = self._completed_stages()
+        self.edges.carriers = self._plan_carriers()
+        for wave in build_waves(self.plan):
+            self._run_wave(wave)
+        self._run_remaining()
+        self.monitoring_infos_by_stage = self.ctx.metrics.by_name(self.plan)
+        self._finalize_sink_files()
+        if self.ctx.durable:
+            for pipeline in self.plan.pipelines:
+                self._checkpoint(pipeline.id, {FINISHED: True})
 
     # --- checkpoints --------------------------------------------------------
 

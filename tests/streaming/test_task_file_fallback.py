@@ -26,9 +26,15 @@ from apache_beam.coders import VarIntCoder
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.runner import PipelineState
 from apache_beam.transforms import userstate, window
+from apache_beam.utils.timestamp import Duration
 
+from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint.cli import main as cli
+from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.io import WriteToFilesOnCheckpoint
+from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.runner.rounds.loop import RoundLoop
+from sparkbeam.sdf import OffsetRangeProvider
 from tests.checkpoint.test_task_file_damage import (
     SEGMENT_DAMAGE,
     SNAPSHOT_DAMAGE,
@@ -167,8 +173,6 @@ class _Records(logging.Handler):
 
 
 def _has_tails_and_snapshots(ckpt: str) -> bool:
-    from sparkbeam.checkpoint import open_store
-
     if not os.path.isdir(ckpt):
         return False
     with open_store(ckpt, read_only=True) as store:
@@ -184,8 +188,6 @@ def _has_tails_and_snapshots(ckpt: str) -> bool:
 
 
 def _namespace(ckpt: str, prefix: str) -> str:
-    from sparkbeam.checkpoint import open_store
-
     with open_store(ckpt, read_only=True) as store:
         newest = store.list_checkpoints(PIPELINE)[-1].checkpoint_id
         names = store.load_manifest(PIPELINE, newest).task_state.namespaces
@@ -229,3 +231,119 @@ def test_a_restart_past_a_damaged_task_file_is_exact(
     assert fallbacks[0].startswith(f"TaskStateDamagedError: Checkpoint file {path!r} is corrupt")
     assert f"restoring checkpoint {sound}, the newest sound one" in fallbacks[0]
     assert not [m for m in messages if "restore 1 of at most" in m], messages
+
+
+def _newest_only(ckpt: str, prefix: str) -> tuple[str, int] | None:
+    """A file of ``prefix``'s namespace the newest checkpoint names and the one before it does
+    not (a snapshot or segment it just took), and the newest checkpoint's id."""
+    with open_store(ckpt, read_only=True) as store:
+        (pid,) = store.list_pipelines()
+        ids = [i.checkpoint_id for i in store.list_checkpoints(pid)]
+        if len(ids) < 2:
+            return None
+        before, newest = (store.load_manifest(pid, c).task_state for c in ids[-2:])
+        (ns,) = [n for n in newest.namespaces if n.startswith(prefix)]
+        older = (
+            {f.name for f in before.namespaces[ns].files()} if ns in before.namespaces else set()
+        )
+        new = [f.name for f in newest.namespaces[ns].files() if f.name not in older]
+    return (os.path.join(ckpt, pipeline_dir(pid), new[0]), ids[-1]) if new else None
+
+
+def test_a_file_damaged_between_rounds_falls_back_mid_run(spark, tmp_path, monkeypatch, caplog):
+    """After the first checkpoint that took a new snapshot of the user state, that snapshot
+    is damaged; the next round reads it (a new base is read whole), falls back to the
+    checkpoint before, and the job ends exact."""
+    ckpt, out = str(tmp_path / "ckpt"), str(tmp_path / "out")
+    damaged: list[tuple[str, int]] = []
+    commit = RoundLoop.commit
+
+    def commit_then_damage(loop, ledger, meta):
+        commit(loop, ledger, meta)
+        found = None if damaged else _newest_only(ckpt, "user-state/")
+        if found and found[0].endswith(".arrow"):
+            damage(found[0], "flipped")
+            damaged.append(found)
+
+    monkeypatch.setattr(RoundLoop, "commit", commit_then_damage)
+    with caplog.at_level(logging.WARNING, logger="sparkbeam"):
+        _pipeline(ckpt, out, str(tmp_path / "no-failure")).run().wait_until_finish()
+    ((path, newest),) = damaged
+    assert _lines(out) == _expected()
+    messages = [r.getMessage() for r in caplog.records]
+    (line,) = [m for m in messages if "restoring checkpoint" in m and "set aside" in m]
+    assert line.startswith(f"TaskStateDamagedError: Checkpoint file {path!r} is corrupt")
+    assert f"checkpoints {newest} of pipeline" in line
+    assert f"restoring checkpoint {newest - 1}, the newest sound one" in line
+
+
+class _Chunks(beam.DoFn):
+    """An offset SDF: 3 positions a call, then defers the rest by 0.05 s; fails once, at
+    position 9, while ``marker`` exists (a batch job stops at its first failed round)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def process(self, element, tracker=beam.DoFn.RestrictionParam(OffsetRangeProvider())):
+        pos = tracker.current_restriction().start
+        for _ in range(3):
+            if not tracker.try_claim(pos):
+                return
+            if pos == 9 and os.path.exists(self.marker):
+                os.remove(self.marker)
+                raise ValueError("injected failure")
+            yield f"{element[0]},{pos}"
+            pos += 1
+        if pos < tracker.current_restriction().stop:
+            tracker.defer_remainder(Duration(seconds=0.05))
+
+
+BATCH = [("a", 15), ("b", 12)]
+
+
+def _batch(ckpt: str, out: str, marker: str) -> beam.Pipeline:
+    flags = [f"--checkpoint_dir={ckpt}", "--parallelism=2"]
+    p = beam.Pipeline(options=PipelineOptions(spark_test_options(*flags)))
+    _ = (
+        p
+        | beam.Create(BATCH)
+        | beam.ParDo(_Chunks(marker))
+        | beam.io.WriteToText(out, shard_name_template="")
+    )
+    return p
+
+
+@pytest.fixture(scope="session")  # not "module": conftest groups those for xdist
+def failed_batch(spark, tmp_path_factory) -> str:
+    """A batch job's store after it failed in its fourth round (rounds 0-2 committed)."""
+    root = tmp_path_factory.mktemp("failed-batch")
+    marker = str(root / "fail-once")
+    open(marker, "w").close()
+    with pytest.raises(StageFailedError, match="injected failure"):
+        _batch(str(root / "ckpt"), str(root / "out.txt"), marker).run().wait_until_finish()
+    return str(root / "ckpt")
+
+
+@pytest.mark.parametrize("prefix", ["sdf-residual/", "stage-output/"])
+def test_a_batch_restart_past_a_damaged_task_file_is_exact(
+    failed_batch, tmp_path, caplog, capsys, prefix
+):
+    """A durable batch SDF stage's residuals (read by its next round) and its kept output
+    chunks (read by the resumed stage's consumers)."""
+    ckpt = str(tmp_path / "ckpt")
+    shutil.copytree(failed_batch, ckpt)
+    found = _newest_only(ckpt, prefix)
+    assert found, f"the newest checkpoint took no new file of {prefix}"
+    damage(found[0], "flipped" if found[0].endswith(".arrow") else "one-block")
+    sound = _restart_choice(ckpt, capsys)
+    out = str(tmp_path / "out.txt")
+    with caplog.at_level(logging.WARNING, logger="sparkbeam"):
+        _batch(ckpt, out, str(tmp_path / "no-failure")).run().wait_until_finish()
+    with open(out) as f:
+        assert sorted(f.read().splitlines()) == sorted(
+            f"{name},{i}" for name, n in BATCH for i in range(n)
+        )
+    messages = [r.getMessage() for r in caplog.records]
+    (line,) = [m for m in messages if "restoring checkpoint" in m and "set aside" in m]
+    assert f"restoring checkpoint {sound}, the newest sound one" in line
+    assert os.path.basename(found[0]) in line
