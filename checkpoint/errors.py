@@ -14,10 +14,10 @@ class CheckpointCorruptError(ValueError):
     def __init__(self, path: str, reason: str, action: str | None = None):
         self.path = path
         self.reason = reason
-        action = action or (
-            "The store falls back to the previous complete checkpoint; run "
-            "`sparkbeam checkpoints verify` to list damaged files and `checkpoints clean` "
-            "once they are no longer needed."
+        action = action or (  # true wherever it is raised: it claims no fallback happened
+            "A restart restores the newest checkpoint whose files are all sound; "
+            "`sparkbeam checkpoints verify` names it and lists the damaged files "
+            "(`checkpoints clean` deletes them once no checkpoint names them)."
         )
         super().__init__(f"Checkpoint file {path!r} is corrupt: {reason}. {action}")
 
