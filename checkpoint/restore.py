@@ -35,6 +35,7 @@ from sparkbeam.checkpoint.manifest import MANIFEST_DIR, Manifest, manifest_name,
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from sparkbeam.checkpoint.filesystem import Storage
     from sparkbeam.checkpoint.pipeline import PipelineStore
     from sparkbeam.checkpoint.reader import VerificationResult
     from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore
@@ -95,7 +96,8 @@ def restore(
     """``PipelineStore.restore``: load a committed checkpoint into ``work``; see there."""
     from sparkbeam.checkpoint.store import CheckpointInfo
 
-    ids = store._manifest_ids(work.pipeline_id)
+    listing = store._manifest_listing(work.pipeline_id)
+    ids = store._manifest_ids(work.pipeline_id, listing)
     if checkpoint_id is not None:
         if checkpoint_id not in ids:
             raise CheckpointNotFoundError(work.pipeline_id, checkpoint_id, store.url)
@@ -106,7 +108,7 @@ def restore(
             raise lost
         return None
     failures: list[CheckpointCorruptError] = []
-    aside = set_aside_ids(store, work.pipeline_id) if checkpoint_id is None else set()
+    aside = set_aside_ids(listing) if checkpoint_id is None else set()
     if aside:
         log.warning(
             "Checkpoints %s of pipeline %r were set aside after a task found files of them "
@@ -144,11 +146,22 @@ def set_aside_mark(checkpoint_id: int) -> str:
     return manifest_name(checkpoint_id) + SET_ASIDE
 
 
-def set_aside_ids(store: CheckpointStore, pipeline_id: str) -> set[CheckpointId]:
-    """The checkpoints of a pipeline a fallback set aside (one listing of its manifests)."""
-    marks = store.storage.list(f"{pipeline_dir(pipeline_id)}/{MANIFEST_DIR}")
-    ids = (parse_manifest_name(m[: -len(SET_ASIDE)]) for m in marks if m.endswith(SET_ASIDE))
+def set_aside_ids(listing: list[str]) -> set[CheckpointId]:
+    """The checkpoints a fallback set aside, from a listing of a pipeline's manifests."""
+    marks = (name for name in listing if name.endswith(SET_ASIDE))
+    ids = (parse_manifest_name(m[: -len(SET_ASIDE)]) for m in marks)
     return {i for i in ids if i is not None}
+
+
+def set_aside_problem(storage: Storage, pipeline_id: str, checkpoint_id: int) -> str | None:
+    """What `CheckpointStore.verify` reports of a set-aside checkpoint (None: not set aside)."""
+    mark = f"{pipeline_dir(pipeline_id)}/{set_aside_mark(checkpoint_id)}"
+    if not storage.exists(mark):
+        return None
+    return (
+        f"{mark}: set aside after a task found a file of it damaged; no restore uses it "
+        "(delete this mark once its files are restored)"
+    )
 
 
 def sound_checkpoint(

@@ -52,7 +52,7 @@ from sparkbeam.checkpoint.reader import (
     read_state,
     verify_files,
 )
-from sparkbeam.checkpoint.restore import set_aside_mark
+from sparkbeam.checkpoint.restore import set_aside_mark, set_aside_problem
 from sparkbeam.checkpoint.retention import needs_fallback, plan_retention, sweep
 from sparkbeam.checkpoint.staging import StagedWriter
 from sparkbeam.checkpoint.startpoints import Startpoints
@@ -235,10 +235,17 @@ class CheckpointStore:
         return sorted(PipelineId(decode_component(n)) for n in names)
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def _manifest_ids(self, pipeline_id: str) -> list[CheckpointId]:
-        prefix = f"{pipeline_dir(pipeline_id)}/{MANIFEST_DIR}"
-        ids = (parse_manifest_name(p) for p in self.storage.list(prefix))
+    def _manifest_ids(
+        self, pipeline_id: str, listing: list[str] | None = None
+    ) -> list[CheckpointId]:
+        """The pipeline's checkpoint ids, from ``listing`` (`_manifest_listing`) if given."""
+        names = self._manifest_listing(pipeline_id) if listing is None else listing
+        ids = (parse_manifest_name(p) for p in names)
         return sorted(i for i in ids if i is not None)
+
+    def _manifest_listing(self, pipeline_id: str) -> list[str]:
+        """Every file beside the pipeline's manifests (one listing)."""
+        return self.storage.list(f"{pipeline_dir(pipeline_id)}/{MANIFEST_DIR}")
 
     def _next_checkpoint_id(self, pipeline_id: str) -> int:
         ids = self._manifest_ids(pipeline_id)
@@ -286,14 +293,10 @@ class CheckpointStore:
                 (f"{e.path}: {e.reason}",), 1, 0,
             )  # fmt: skip
         result = verify_files(self.storage, pipeline_dir(pipeline_id), manifest)
-        mark = f"{pipeline_dir(pipeline_id)}/{set_aside_mark(checkpoint_id)}"
-        if not self.storage.exists(mark):
+        aside = set_aside_problem(self.storage, pipeline_id, checkpoint_id)
+        if aside is None:
             return result
-        problem = (
-            f"{mark}: set aside after a task found a file of it damaged; no restore uses it "
-            "(delete this mark once the files are restored)"
-        )
-        return dataclasses.replace(result, ok=False, problems=(*result.problems, problem))
+        return dataclasses.replace(result, ok=False, problems=(*result.problems, aside))
 
     def read_subtask_state(
         self, pipeline_id: str, checkpoint_id: int | None, subtask: int, parallelism: int
