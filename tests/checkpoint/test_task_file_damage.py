@@ -199,6 +199,18 @@ def test_the_driver_falls_back_to_what_verify_says_and_sets_the_damaged_aside(
     assert _verify(root, capsys)[:2] == (0, 5)
 
 
+def test_a_file_unreadable_for_a_while_sets_nothing_aside(built, tmp_path):
+    """The task's read failed, but every file of the newest checkpoint is sound now: nothing
+    to fall back past (the round loop restores the newest, counting it as a failed round)."""
+    from sparkbeam.checkpoint.restore import fall_back
+
+    root = _copy(built, tmp_path)
+    with open_store(root) as store:
+        assert fall_back(store, "p", "TaskStateDamagedError: ...") is None
+    marks = os.listdir(os.path.join(root, pipeline_dir("p"), "manifests"))
+    assert not [m for m in marks if m.endswith(".damaged")]
+
+
 def test_with_no_sound_checkpoint_the_driver_says_so_and_sets_nothing_aside(
     built, tmp_path, capsys
 ):
