@@ -1,53 +1,86 @@
-"""Pipelines with ``--checkpoint_dir s3://...`` on the shared local Spark and moto's S3 server:
-the pipeline's ``--s3_*`` flags reach every task (this process has no AWS environment), and a
-cancelled streaming job resumes from its last checkpoint on S3 instead of starting over. (The
-batch SDF pipeline on S3 is in ``tests/io/test_write_to_files_s3.py``.)"""
+"""A streaming job with its checkpoint store and its ``WriteToFilesOnCheckpoint`` output on each
+object store's emulator (the ``cloud`` fixture: S3, GCS, Azure), killed twice (SIGKILL of the
+driver at crash points) and resumed at another parallelism each time, writes every window
+exactly once; then ``sparkbeam checkpoints verify`` and ``startpoints`` work on its URL.
+
+The driver runs with no cloud's environment: Beam's flags (``--s3_*``,
+``--azure_connection_string``) reach every task; GCS has no endpoint flag, so there the
+environment (``STORAGE_EMULATOR_HOST``) does. (The batch SDF pipeline on S3 is in
+``tests/io/test_write_to_files_s3.py``.)"""
 
 from __future__ import annotations
 
-import time
+import json
+import os
+import signal
+import subprocess
+import sys
 import uuid
 
-import apache_beam as beam
 import pytest
-from apache_beam.options.pipeline_options import PipelineOptions
-from apache_beam.runners.runner import PipelineState
 
-from sparkbeam.io import WriteToFilesOnCheckpoint
-from tests.conftest import checkpoint_ids, spark_test_options
-from tests.streaming.streaming_pipelines import expected_counts, windowed_counts
+from sparkbeam.runner.cli import main as sparkbeam
+from tests.conftest import TEST_MASTER, checkpoint_ids
+from tests.servers import env_reaching, point_beam_at
+from tests.streaming.streaming_pipelines import expected_lines
 
-pytestmark = [
-    pytest.mark.spark,
-    pytest.mark.slow,
-    # Executors must get the options from the pipeline, not from an inherited environment.
-    pytest.mark.usefixtures("no_aws_environment"),
-]
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SOURCES = [("a", 60), ("b", 40)]  # 7 rounds of 10 records per source
 
 
-def test_cancelled_streaming_job_on_s3_resumes_and_writes_each_window_once(spark, s3_server):
+def _run(cloud, run: str, parallelism: int, crash_at: str = "") -> subprocess.CompletedProcess:
+    """The job of ``tests.streaming.streaming_pipelines`` in a driver of its own."""
+    env = env_reaching(cloud, dict(os.environ, PYTHONPATH=ROOT, PYSPARK_PYTHON=sys.executable))
+    env.pop("SPARKBEAM_CRASH_AT", None)
+    if crash_at:
+        env["SPARKBEAM_CRASH_AT"] = crash_at
+    cmd = [
+        sys.executable, "-m", "tests.streaming.streaming_pipelines",
+        "--output", cloud.url(run, "out"), "--checkpoint_dir", cloud.url(run, "ckpt"),
+        "--sources", ",".join(f"{n}:{c}" for n, c in SOURCES), "--per_round", "10",
+        "--runner=SparkCheckpointRunner", f"--spark_master_url={TEST_MASTER}", "--streaming",
+        "--checkpoint_interval_s", "0.05", f"--parallelism={parallelism}", *cloud.pipeline_flags(),
+    ]  # fmt: skip
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+
+
+def _cli(capsys, *args: str) -> str:
+    """``sparkbeam ...`` in this process (its Beam filesystems set from the flags); its stdout."""
+    capsys.readouterr()
+    code = sparkbeam(list(args))
+    out, err = capsys.readouterr()
+    assert code == 0, err[-2000:]
+    return out
+
+
+def test_a_job_killed_twice_and_rescaled_writes_each_window_once(cloud, capsys):
+    point_beam_at(cloud)  # for checkpoint_ids here
     run = f"stream-{uuid.uuid4().hex[:8]}"
-    ckpt, out = s3_server.url(run, "ckpt"), s3_server.url(run, "out", "counts")
-    flags = spark_test_options(
-        "--streaming", f"--checkpoint_dir={ckpt}", "--checkpoint_interval_s=0.05",
-        *s3_server.pipeline_flags(),
-    )  # fmt: skip
-    sources = [("a", 60), ("b", 40)]
-
-    def start():
-        p = beam.Pipeline(options=PipelineOptions(flags))
-        _ = windowed_counts(p, sources, per_round=5) | WriteToFilesOnCheckpoint(out)
-        return p.run()
-
-    first = start()
-    deadline = time.monotonic() + 300
-    while len(checkpoint_ids(ckpt)) < 2 and time.monotonic() < deadline:
-        assert first.wait_until_finish(duration=500) == PipelineState.RUNNING
-    assert first.cancel() == PipelineState.CANCELLED
-    before = checkpoint_ids(ckpt)
-    assert len(before) >= 2, "the first run committed no checkpoints on S3"
-    assert start().wait_until_finish() == PipelineState.DONE
+    ckpt = cloud.url(run, "ckpt")
+    written = f"{run}/out/out"  # WriteToFilesOnCheckpoint's files: <output>/out-...
+    expected = expected_lines(SOURCES)
+    ids: list[int] = []
+    for parallelism, crash_at in ((2, "mid-round:2"), (1, "after-commit:4")):
+        killed = _run(cloud, run, parallelism, crash_at)
+        assert killed.returncode == -signal.SIGKILL, killed.stderr[-3000:]
+        assert sorted(cloud.lines(written).elements()) != expected  # it really was cut short
+        now = checkpoint_ids(ckpt)
+        assert now and max(now) > max(ids, default=0), "the run committed nothing"
+        ids = now
+    resumed = _run(cloud, run, 3)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert sorted(cloud.lines(written).elements()) == expected
+    assert not cloud.keys(f"{run}/out/.sparkbeam-staging/")  # the killed rounds' files are gone
     after = checkpoint_ids(ckpt)
-    assert min(after) > max(before) - 3 and max(after) > max(before)  # the chain went on
-    assert sorted(s3_server.lines(f"{run}/out/counts").elements()) == expected_counts(sources)
-    assert not s3_server.keys(f"{run}/out/.sparkbeam-staging/")
+    assert max(after) > max(ids)  # the chain went on
+
+    flags = [f"--checkpoint_dir={ckpt}", *cloud.pipeline_flags()]
+    assert _cli(capsys, "checkpoints", "verify", *flags).count(" ok") == len(after)
+    _cli(capsys, "startpoints", "set", *flags, "--pipeline=pipeline-0",
+         "--transform=Read", "--kind=oldest")  # fmt: skip
+    listed = json.loads(_cli(capsys, "startpoints", "list", *flags, "--json"))
+    assert [(s["pipeline_id"], s["source"], s["kind"]) for s in listed] == [
+        ("pipeline-0", "Read", "oldest")
+    ]
