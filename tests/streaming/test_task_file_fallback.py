@@ -46,7 +46,7 @@ from tests.streaming.streaming_pipelines import EventTimeOffsets, _FormatWithWin
 
 pytestmark = pytest.mark.spark
 
-SOURCES = [("a", 40), ("b", 30)]
+SOURCES = [("a", 30), ("b", 20)]
 PER_ROUND = 5
 KEYS = 5
 NAMESPACES = ("gbk/", "user-state/", "sdf-residual/")
@@ -148,7 +148,7 @@ def first_run(spark, tmp_path_factory):
         result = _pipeline(ckpt, run.out, run.marker).run()
         (loop,) = result.executor.loops
         deadline = time.monotonic() + 300
-        while (loop.rounds_run < 6 or not _has_tails_and_snapshots(ckpt)) and (
+        while (loop.rounds_run < 4 or not _has_tails_and_snapshots(ckpt)) and (
             time.monotonic() < deadline
         ):
             assert result.wait_until_finish(duration=100) == PipelineState.RUNNING
