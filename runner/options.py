@@ -262,8 +262,9 @@ class SparkStreamingOptions(pipeline_options.PipelineOptions):
             type=int,
             default=3,
             help="Streaming: how many times one pipeline may restore its last checkpoint "
-            "after a round failed beyond Spark's task retries before the job fails. "
-            "Default: 3.",
+            "after a round failed beyond Spark's task retries before the job fails. A round "
+            "that read a damaged checkpoint file does not count: it falls back to the newest "
+            "sound checkpoint. Default: 3.",
         )
         parser.add_argument(
             "--startpoint_max_age_s",
