@@ -173,7 +173,7 @@ def sound_checkpoint(
     results of the damaged ones newer than it, newest first. ``verify``: a checkpoint's
     result (by default `CheckpointStore.verify`, which reads each file once)."""
     check = verify or (lambda cid: store.verify(pipeline_id, cid))
-    damaged = []
+    damaged: list[VerificationResult] = []
     for cid in reversed(store._manifest_ids(pipeline_id)):
         result = check(cid)
         if result.ok:
