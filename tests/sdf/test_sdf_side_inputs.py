@@ -19,11 +19,13 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 from apache_beam.testing.util import assert_that, equal_to
+from apache_beam.transforms.window import FixedWindows, TimestampedValue
 
 from sparkbeam.sdf.testing.run import committed_rounds
 from tests.conftest import spark_test_options
 from tests.sdf import resumable_pipeline
 from tests.sdf.resumable_pipeline import SIDE_INPUTS, side_input_lines
+from tests.sdf.sdfs import OffsetBySide
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -64,6 +66,41 @@ def test_sdf_reads_its_side_inputs_in_every_round(spark, tmp_path, expected, mod
         assert_that(lines, equal_to(expected))
     if mode != "batch":  # the residuals were re-fed in later rounds, each committed
         assert max(m.get("round", -1) for m in committed_rounds(str(ckpt))) >= 2
+
+
+def _windowed(p, label: str, rows):
+    """``rows`` of (value, event time in s) in 10 s fixed windows."""
+    return (
+        p
+        | label >> beam.Create(rows)
+        | f"{label}Times" >> beam.MapTuple(TimestampedValue)
+        | f"{label}Windows" >> beam.WindowInto(FixedWindows(10))
+    )
+
+
+def _windowed_lines(p):
+    """Each element reads its own window's side values, also in the rounds after the source's
+    watermark passed that window's end (the residuals hold only the SDF's output)."""
+    base = _windowed(p, "Base", [(100, 1), (200, 12)])
+    extra = _windowed(p, "Extra", [(1000, 2), (2000, 3), (5000, 15)])
+    main = _windowed(p, "Main", [(ELEMENTS[0], 4), (ELEMENTS[1], 14)])
+    sdf = OffsetBySide(per_call=2, delay_s=0.1)
+    return main | beam.ParDo(sdf, beam.pvalue.AsSingleton(base), beam.pvalue.AsList(extra))
+
+
+def test_streaming_sdf_reads_its_windows_side_inputs_in_every_round(spark, tmp_path):
+    _COLLECTED.clear()
+    with beam.Pipeline(runner=FnApiRunner()) as p:
+        _ = _windowed_lines(p) | beam.Map(_collect)
+    expected = sorted(_COLLECTED)
+    assert expected == sorted(
+        [f"a,{100 + i},3000" for i in range(5)] + [f"b,{200 + i},5000" for i in range(3)]
+    )
+    ckpt = tmp_path / "ckpt"
+    flags = ["--streaming", f"--checkpoint_dir={ckpt}", "--checkpoint_interval_s=0.05"]
+    with beam.Pipeline(options=PipelineOptions(spark_test_options(*flags))) as p:
+        assert_that(_windowed_lines(p), equal_to(expected))
+    assert max(m.get("round", -1) for m in committed_rounds(str(ckpt))) >= 2
 
 
 def test_killed_sdf_with_side_inputs_resumes_them_exactly(spark, tmp_path, caplog):
