@@ -14,13 +14,14 @@ them is a small explicit format whose first byte is its version.
 | ``gbk/<buffer>`` | encoded key | `encode_group` v1 (header + trigger state tree) |
 | ``user-state/<stage>`` | SDK-encoded user key | `encode_user_state` v1 (Fn API cells) |
 | ``user-timers/<stage>`` | SDK-encoded user key | `encode_user_timers` v2 (summary, timers) |
-| ``side-rows/<buffer>`` | ``round/partition/seq`` | `encode_row` v1 (buffer, chunk) |
-| ``side-view/<buffer>`` | ``window/<window>`` | `encode_side_input` v1 (latest firing) |
+| ``side-rows/<buffer>`` | ``round/partition/seq`` | `encode_side_row` v2 (end, buffer, chunk) |
+| ``side-view/<buffer>`` | ``window/<window>`` | `encode_side_view` v2 (end, latest firing) |
 | ``side-input/<buffer>`` | layouts <= 7: ``window/...`` or ``round/...`` | `encode_side_input` v1 |
 | ``sink-pending`` | final path (UTF-8) | `encode_sink_pending` v1 (staged path, UTF-8) |
 | ``sink-staging-dirs`` | directory (UTF-8) | `encode_staging_dir` v1 (the version byte) |
 
-Completed-work markers: `IMPULSE_DONE`, `input_marker` (``<stage>:input``). Source
+Completed-work markers: `IMPULSE_DONE`, `input_marker` (``<stage>:input``),
+`side_data_marker` (``<buffer>:side-data``). Source
 positions: `stage_round_position` (``<stage>:round``, decimal). Manifest metadata keys:
 `ROUND`, `PENDING_RESIDUALS`, `NEXT_TIMER_MS`, ... and `LAYOUT_KEY`, the layout version
 (`LAYOUT_VERSION`) every checkpoint records; `check_restorable` refuses a checkpoint of an
@@ -38,7 +39,7 @@ from typing import Any, NamedTuple
 
 from sparkbeam.checkpoint.errors import StateLayoutError
 
-LAYOUT_VERSION = 8
+LAYOUT_VERSION = 9
 # 1: before this module (pickled GroupByKey and user state): refused if it holds such state.
 # 2: side-input chunks, pending sink files and staging directories stored raw: `upgrade`d.
 # 3: user-timers values v1 only (no summary): read as they are.
@@ -53,9 +54,14 @@ LAYOUT_VERSION = 8
 #    triggered one's window keys): kept by the tasks of the next round that reads them (layout
 #    8 keeps them task-owned, ``side-rows/<buffer>`` and ``side-view/<buffer>``;
 #    ``runner.streaming.side_input_store``).
+# 8: side-rows and side-view values v1, without their windows' latest end: read as they are;
+#    readers keep them (no end, no expiry) until their range's next snapshot, whose task
+#    takes the end from the chunk or the window key (layout 9 writes v2, with the end:
+#    `encode_side_row`, `encode_side_view`).
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
-V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read)
+V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read);
+#        side-rows and side-view values with their windows' latest end (v1 still read)
 
 # Namespaces.
 SDF_RESIDUAL_PREFIX = "sdf-residual/"
@@ -158,6 +164,12 @@ def input_marker(stage: str) -> str:
     return f"{stage}:input"
 
 
+def side_data_marker(buffer: str) -> str:
+    """Completed-work marker: data arrived for the streaming side input ``buffer`` (it stays
+    ready once its windows expired)."""
+    return f"{buffer}:side-data"
+
+
 def stage_round_position(stage: str) -> str:
     """Source position holding a batch SDF stage's last committed round (decimal bytes)."""
     return f"{stage}:round"
@@ -206,6 +218,7 @@ def upgrade(state, metadata: dict) -> int:
 
 
 _TIMER_VERSIONS = (V1, V2)
+_SIDE_VERSIONS = (V1, V2)  # side-rows and side-view: v1 (layout 8, no end) still read
 
 
 def _check(value: bytes, namespace: str, where: str, versions: tuple[int, ...] = (V1,)) -> None:
@@ -225,6 +238,8 @@ def check_value(value: bytes, namespace: str, where: str = "") -> None:
     """Raise `StateLayoutError` unless ``value`` of a versioned namespace is readable."""
     if namespace.startswith(USER_TIMERS_PREFIX):
         _check(value, namespace, where, _TIMER_VERSIONS)
+    elif namespace.startswith((SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX)):
+        _check(value, namespace, where, _SIDE_VERSIONS)
     elif namespace.startswith(VERSIONED_PREFIXES):
         _check(value, namespace, where)
 
@@ -259,6 +274,7 @@ def residual_timer(value: bytes, namespace: str = SDF_RESIDUAL_PREFIX) -> tuple[
 
 # stage-output/<stage>, pushback/<stage>.
 _ROW = struct.Struct(">BH")
+_U16 = struct.Struct(">H")
 
 
 def encode_row(name: str, data: bytes) -> bytes:
@@ -287,6 +303,44 @@ def encode_side_input(chunk: bytes) -> bytes:
 def decode_side_input(value: bytes, namespace: str = SIDE_INPUT_PREFIX, where: str = "") -> bytes:
     _check(value, namespace, where)
     return value[1:]
+
+
+# side-rows/<buffer> and side-view/<buffer> (v2): version, the latest end (micros) of the
+# windows the chunk holds (`END_NEVER`: the global window's), then the v1 body: a side row's
+# name and chunk (`encode_row`), a view entry's chunk (`encode_side_input`). A window's data
+# is dropped once every reader's watermark passed its end plus the allowed lateness.
+END_NEVER = 2**63 - 1  # the end of a window that never expires: the global window
+_END = struct.Struct(">Bq")
+
+
+def encode_side_row(name: str, data: bytes, end: int) -> bytes:
+    """A side input's chunk (``name``: its buffer) and its windows' latest ``end``."""
+    raw = name.encode("utf-8")
+    return _END.pack(V2, end) + _U16.pack(len(raw)) + raw + data
+
+
+def decode_side_row(value: bytes, namespace: str, where: str = "") -> tuple[str, bytes, int | None]:
+    """(name, chunk, latest end) of a side row; the end is None for a v1 row (layout 8)."""
+    _check(value, namespace, where, _SIDE_VERSIONS)
+    if value[0] == V1:
+        return (*decode_row(value, namespace, where), None)
+    _, end = _END.unpack_from(value)
+    (n,) = _U16.unpack_from(value, _END.size)
+    start = _END.size + _U16.size
+    return value[start : start + n].decode("utf-8"), value[start + n :], end
+
+
+def encode_side_view(chunk: bytes, end: int) -> bytes:
+    """A triggered side input's window entry: its latest firing, and the window's end."""
+    return _END.pack(V2, end) + chunk
+
+
+def decode_side_view(value: bytes, namespace: str, where: str = "") -> tuple[bytes, int | None]:
+    """(chunk, window end) of a view entry; the end is None for a v1 entry (layout 8)."""
+    _check(value, namespace, where, _SIDE_VERSIONS)
+    if value[0] == V1:
+        return value[1:], None
+    return value[_END.size :], _END.unpack_from(value)[1]
 
 
 # sink-pending: key the final path; value version, staged path (UTF-8 both).

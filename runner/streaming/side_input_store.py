@@ -8,6 +8,14 @@ owns the window, ``task.side_input_view``). The driver collects the jobs' commit
 (handles, never a chunk) into the round's reports, and passes each reading stage the files:
 the checkpoint's, and the ones this round staged.
 
+A window's side-input data is dropped once no reader can need it: the driver computes, per
+side input and round, the expiry horizon -- the lowest input watermark of the stages that
+read it, minus the side input's allowed lateness -- and passes it with the files (a number,
+never data). Readers leave out what ended by it; the keeping tasks leave it out of their
+ranges' snapshots (``task.side_input_files``, ``task.side_input_view``). The horizon does
+not move at a watermark of +inf (a drain: elements may still come). A side input once given
+data stays ready (`state_layout.side_data_marker`) when its windows expire.
+
 Stores of layout 7 and older kept side inputs in the driver's table (``side-input/<buffer>``).
 A restore holds those entries aside; the next round that reads the side input has its tasks
 keep them too (a triggered one's as the view before this round's firings), and deletes them
@@ -16,6 +24,7 @@ from the driver's table in the same checkpoint.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import defaultdict
 from typing import Any
@@ -25,9 +34,11 @@ from apache_beam.runners import pipeline_context
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.errors import run_guarded
+from sparkbeam.runner.streaming import watermarks
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.side_input_files import (
     COMMIT_PREFIX,
+    Keeping,
     SideInputFiles,
     files_of,
     keeping_side_input,
@@ -43,6 +54,13 @@ class StreamingSideInputs:
         self.ctx, self.pipeline_id = ctx, pipeline_id
         self.coders = {si.buffer: si.coder for s in stages for si in s.side_inputs}
         self.triggered = {si.buffer for s in stages for si in s.side_inputs if si.triggered}
+        self.readers: dict[str, set[str]] = defaultdict(set)  # buffer -> stages that read it
+        for stage in stages:
+            for si in stage.side_inputs:
+                self.readers[si.buffer].add(stage.id)
+        self.lateness = _allowed_lateness(ctx.plan, self.coders)
+        self._horizons: dict[str, int] = {}  # buffer -> the latest horizon (never goes back)
+        self._round: dict[str, int | None] | None = None  # the running round's horizons
         self.values: dict[str, SideInputFiles] = {}
         self.state: Any = None  # the pipeline's PipelineStore, set by restore()
         self.records: list = []  # the running round's keeping tasks' commit records
@@ -54,6 +72,7 @@ class StreamingSideInputs:
         """As of the restored checkpoint (``state``, the pipeline's store)."""
         self.state = state
         self._older = {}
+        self._horizons = {}
         for buffer in self.coders:  # its driver's namespace (layout <= 7) only, no scan
             ns = state_layout.side_input(buffer)
             entries = [(k, state_layout.decode_side_input(v, ns)) for _, k, v in state.items(ns)]
@@ -63,6 +82,7 @@ class StreamingSideInputs:
 
     def begin_round(self) -> None:
         self.records = []
+        self._round = None
         self._staged.clear()
         self._rows.clear()
 
@@ -76,9 +96,28 @@ class StreamingSideInputs:
         round has the tasks keep what its writers emitted (one Spark job for all it reads)."""
         unread = [b for b in dict.fromkeys(si.buffer for si in stage.side_inputs)]
         unread = [b for b in unread if b not in builder.side_inputs_read]
+        if self._round is None:
+            self._round = self.horizons(builder.marks)
         self._keep(stage, builder, unread)
         builder.side_inputs_read.update(unread)
-        return {si.buffer: self.values[si.buffer] for si in stage.side_inputs}
+        return {si.buffer: self._with_horizon(si.buffer) for si in stage.side_inputs}
+
+    def horizons(self, marks: watermarks.RoundWatermarks) -> dict[str, int | None]:
+        """Per side input, the end (micros) by which its windows expired: the lowest input
+        watermark of its readers minus its allowed lateness (None: nothing yet). It does not
+        go back, nor move at a watermark of +inf (a drain, or the end: nothing is gained)."""
+        out: dict[str, int | None] = {}
+        for buffer, readers in self.readers.items():
+            low = min(marks.stage_input.get(s, watermarks.MIN) for s in readers)
+            if watermarks.MIN < low < watermarks.MAX:
+                now = low - self.lateness[buffer]
+                self._horizons[buffer] = max(self._horizons.get(buffer, now), now)
+            out[buffer] = self._horizons.get(buffer)
+        return out
+
+    def _with_horizon(self, buffer: str) -> SideInputFiles:
+        horizon = self._round.get(buffer) if self._round is not None else None
+        return dataclasses.replace(self.values[buffer], horizon=horizon)
 
     def _keep(self, stage, builder, buffers: list[str]) -> None:
         jobs = [job for b in buffers if (job := self._keeping(builder, b)) is not None]
@@ -91,6 +130,9 @@ class StreamingSideInputs:
             self._rows[buffer] += sum(f.records for f in rec.message.files)
         self.records.extend(records)
         for buffer in buffers:
+            seen = state_layout.side_data_marker(buffer)
+            if (self._rows[buffer] or self.values[buffer]) and seen not in self.state.completed():
+                self.state.mark_completed(seen)  # ready from now on, whatever expires
             ns = state_layout.side_input(buffer)
             for key, _ in self._older.pop(buffer, None) or ():  # kept by this round's tasks
                 self.state.delete(ns, key)
@@ -106,7 +148,11 @@ class StreamingSideInputs:
             parts = [new] if new is not None else []
             if older:
                 parts.append(plane.parallelize([chunk for _, chunk in older], 1))
-            keep = functools.partial(keeping_side_input, spec, buffer)
+            keeping = Keeping(
+                buffer, self._with_horizon(buffer), self.ctx.plan_key, self.ctx.components,
+                self.coders[buffer],
+            )  # fmt: skip
+            keep = functools.partial(keeping_side_input, spec, keeping)
             return plane.as_subtasks(plane.union(parts), spec.parallelism).mapPartitionsWithIndex(
                 keep
             )
@@ -126,7 +172,10 @@ class StreamingSideInputs:
             parallelism=spec.parallelism,
             max_key_groups=spec.max_key_groups,
         )
-        keep = functools.partial(keeping_view, spec, buffer, ctx.plan_key, ctx.components, coder)
+        keep = functools.partial(
+            keeping_view, spec, buffer, ctx.plan_key, ctx.components, coder,
+            horizon=self._with_horizon(buffer).horizon,
+        )  # fmt: skip
         shuffled = plane.union(keyed).partitionBy(spec.parallelism, partitioner)
         return shuffled.mapPartitionsWithIndex(keep)
 
@@ -142,4 +191,18 @@ class StreamingSideInputs:
         rows = (committed.entries if committed is not None else 0) + self._rows.get(buffer, 0)
         rows += len(self._older.get(buffer, ()))
         parts = files_of(committed, self._staged.get(buffer, ()), self.state.max_key_groups)
-        return SideInputFiles(self.ctx.url, self.pipeline_id, ns, parts, rows, view)
+        seen = state_layout.side_data_marker(buffer) in self.state.completed()
+        return SideInputFiles(self.ctx.url, self.pipeline_id, ns, parts, rows, view, seen=seen)
+
+
+def _allowed_lateness(plan, buffers) -> dict[str, int]:
+    """buffer -> the allowed lateness (micros) of its PCollection's windowing strategy."""
+    if not buffers:
+        return {}
+    components = beam_runner_api_pb2.Components.FromString(plan.components)
+    out = {}
+    for buffer in buffers:
+        pcollection = components.pcollections[plan.edge(buffer).pcollection]
+        strategy = components.windowing_strategies[pcollection.windowing_strategy_id]
+        out[buffer] = max(0, strategy.allowed_lateness) * 1000
+    return out

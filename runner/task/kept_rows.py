@@ -17,6 +17,11 @@ rewrites the whole range instead: the next checkpoint then shares no file with t
 one. One task per subtask keeps rows (``as_subtasks``): two tasks snapshotting one range
 would each miss the other's rows.
 
+Rows that carry their windows' latest end (a streaming side input's, `RowExpiry`) are left
+out of the range's snapshot once every reader's watermark passed it: such a snapshot keeps
+only the base's files that hold no expired row and rewrites the rest, and it is due, too,
+once a quarter of the range's rows expired, so the store shrinks as windows expire.
+
 Reading back (`read_rows`), one task per subtask reads its key groups' rows, streamed a file
 at a time. A checkpoint of an older layout keeps them in the driver's files; each task then
 reads those, filtered to its key groups.
@@ -27,44 +32,80 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from sparkbeam.checkpoint import key_group_range, state_layout
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange, key_in_groups
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.checkpoint.reader import iter_appended, replay
+from sparkbeam.checkpoint.reader import iter_appended, namespace_files, replay
 from sparkbeam.checkpoint.task_state import Due, NamespaceState
 from sparkbeam.runner.task.staged_state import StateRound, in_task_state, task_store
+
+EXPIRED_SHARE = 4
+"""A range whose expired rows are this share of its rows (a quarter) snapshots without them."""
+
+
+@dataclass(frozen=True)
+class RowExpiry:
+    """Rows that carry their windows' latest end: those that ended by ``horizon`` go."""
+
+    horizon: int
+    rows: Callable[[FileEntry, bool, KeyGroupRange], list[tuple[bytes, int, bytes | None]]]
+    """(key, latest end, chunk or None) of a committed file's rows in the key groups (a
+    snapshot file or not): the worker's read (``task.side_input_files``)."""
+    value: Callable[[bytes, int], bytes]
+    """A row's value from its chunk and end."""
 
 
 class RowKeeper:
     """The rows one task (``subtask``) keeps in ``namespace`` this round, staged by
-    ``writer``; `finish` before the writer does."""
+    ``writer``; `finish` before the writer does. With ``expiry``, rows carry an end."""
 
-    def __init__(self, spec: StateRound, namespace: str, subtask: int, writer) -> None:
+    def __init__(
+        self, spec: StateRound, namespace: str, subtask: int, writer,
+        expiry: RowExpiry | None = None,
+    ) -> None:  # fmt: skip
         self.spec, self.namespace, self.subtask, self.writer = spec, namespace, subtask, writer
         self.groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
         self.chains = _chains(spec, namespace)
         self.due = self.chains.snapshot_due(self.groups) if self.chains is not None else None
+        self.expiry = expiry
+        self.committed: list = []  # with expiry: per committed file of the range, its rows
+        self.expired = False  # enough rows expired: the range snapshots without them
+        if expiry is not None and self.chains is not None:
+            self.committed = [
+                (entry, snapshot, expiry.rows(entry, snapshot, sub))
+                for sub, entry, snapshot in namespace_files(self.chains, self.groups)
+            ]
+            rows = [end for _, _, held in self.committed for _, end, _ in held]
+            gone = sum(1 for end in rows if end <= expiry.horizon)
+            self.expired = gone > 0 and gone * EXPIRED_SHARE >= len(rows)
         self.made: list[tuple[bytes, bytes]] = []  # this round's rows, kept only for a snapshot
         self._ids = itertools.count()
         self.rows = 0
 
-    def add(self, name: str, data: bytes) -> None:
+    def add(self, name: str, data: bytes, end: int | None = None) -> None:
+        """One row; ``end``: its windows' latest end (a side input's row, with expiry)."""
         spec = self.spec
         prefix = state_layout.row_key(spec.round_no, self.subtask, self.rows, round_width=8)
         ids = (i.to_bytes(4, "big") for i in self._ids)
         key = key_in_groups(prefix, ids, self.groups, spec.max_key_groups)
-        value = state_layout.encode_row(name, data)
+        if end is None:
+            value = state_layout.encode_row(name, data)
+        else:
+            value = state_layout.encode_side_row(name, data, end)
         self.writer.put(self.namespace, key, value)
-        if self.due is not None:
+        if self.due is not None or self.expired:
             self.made.append((key, value))
         self.rows += 1
 
     def finish(self) -> None:
         """The range's snapshot when one is due, else its count."""
         groups = self.groups
-        if self.due is not None:
+        if self.expiry is not None and (self.due is not None or self.expired):
+            self._snapshot_unexpired()
+        elif self.due is not None:
             self._snapshot()
         elif self.rows:
             known = _counted(self.chains, groups)
@@ -87,6 +128,37 @@ class RowKeeper:
         self.writer.snapshot(
             self.namespace, groups.start, groups.stop, itertools.chain(committed, self.made),
             spec.memory_bytes // 4, keep=tuple(keep.values()), kept_entries=kept,
+        )  # fmt: skip
+
+    def _snapshot_unexpired(self) -> None:
+        """As of this round, without the rows that expired: the base's files that hold none
+        stay part of it; the other files' rows that did not expire, and this round's, are
+        written anew (the whole range when asked for a fallback)."""
+        expiry, groups = self.expiry, self.groups
+        assert expiry is not None
+        horizon, whole = expiry.horizon, self.due is Due.REQUESTED
+        dirty = {
+            entry.name
+            for entry, snapshot, rows in self.committed
+            if whole or not snapshot or any(end <= horizon for _, end, _ in rows)
+        }
+        keep: dict[str, FileEntry] = {}
+        items: list[tuple[bytes, bytes]] = []
+        kept = 0
+        for entry, _, rows in self.committed:
+            if entry.name not in dirty:
+                keep[entry.name] = entry
+                kept += len(rows)
+                continue
+            for key, end, chunk in rows:
+                if end > horizon:
+                    if chunk is None:  # a worker drops a chunk only once it expired
+                        raise RuntimeError(f"{self.namespace}: row {key!r} held no chunk")
+                    items.append((key, expiry.value(chunk, end)))
+        items.extend(self.made)  # not expired: `add` was given only those
+        self.writer.snapshot(
+            self.namespace, groups.start, groups.stop, items, self.spec.memory_bytes // 4,
+            keep=tuple(keep.values()), kept_entries=kept,
         )  # fmt: skip
 
 

@@ -12,6 +12,15 @@ what it read per file (files are immutable), so a round reads only the files tha
 since the worker's last read: about one per writing subtask, and a range's snapshot once
 after it is written.
 
+A window's data is needed until the watermark of every stage that reads it has passed the
+window's end plus the side input's allowed lateness; the driver passes that horizon with the
+files (`SideInputFiles.horizon`). Every row carries its windows' latest end
+(`state_layout.encode_side_row`, `encode_side_view`): a worker drops the chunks of rows that
+ended by the horizon from what it holds and merges, and a keeping task leaves them out of its
+range's snapshot (``task.kept_rows`` `RowExpiry`), which it writes once they are a quarter of
+its range's rows. The global window never ends: a global-window side input without a trigger
+keeps every chunk (bounded only by its input).
+
 Leaves which buffers are kept how, and the handles, to the driver
 (``streaming.side_input_store``); serving the chunks to the SDK to ``task.side_input_state``.
 """
@@ -20,7 +29,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
+
+from apache_beam.coders.coder_impl import create_InputStream
+from apache_beam.transforms.window import GlobalWindow
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.changelog import Op, iter_records, read_segment
@@ -30,10 +43,11 @@ from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.materialization import read_materialization
 from sparkbeam.checkpoint.reader import namespace_files
 from sparkbeam.checkpoint.task_state import NamespaceState
-from sparkbeam.runner.task.kept_rows import RowKeeper
+from sparkbeam.runner.task.kept_rows import RowExpiry, RowKeeper
 from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.staged_state import StateRound, task_store
+from sparkbeam.runner.task.worker_context import plan_context, register_plan
 
 COMMIT_PREFIX = "side:"  # the commit stage of a side input's keeping tasks: this, the buffer
 
@@ -56,12 +70,15 @@ class SideInputFiles:
     pipeline: str
     namespace: str
     parts: tuple[FilePart, ...]
-    rows: int  # chunks in it: a side input with none is not ready (``streaming.pushback``)
+    rows: int  # chunks in it, as its tasks counted them
     view: bool = False  # a triggered side input's view: a chunk per window, replaced by later
-    # files (``task.side_input_view``); else every chunk (`encode_row`), in key order
+    # files (``task.side_input_view``); else every chunk (`encode_side_row`), in key order
+    horizon: int | None = None  # rows whose windows all ended by this (micros) are dropped
+    seen: bool = False  # data arrived once (its windows may have expired since)
 
     def __bool__(self) -> bool:
-        return self.rows > 0
+        """Ready: data has arrived (``streaming.pushback``)."""
+        return self.rows > 0 or self.seen
 
 
 def files_of(state: NamespaceState | None, staged: Iterable[FileEntry], max_key_groups: int):
@@ -76,21 +93,78 @@ def files_of(state: NamespaceState | None, staged: Iterable[FileEntry], max_key_
     return tuple(parts)
 
 
+def window_end(window) -> int:
+    """A window's end (micros); `state_layout.END_NEVER` for the global window."""
+    if isinstance(window, GlobalWindow):
+        return state_layout.END_NEVER
+    return window.max_timestamp().micros + 1
+
+
+def latest_end(coder_impl, chunk: bytes) -> int:
+    """The latest end of the windows of a chunk's elements (Beam-encoded, ``coder_impl``)."""
+    stream, end = create_InputStream(chunk), -state_layout.END_NEVER
+    while stream.size() > 0:
+        value = coder_impl.decode_from_stream(stream, True)
+        end = max(end, *(window_end(w) for w in value.windows))
+    return end
+
+
+@dataclass(frozen=True)
+class Keeping:
+    """What the task that keeps a side input's new chunks needs besides them: its coder (the
+    chunks' windows), and its checkpoint's files with the round's horizon (what expired)."""
+
+    buffer: str
+    files: SideInputFiles
+    plan_key: str
+    components: Any  # broadcast of the plan's serialized components
+    coder: str
+
+
 def keeping_side_input(
-    spec: StateRound, buffer: str, subtask: int, chunks, writer=None
+    spec: StateRound, keeping: Keeping, subtask: int, chunks, writer=None
 ) -> Iterator[CommitRecord]:
-    """Task body: keep this subtask's share of the round's new chunks of ``buffer`` (staged
-    by ``writer``, by default this Spark task's); yields its `CommitRecord`."""
+    """Task body: keep this subtask's share of the round's new chunks (staged by ``writer``,
+    by default this Spark task's), each with its windows' latest end; chunks that already
+    expired are not kept. Yields its `CommitRecord`."""
+    buffer, files = keeping.buffer, keeping.files
     stage = commit_stage(buffer)
     if writer is None:
         writer = staged_writer_for_task(
             spec.url, spec.pipeline, stage, spec.round_no, spec.max_key_groups
         )
-    keeper = RowKeeper(spec, state_layout.side_rows(buffer), subtask, writer)
+    register_plan(keeping.plan_key, keeping.components.value)
+    impl = plan_context(keeping.plan_key).coders[keeping.coder].get_impl()
+    horizon = files.horizon
+    expiry = None
+    if horizon is not None:
+
+        def rows(entry: FileEntry, snapshot: bool, groups: KeyGroupRange):
+            part = FilePart(entry, snapshot, groups.start, groups.stop)
+            return [
+                (key, end if end is not None else _end_of(impl, key, chunk), chunk)
+                for _, _, key, end, chunk in _CACHE.part_rows(files, part)
+            ]
+
+        def value(chunk: bytes, end: int) -> bytes:
+            return state_layout.encode_side_row(buffer, chunk, end)
+
+        expiry = RowExpiry(horizon, rows, value)
+    keeper = RowKeeper(spec, files.namespace, subtask, writer, expiry)
     for chunk in chunks:
-        keeper.add(buffer, chunk)
+        end = latest_end(impl, chunk)
+        if horizon is None or end > horizon:
+            keeper.add(buffer, chunk, end)
     keeper.finish()
     yield CommitRecord(stage, writer.finish())
+
+
+def _end_of(impl, key: bytes, chunk: bytes | None) -> int:
+    """The end of a layout-8 row (none recorded), from its chunk (a worker keeps the chunk
+    of a row without an end)."""
+    if chunk is None:
+        raise RuntimeError(f"side row {key!r} has neither an end nor a chunk")
+    return latest_end(impl, chunk)
 
 
 def commit_stage(buffer: str) -> str:
@@ -105,67 +179,134 @@ def side_input_chunks(value) -> list[bytes]:
     return _CACHE.chunks(value)
 
 
+# What a worker holds of a row: op, key group, key, its windows' latest end (None: not
+# recorded, a layout-8 row: it never expires here), and its chunk (None: deleted, or expired).
+Row = tuple[Op, int, bytes, "int | None", "bytes | None"]
+
+
+@dataclass
+class _Held:
+    """What a worker holds of one kept side input: per file its rows, the horizon the rows'
+    chunks were dropped by, and the last merged list."""
+
+    horizon: int | None = None
+    files: dict[FileEntry, list[Row]] = field(default_factory=dict)
+    merged: tuple | None = None  # (parts, horizon, chunks)
+
+
 class _ReadFiles:
     """Per worker process: what each kept side input's files held (a file at most once
-    while it stays part of the side input), and the last merged list per side input."""
+    while it stays part of the side input, without the chunks that expired), and the last
+    merged list per side input."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._rows: dict[tuple, dict[FileEntry, list[tuple[Op, int, bytes, bytes]]]] = {}
-        self._merged: dict[tuple, tuple[tuple[FilePart, ...], list[bytes]]] = {}
+        self._held: dict[tuple, _Held] = {}
 
     def chunks(self, files: SideInputFiles) -> list[bytes]:
-        which = (files.url, files.pipeline, files.namespace)
         with self._lock:
-            merged = self._merged.get(which)
-            if merged is not None and merged[0] == files.parts:
-                return merged[1]
-            held = self._rows.get(which, {})
-            rows: dict[FileEntry, list] = {}
-            for part in files.parts:
-                read = rows.get(part.entry)
-                if read is None:
-                    read = held.get(part.entry)
-                rows[part.entry] = read if read is not None else list(_read_file(files, part))
-            self._rows[which] = rows  # files no longer named are dropped
+            held = self._of(files)
+            merged = held.merged
+            if merged is not None and merged[:2] == (files.parts, files.horizon):
+                return merged[2]
+            rows = {part.entry: self._rows(files, held, part) for part in files.parts}
+            held.files = rows  # files no longer named are dropped
             chunks = _merged(files, rows)
-            self._merged[which] = (files.parts, chunks)
+            held.merged = (files.parts, files.horizon, chunks)
             return chunks
 
+    def part_rows(self, files: SideInputFiles, part: FilePart) -> list[Row]:
+        """The rows of ``part``'s file in its key groups (for the task that keeps them)."""
+        with self._lock:
+            rows = self._rows(files, self._of(files), part)
+        return [row for row in rows if part.start <= row[1] < part.stop]
 
-def _merged(files: SideInputFiles, rows: dict[FileEntry, list]) -> list[bytes]:
+    def _of(self, files: SideInputFiles) -> _Held:
+        """What this worker holds of ``files``' side input, its chunks dropped by its horizon
+        (held anew if the horizon went back, as after a restore)."""
+        which = (files.url, files.pipeline, files.namespace)
+        held = self._held.get(which)
+        horizon = files.horizon
+        back = (
+            held is not None
+            and held.horizon is not None
+            and (MIN if horizon is None else horizon) < held.horizon
+        )
+        if held is None or back:
+            held = self._held[which] = _Held(horizon)
+        elif horizon != held.horizon:
+            held.files = {e: _expired(rows, horizon) for e, rows in held.files.items()}
+            held.horizon = horizon
+        return held
+
+    def _rows(self, files: SideInputFiles, held: _Held, part: FilePart) -> list[Row]:
+        rows = held.files.get(part.entry)
+        if rows is None:
+            rows = held.files[part.entry] = _expired(list(_read_file(files, part)), held.horizon)
+        return rows
+
+
+MIN = -state_layout.END_NEVER
+
+
+def _expired(rows: list[Row], horizon: int | None) -> list[Row]:
+    """``rows`` without the chunks of those whose windows all ended by ``horizon``."""
+    if horizon is None:
+        return rows
+    return [
+        (op, kg, key, end, None) if chunk is not None and end is not None and end <= horizon
+        else (op, kg, key, end, chunk)
+        for op, kg, key, end, chunk in rows
+    ]  # fmt: skip
+
+
+def _merged(files: SideInputFiles, rows: dict[FileEntry, list[Row]]) -> list[bytes]:
     """The side input's chunks from its files' rows (each part: its key groups only)."""
     if not files.view:
         every = sorted(
-            (key, value)
+            (key, chunk)
             for part in files.parts
-            for _, kg, key, value in rows[part.entry]
-            if part.start <= kg < part.stop
+            for _, kg, key, _, chunk in rows[part.entry]
+            if part.start <= kg < part.stop and chunk is not None
         )
-        return [state_layout.decode_row(v, files.namespace)[1] for _, v in every]
+        return [chunk for _, chunk in every]
     windows: dict[bytes, bytes] = {}
     for part in files.parts:  # in order: a later file's firing replaces an earlier one's
-        for op, kg, key, value in rows[part.entry]:
+        for _, kg, key, _, chunk in rows[part.entry]:
             if part.start <= kg < part.stop:
-                if op is Op.PUT:
-                    windows[key] = value
-                else:
+                if chunk is not None:
+                    windows[key] = chunk
+                else:  # deleted, or expired
                     windows.pop(key, None)
-    return [state_layout.decode_side_input(windows[k], files.namespace) for k in sorted(windows)]
+    return [windows[k] for k in sorted(windows)]
 
 
-def _read_file(files: SideInputFiles, part: FilePart) -> Iterator[tuple[Op, int, bytes, bytes]]:
-    """(op, key group, key, value) of ``files.namespace`` in ``part``'s file, all key groups."""
+def _read_file(files: SideInputFiles, part: FilePart) -> Iterator[Row]:
+    """The rows of ``files.namespace`` in ``part``'s file, all key groups."""
     storage = task_store(files.url).storage
     path = f"{pipeline_dir(files.pipeline)}/{part.entry.name}"
+    ns = files.namespace
     if part.snapshot:
-        for kg, ns, key, value in read_materialization(storage, path, part.entry):
-            if ns == files.namespace:
-                yield Op.PUT, kg, key, value
-        return
-    for op, kg, ns, key, value in iter_records(read_segment(storage, path, part.entry), path):
-        if ns == files.namespace:
-            yield op, kg, key, value
+        records = (
+            (Op.PUT, kg, key, value)
+            for kg, n, key, value in read_materialization(storage, path, part.entry)
+            if n == ns
+        )
+    else:
+        records = (
+            (op, kg, key, value)
+            for op, kg, n, key, value in iter_records(read_segment(storage, path, part.entry), path)
+            if n == ns
+        )
+    for op, kg, key, value in records:
+        if op is not Op.PUT:
+            yield op, kg, key, None, None
+        elif files.view:
+            chunk, end = state_layout.decode_side_view(value, ns)
+            yield op, kg, key, end, chunk
+        else:
+            _, chunk, end = state_layout.decode_side_row(value, ns)
+            yield op, kg, key, end, chunk
 
 
 _CACHE = _ReadFiles()

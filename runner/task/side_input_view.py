@@ -18,10 +18,12 @@ are kept as they come, not folded (``SideInput.triggered`` says which is which).
 
 Owns: the fold, and the view kept as task-owned state: namespace ``side-view/<buffer>``, key
 ``window/`` + the encoded window, value the window's latest firing as one Beam-encoded chunk
-(`state_layout.encode_side_input`). The round that first reads the side input has its new
+(`state_layout.encode_side_view`). The round that first reads the side input has its new
 elements keyed by window (`window_keyed`) and shuffled to the subtask that owns the window's
 key group, which folds them and replaces those windows' entries (`keeping_view`): one entry
 per window, replaced by each firing, and a restore reads the view as it was at the checkpoint.
+A window's entry carries its end (`state_layout.encode_side_view`) and is deleted once no
+reader needs it (the driver's horizon, ``task.side_input_files``).
 Stores of layout 7 and older kept the view in the driver's table (``side-input/<buffer>``;
 layout 4 and older: every chunk under ``round/index`` keys, folded round by round,
 `older_view`). Leaves reading the view's files (``task.side_input_files``), when a main input
@@ -40,7 +42,7 @@ from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task.range_staging import stage_range, staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord
-from sparkbeam.runner.task.side_input_files import commit_stage
+from sparkbeam.runner.task.side_input_files import commit_stage, window_end
 from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 
@@ -135,23 +137,25 @@ def window_keyed(plan_key: str, components, coder_id: str, chunks) -> Iterator[t
 
 def keeping_view(
     spec: StateRound, buffer: str, plan_key: str, components, coder_id: str, subtask: int,
-    rows, writer=None,
+    rows, writer=None, horizon: int | None = None,
 ) -> Iterator[CommitRecord]:  # fmt: skip
     """Task body: fold this subtask's windows' new elements (``rows``, keyed by
     `window_keyed`, or an older store's view entries) and replace those windows' entries in
-    its key groups of ``side-view/<buffer>``; yields its `CommitRecord`."""
+    its key groups of ``side-view/<buffer>``, each with its window's end; delete the windows
+    that ended by ``horizon`` (no reader needs them); yields its `CommitRecord`."""
     register_plan(plan_key, components.value)
     namespace = state_layout.side_view(buffer)
+    coder = plan_context(plan_key).coders[coder_id]
     fired: list[bytes] = []
-    changes: dict[bytes, bytes | None] = {}
+    chunks: dict[bytes, bytes] = {}
     for key, (kind, data) in rows:
         if kind == OLDER:
-            changes[key] = state_layout.encode_side_input(data)
+            chunks[key] = data
         else:
             fired.append(data)
-    view = LatestFirings(plan_context(plan_key).coders[coder_id])
+    view = LatestFirings(coder)
     for window, chunk in view.fold(fired).items():  # this round's firings replace older ones
-        changes[WINDOW_KEY + window] = state_layout.encode_side_input(chunk)
+        chunks[WINDOW_KEY + window] = chunk
     stage = commit_stage(buffer)
     if writer is None:
         writer = staged_writer_for_task(
@@ -160,11 +164,34 @@ def keeping_view(
     stored: Mapping[bytes, bytes] = {}
     if spec.checkpoint_id is not None:
         stored = read_task_state(spec, subtask, namespace)
+    ends = _WindowEnds(coder.window_coder)
+    changes: dict[bytes, bytes | None] = {
+        key: state_layout.encode_side_view(chunk, ends(key))
+        for key, chunk in chunks.items()
+        if horizon is None or ends(key) > horizon
+    }
+    gone = [] if horizon is None else [k for k in stored if ends(k) <= horizon]
+    changes.update((key, None) for key in gone)
     writer.write_all(namespace, changes)
-    keys = len(stored) + sum(1 for key in changes if key not in stored)
+    added = sum(1 for key, change in changes.items() if change is not None and key not in stored)
+    keys = len(stored) + added - len(gone)
     stage_range(writer, spec, subtask, namespace, stored, changes, keys)
     staged = writer.finish()
     if spec.checkpoint_id is not None:  # what it staged is the next round's read
         keep_staged(spec, subtask, namespace, stored, changes, staged.files)
     release(stored)
     yield CommitRecord(stage, staged)
+
+
+class _WindowEnds:
+    """A view key's window end (micros), each key's decoded once."""
+
+    def __init__(self, window_coder) -> None:
+        self._coder = window_coder
+        self._ends: dict[bytes, int] = {}
+
+    def __call__(self, key: bytes) -> int:
+        end = self._ends.get(key)
+        if end is None:
+            end = self._ends[key] = window_end(self._coder.decode(key[len(WINDOW_KEY) :]))
+        return end

@@ -76,6 +76,6 @@ def test_a_layout_2_store_resumes_and_publishes_each_line_once(spark, tmp_path):
     values = _raw_before_3_values(url)
     assert "side-input" not in values  # the side input restored from layout 2, upgraded, ...
     kept = _kept_side_input(url)
-    assert [sl.decode_row(v, sl.SIDE_ROWS_PREFIX)[1] for v in kept]  # ... is kept by tasks
+    assert [sl.decode_side_row(v, sl.SIDE_ROWS_PREFIX)[1] for v in kept]  # ... is kept by tasks
     for key, value in values.get("sink-staging-dirs", []):
         assert sl.decode_staging_dir(key, value).endswith(".sparkbeam-staging")

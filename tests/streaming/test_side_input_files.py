@@ -8,19 +8,21 @@ stage, every round. Now one task per subtask keeps the round's chunks in its own
 
 from __future__ import annotations
 
+import dataclasses
 from types import SimpleNamespace
 
 from apache_beam.coders import coders
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.runners import pipeline_context
-from apache_beam.transforms.window import IntervalWindow
+from apache_beam.transforms.window import GlobalWindow, IntervalWindow
 from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedValue
 
 from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout
 from sparkbeam.runner.streaming import side_input_store
-from sparkbeam.runner.task import side_input_files, side_input_view
+from sparkbeam.runner.task import kept_rows, side_input_files, side_input_view
 from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.side_input_files import (
+    Keeping,
     SideInputFiles,
     files_of,
     keeping_side_input,
@@ -32,15 +34,33 @@ from tests.checkpoint.test_task_owned_state import Reads
 
 LAYOUT = {state_layout.LAYOUT_KEY: state_layout.LAYOUT_VERSION}
 NS = state_layout.side_rows("buf")
+ROWS_CODER = coders.WindowedValueCoder(coders.BytesCoder(), coders.IntervalWindowCoder())
+_ROWS_CONTEXT = pipeline_context.PipelineContext()
+ROWS_CODER_ID = _ROWS_CONTEXT.coders.get_id(ROWS_CODER)
+ROWS_COMPONENTS = SimpleNamespace(value=_ROWS_CONTEXT.to_runner_api().SerializeToString())
 
 
-def _keep(root: str, cid, round_no: int, subtask: int, chunks: list[bytes]):
+def _chunk(*values: bytes, end_s: int = 10) -> bytes:
+    """A Beam-encoded chunk of ``values`` in the window ``[end_s - 10, end_s)``."""
+    window = IntervalWindow(end_s - 10, end_s)
+    return b"".join(
+        ROWS_CODER.get_impl().encode_nested(WindowedValue(v, end_s - 10, (window,))) for v in values
+    )
+
+
+def _keep(root: str, cid, round_no: int, subtask: int, chunks: list[bytes], committed=None):
+    """Subtask ``subtask`` keeps ``chunks`` in round ``round_no`` over checkpoint ``cid``;
+    ``committed``: the checkpoint's `SideInputFiles`, with the round's horizon."""
     spec = StateRound(
         pipeline="p", url=root, checkpoint_id=cid, round_no=round_no, parallelism=2,
         max_key_groups=128,
     )  # fmt: skip
     writer = open_staged_writer(root, "p", "side:buf", round_no, subtask, 0, max_key_groups=128)
-    (record,) = keeping_side_input(spec, "buf", subtask, chunks, writer)
+    if committed is None:
+        committed = SideInputFiles(root, "p", NS, (), 0)
+    register_plan("rows-plan", ROWS_COMPONENTS.value)
+    keeping = Keeping("buf", committed, "rows-plan", ROWS_COMPONENTS, ROWS_CODER_ID)
+    (record,) = keeping_side_input(spec, keeping, subtask, chunks, writer)
     return record.message
 
 
@@ -57,11 +77,12 @@ def test_kept_chunks_are_read_from_their_files_and_a_worker_reads_each_file_once
         driver_reads = Reads(store.storage, monkeypatch)
         worker_reads = Reads(task_store(root).storage, monkeypatch)
         first = [
-            _keep(root, None, 0, sub, [b"r0-s%d-%d" % (sub, i) for i in range(3)]) for sub in (0, 1)
+            _keep(root, None, 0, sub, [_chunk(b"r0-s%d-%d" % (sub, i)) for i in range(3)])
+            for sub in (0, 1)
         ]
         staged = [f for m in first for f in m.files]
         files = SideInputFiles(root, "p", NS, files_of(None, staged, 128), 6)
-        expected = [b"r0-s%d-%d" % (sub, i) for sub in (0, 1) for i in range(3)]
+        expected = [_chunk(b"r0-s%d-%d" % (sub, i)) for sub in (0, 1) for i in range(3)]
         assert side_input_chunks(files) == expected  # the round that kept them reads them
         assert _segments(worker_reads) == 2
 
@@ -71,13 +92,78 @@ def test_kept_chunks_are_read_from_their_files_and_a_worker_reads_each_file_once
         committed = state.task_owned_state(NS)
         assert committed is not None and committed.entries == 6
 
-        second = [_keep(root, cid, 1, 1, [b"r1-s1-0"])]
+        second = [_keep(root, cid, 1, 1, [_chunk(b"r1-s1-0")])]
         parts = files_of(committed, [f for m in second for f in m.files], 128)
         files = SideInputFiles(root, "p", NS, parts, committed.entries + 1)
-        assert side_input_chunks(files) == [*expected, b"r1-s1-0"]  # in round order
+        assert side_input_chunks(files) == [*expected, _chunk(b"r1-s1-0")]  # in round order
         assert _segments(worker_reads) == 3  # the new file only
-        assert side_input_chunks(files) == [*expected, b"r1-s1-0"]
+        assert side_input_chunks(files) == [*expected, _chunk(b"r1-s1-0")]
         assert _segments(worker_reads) == 3  # another task of the same worker: no read
+
+
+def test_rows_whose_windows_ended_by_the_horizon_are_dropped_by_readers_and_snapshots(
+    tmp_path, executor_dir, monkeypatch
+):
+    """Windows [0, 10), [10, 20), [20, 30), then [30, 40); the horizon 15 s: the first expired.
+    Readers leave it out at once; the keeping task whose range it is in (half of its rows
+    expired) snapshots its range without it; a chunk already expired is not kept."""
+    monkeypatch.setattr(side_input_files, "_CACHE", side_input_files._ReadFiles())
+    a, b, c, d = (_chunk(n, end_s=e) for n, e in ((b"a", 10), (b"b", 20), (b"c", 30), (b"d", 40)))
+    horizon = 15_000_000
+    with open_store(str(tmp_path)) as store:
+        root, state = store.storage.root, store.pipeline("p")
+        first = [_keep(root, None, 0, 0, [a, b]), _keep(root, None, 0, 1, [c])]
+        cid = state.checkpoint(fingerprint="f", metadata=LAYOUT, commit_messages=first)
+        committed = state.task_owned_state(NS)
+        files = SideInputFiles(root, "p", NS, files_of(committed, (), 128), 3)
+        assert side_input_chunks(files) == [a, b, c]
+        expiring = dataclasses.replace(files, horizon=horizon)
+        assert side_input_chunks(expiring) == [b, c]  # the reader drops it at once
+        assert side_input_chunks(files) == [a, b, c]  # a horizon that went back: read anew
+
+        late = _chunk(b"late", end_s=10)
+        second = [_keep(root, cid, 1, 0, [d, late], expiring), _keep(root, cid, 1, 1, [], expiring)]
+        assert [s.namespace for s in second[0].snapshots] == [NS]  # half its range expired
+        assert second[1].snapshots == ()  # nothing of its range did
+        state.checkpoint(fingerprint="f", metadata=LAYOUT, commit_messages=second)
+        assert state.task_owned_state(NS).entries == 3
+        kept = [state_layout.decode_side_row(v, NS) for v in state.read_task_owned(NS).values()]
+        assert sorted(chunk for _, chunk, _ in kept) == sorted([b, c, d])
+        assert sorted(end for *_, end in kept) == [20_000_000, 30_000_000, 40_000_000]
+    assert side_input_files.window_end(GlobalWindow()) == state_layout.END_NEVER
+
+
+def test_rows_of_layout_8_have_no_end_readers_keep_them_and_a_snapshot_adds_it(
+    tmp_path, executor_dir, monkeypatch
+):
+    """Layout 8 kept side rows without their end (v1): readers cannot expire them; the
+    keeping task reads the end from the chunk and leaves the expired ones out of its
+    range's snapshot, writing the others with their end (v2)."""
+    monkeypatch.setattr(side_input_files, "_CACHE", side_input_files._ReadFiles())
+    old, live = _chunk(b"old", end_s=10), _chunk(b"live", end_s=30)
+    spec = StateRound(
+        pipeline="p", url=str(tmp_path), checkpoint_id=None, round_no=0, parallelism=2,
+        max_key_groups=128,
+    )  # fmt: skip
+    with open_store(str(tmp_path)) as store:
+        root, state = store.storage.root, store.pipeline("p")
+        writer = open_staged_writer(root, "p", "side:buf", 0, 0, 0, max_key_groups=128)
+        keeper = kept_rows.RowKeeper(spec, NS, 0, writer)  # as layout 8 kept them: v1 rows
+        keeper.add("buf", old)
+        keeper.add("buf", live)
+        keeper.finish()
+        cid = state.checkpoint(
+            fingerprint="f", metadata={state_layout.LAYOUT_KEY: 8},
+            commit_messages=[writer.finish()],
+        )  # fmt: skip
+        parts = files_of(state.task_owned_state(NS), (), 128)
+        expiring = SideInputFiles(root, "p", NS, parts, 2, horizon=20_000_000)
+        assert side_input_chunks(expiring) == [old, live]  # no end: kept
+        message = _keep(root, cid, 1, 0, [], expiring)
+        assert message.snapshots  # half of its range expired
+        state.checkpoint(fingerprint="f", metadata=LAYOUT, commit_messages=[message])
+        (value,) = state.read_task_owned(NS).values()
+        assert state_layout.decode_side_row(value, NS) == ("buf", live, 30_000_000)
 
 
 def assert_kept_by_tasks(url: str, monkeypatched: list) -> None:
@@ -96,7 +182,7 @@ def assert_kept_by_tasks(url: str, monkeypatched: list) -> None:
         assert [ns for ns, _, _ in state.items() if ns.startswith("side-input/")] == []
         values = list(state.read_task_owned(kept[0]).values())
         state.close()
-    assert b"".join(state_layout.decode_row(v, kept[0])[1] for v in values)  # Beam-encoded
+    assert b"".join(state_layout.decode_side_row(v, kept[0])[1] for v in values)  # Beam-encoded
 
 
 def record_side_input_jobs(monkeypatch) -> list:

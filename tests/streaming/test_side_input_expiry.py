@@ -1,0 +1,82 @@
+"""A streaming side input drops a window once no reader can need it (issue 43, 4).
+
+Before, a side input without a trigger kept every chunk it ever received
+(``side-rows/<buffer>``) and a triggered one every window's view (``side-view/<buffer>``):
+the store and every reading worker grew with the job's age. Now a window's data goes once
+the watermark of every stage that reads it has passed the window's end plus the side input's
+allowed lateness: readers leave it out at once, and the range's next snapshot leaves it out
+of the store. A run that fails after windows expired resumes exactly.
+"""
+
+from __future__ import annotations
+
+import glob
+import re
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from sparkbeam.checkpoint import open_store
+from tests.conftest import spark_test_options
+from tests.streaming.side_input_expiry_pipeline import add_pipeline, expected_lines
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+WINDOWS, FAIL_AT = 10, 7
+_ELEMENT = re.compile(rb"(?<![A-Za-z0-9_])s(\d+)")
+
+
+def _run(tmp_path, *flags: str) -> None:
+    options = PipelineOptions(
+        spark_test_options(
+            "--streaming",
+            f"--checkpoint_dir={tmp_path / 'ckpt'}",
+            "--checkpoint_interval_s=0.05",
+            "--parallelism=2",
+            *flags,
+        )  # fmt: skip
+    )
+    with beam.Pipeline(options=options) as p:
+        add_pipeline(p, WINDOWS, str(tmp_path / "out"), FAIL_AT, str(tmp_path / "failed"))
+
+
+def _kept(url: str) -> dict[str, tuple[int, set[int]]]:
+    """Per side-input namespace of the latest checkpoint: its entries as the tasks counted
+    them, and the windows (side element numbers) its values hold."""
+    with open_store(url, break_lock=True) as store:
+        (pipeline,) = store.list_pipelines()
+        state = store.pipeline(pipeline)
+        state.restore()
+        kept = {}
+        for ns in sorted(state.task_owned()):
+            if ns.startswith(("side-rows/", "side-view/")):
+                values = state.read_task_owned(ns).values()
+                seen = {int(m) for v in values for m in _ELEMENT.findall(v)}
+                kept[ns] = (state.task_owned_state(ns).entries, seen)
+        state.close()
+    return kept
+
+
+def _lines(tmp_path) -> list[str]:
+    lines = []
+    for path in glob.glob(str(tmp_path / "out" / "out-*")):
+        with open(path) as f:
+            lines.extend(line.rstrip("\n") for line in f if line.strip())
+    return sorted(lines)
+
+
+def test_expired_windows_leave_the_store_and_a_resume_after_expiry_is_exact(spark, tmp_path):
+    with pytest.raises(Exception, match="injected failure"):
+        _run(tmp_path, "--max_restores=0")
+    kept = _kept(str(tmp_path / "ckpt"))
+    assert sorted(ns.split("/")[0] for ns in kept) == ["side-rows", "side-view"]
+    for ns, (entries, windows) in kept.items():
+        # Window FAIL_AT - 1 is the last one a committed round brought; the ones before it
+        # had expired (the watermark passed their end) when it was kept.
+        assert windows and windows <= {FAIL_AT - 2, FAIL_AT - 1}, (ns, windows)
+        assert 1 <= entries <= 2, (ns, entries)
+    _run(tmp_path)  # the same job again: it resumes from its last checkpoint
+    assert _lines(tmp_path) == expected_lines(WINDOWS)
+    for ns, (entries, windows) in _kept(str(tmp_path / "ckpt")).items():
+        assert windows <= {WINDOWS - 2, WINDOWS - 1} and entries <= 2, (ns, entries, windows)
