@@ -52,20 +52,22 @@ def test_sdf_process_stage_is_the_root_after_a_reshuffle():
     )
 
 
-def test_sdf_with_a_side_input_reads_it_in_its_process_stage_not_in_the_reshuffle():
+@pytest.mark.parametrize("is_drain", [False, True], ids=["run", "drain"])
+def test_sdf_with_a_side_input_reads_it_in_its_process_stage_not_in_the_reshuffle(is_drain):
     """expand_sdf gives the Reshuffle it inserts the SDF's side inputs too (issue 43, 5): the
     buffer write shuffles the main input alone, and the process stage after the break reads the
-    side input (as does the split stage before it, which runs the same DoFn)."""
+    side input (as does the split stage before it, which runs the same DoFn). A drain puts
+    TruncateAndSizeRestriction between the Reshuffle and the process transform."""
     p = beam.Pipeline()
     side = p | "Side" >> beam.Create([100])
     _ = p | beam.Create([3]) | beam.ParDo(_CountTo(), beam.pvalue.AsSingleton(side))
-    plan = translate(_proto(p))
+    plan = translate(_proto(p), is_drain=is_drain)
     (stage,) = [s for s in plan.stages if s.is_sdf_process]
     assert [plan.edge(b).kind for b in stage.input_buffers] == [EdgeKind.RESHUFFLE]
-    (side_input,) = stage.side_inputs
+    (side_buffer,) = {si.buffer for si in stage.side_inputs}
     (writer,) = [s for s in plan.stages if set(s.output_buffers) & set(stage.input_buffers)]
-    assert writer.id != stage.id and {si.buffer for si in writer.side_inputs} == {side_input.buffer}
-    (side_writer,) = [s for s in plan.stages if side_input.buffer in s.output_buffers]
+    assert writer.id != stage.id and {si.buffer for si in writer.side_inputs} == {side_buffer}
+    (side_writer,) = [s for s in plan.stages if side_buffer in s.output_buffers]
     order = [s.id for s in plan.stages]
     assert order.index(side_writer.id) < order.index(stage.id)
 
