@@ -41,7 +41,8 @@ SDF_PARDO_URNS = frozenset(
 
 
 def expand_reshuffle(stages, context):
-    """Transforms each runner-known Reshuffle into a buffer write followed by a read."""
+    """Transforms each runner-known Reshuffle into a buffer write of its data input (not the
+    side inputs ``expand_sdf`` names on it: ``_data_input``) followed by a read."""
     for stage in stages:
         if len(stage.transforms) != 1 or stage.transforms[0].spec.urn != RESHUFFLE_URN:
             yield stage
