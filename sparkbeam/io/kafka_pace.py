@@ -138,7 +138,7 @@ class Hold:
         self.tp = TopicPartition(topic, partition)
         self.position, self.end_seen = position, -1
         self.quiet_from = time.monotonic()
-        self.consumer = None
+        self.consumer: Any = None
         self.take(consumer)
 
     def take(self, consumer: Any) -> None:

@@ -191,10 +191,9 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         self.max_idle_s = max_idle_resume_delay_s
         self.batch_size = batch_size
         self.pacing: Pacing = pacing
-        self._consumers: Consumers | None = None
+        self._consumers = Consumers(config)  # none made until a read asks
 
     def setup(self):
-        self._consumers = Consumers(self.config)
         self._to_commit: dict[tuple[str, int], int] = {}
 
     def finish_bundle(self):
@@ -210,9 +209,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
             self._to_commit.clear()
 
     def teardown(self):
-        if self._consumers is not None:
-            self._consumers.close()
-            self._consumers = None
+        self._consumers.close()
 
     def process(
         self,
