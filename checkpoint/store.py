@@ -136,6 +136,14 @@ def open_working_store() -> CheckpointStore:
     return open_store(MemoryStorage(), materialization_interval_s=None, changelog=False)
 
 
+READ_ONLY_MANIFESTS = 16
+"""Manifests a read-only store (a worker's, ``runner.task.staged_state.task_store``) keeps
+loaded: a worker loads each round's, and no retention prunes its cache. Kept whole, they grew
+the worker's heap by a manifest per round, and with it every garbage collection PySpark runs
+after each task (issue 43: round time rose with the job's age). A writable store keeps those
+of its retained checkpoints (retention drops the others)."""
+
+
 class CheckpointStore:
     """All pipelines' checkpoints under one root; see the module docstring."""
 
@@ -271,6 +279,8 @@ class CheckpointStore:
                 f"{manifest.checkpoint_id}, not the file's",
             )
         self._manifest_cache[key] = manifest
+        if self.read_only and len(self._manifest_cache) > READ_ONLY_MANIFESTS:
+            del self._manifest_cache[next(iter(self._manifest_cache))]  # the earliest loaded
         return manifest
 
     def list_checkpoints(self, pipeline_id: str) -> list[CheckpointInfo]:
