@@ -21,8 +21,17 @@ records of ``--value-bytes`` bytes into a ``--partitions``-partition topic, then
   exactly-once sink publishes at checkpoint commits), against the job's own round time
   (Spark job + commit, from the runner's round log).
 
-Prints records/s of both and their ratio, the idle CPU-s per wall-s, and the latency p50/p99
-next to the round p50 (goal: latency p50 <= round p50 + 100 ms).
+* ``peers`` (after the throughput runs, unless ``--no-peers``): Quix Streams and bytewax read
+  and count the same topic, then every system runs a 10 s tumbling-window count per key on a
+  topic of create-time-stamped records, its output checked (``kafka_peers``: the peers run in
+  their own processes with the python of ``.venv-peers``, which ``make bench`` sets up; each
+  is skipped with a line saying so where it is missing);
+* ``--sustained`` (alone): the highest produce rate at which a streaming ``ReadFromKafka ->
+  Map -> 10 s windowed count -> WriteToFilesOnCheckpoint`` job, and each peer's, keeps up:
+  window end -> visible p99 under 2 s (``kafka_sustained``).
+
+Prints records/s of both and their ratio, the ratios against each peer, the idle CPU-s per
+wall-s, and the latency p50/p99 next to the round p50 (goal: latency p50 <= round p50 + 100 ms).
 """
 
 from __future__ import annotations
@@ -38,6 +47,8 @@ from pathlib import Path
 
 REPO = str(Path(__file__).resolve().parents[1])
 sys.path.insert(0, REPO)
+
+import kafka_sustained  # noqa: E402 - this folder, on the path when run as a script
 
 
 def bare_loop(config: dict, topic: str, partitions: int, records: int) -> float:
@@ -242,7 +253,8 @@ def beam_floor(records: int, value_bytes: int) -> float:
     return records / max(run(records) - fixed, 1e-9)
 
 
-def throughput(broker, args) -> None:
+def throughput(broker, args) -> tuple[float, float]:
+    """Print the read's rates; return sparkbeam's (whole, net) records/s."""
     value = b"x" * args.value_bytes
     records = [(b"%d" % i, value, None) for i in range(args.records)]
     broker.produce("bench", records)
@@ -266,6 +278,22 @@ def throughput(broker, args) -> None:
         f"records/s; x{args.partitions} partitions = {floor * args.partitions:,.0f}; "
         f"sparkbeam net / that: {net / (floor * args.partitions):.3f}x"
     )
+    return native, net
+
+
+def peers(broker, args, native: float, net: float) -> None:
+    """The read on Quix Streams and bytewax (the topic of `throughput`), then the window count
+    on every system (``kafka_peers``); ratios of sparkbeam against each peer."""
+    import kafka_peers
+
+    runs = kafka_peers.peer_runs(broker.bootstrap, "bench", "read", args.records, args)
+    for peer, got in runs.items():
+        if "rate" in got:
+            print(
+                f"  sparkbeam / {peer} read: {native / got['rate']:.2f}x whole, "
+                f"{net / got['rate']:.2f}x net"
+            )
+    kafka_peers.windows(broker, args)
 
 
 def main() -> None:
@@ -295,6 +323,19 @@ def main() -> None:
         "--latency-interval-s", type=float, default=-1.0,
         help="--checkpoint_interval_s of the latency job (default: the runner's)",
     )  # fmt: skip
+    parser.add_argument(
+        "--no-peers", action="store_true", help="skip Quix Streams and bytewax (kafka_peers)"
+    )
+    parser.add_argument(
+        "--peer-processes", type=int, default=2, help="processes per peer (default: 2, a core each)"
+    )
+    parser.add_argument("--peer-timeout-s", type=float, default=1800.0)
+    parser.add_argument("--window-keys", type=int, default=100)
+    parser.add_argument(
+        "--window-span-s", type=float, default=1000.0,
+        help="create times of the window records spread over this (default: 1000: 100 windows)",
+    )  # fmt: skip
+    kafka_sustained.add_arguments(parser)
     parser.add_argument("--interval-s", type=float, default=-1.0, help=argparse.SUPPRESS)
     parser.add_argument("--idle-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--bootstrap", help=argparse.SUPPRESS)
@@ -309,11 +350,17 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as log_dir:
         broker = start_kafka_broker(Path(log_dir))
         try:
-            broker.create_topic("bench", args.partitions)
+            if args.sustained:
+                kafka_sustained.sustained(broker, args)
+                return
+            # Quix Streams reads the topic's retention.ms, which Tansu reports only if set.
+            broker.create_topic("bench", args.partitions, {"retention.ms": "-1"})
             broker.create_topic("idle", args.partitions)
             broker.create_topic("latency", args.partitions)
             if not (args.idle_only or args.latency_only):
-                throughput(broker, args)
+                native, net = throughput(broker, args)
+                if not args.no_peers:
+                    peers(broker, args, native, net)
             if args.throughput_only:
                 return
             if not args.latency_only:
