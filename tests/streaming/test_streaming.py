@@ -282,11 +282,16 @@ def test_match_continuously_sees_a_file_created_while_running(spark, tmp_path):
     (watched / "a.txt").write_text("1\n")
     later = threading.Timer(3.0, lambda: (watched / "b.txt").write_text("2\n"))
     later.start()
-    stop = Timestamp.of(time.time() + 8)
+    # Beam's default start_timestamp is Timestamp.now() evaluated when fileio is imported: in a
+    # long-lived test process that is minutes ago, and the watch polls once a second from then.
+    start = Timestamp.now()
+    stop = start + 8
     with beam.Pipeline(options=_options(tmp_path)) as p:
         names = (
             p
-            | fileio.MatchContinuously(str(watched / "*.txt"), interval=1.0, stop_timestamp=stop)
+            | fileio.MatchContinuously(
+                str(watched / "*.txt"), interval=1.0, start_timestamp=start, stop_timestamp=stop
+            )
             | beam.Map(lambda m: os.path.basename(m.path))
         )
         assert_that(names, equal_to(["a.txt", "b.txt"]))  # each once: dedup state survived
