@@ -271,7 +271,7 @@ def test_periodic_impulse_fires_on_schedule_into_windows(spark, tmp_path):
 
 @pytest.mark.slow
 def test_match_continuously_sees_a_file_created_while_running(spark, tmp_path):
-    """Beam's fileio.MatchContinuously: PeriodicImpulse plus a stateful dedup DoFn."""
+    """Beam's fileio.MatchContinuously: a Watch splittable DoFn that dedups what it saw."""
     import threading
 
     from apache_beam.io import fileio
