@@ -18,6 +18,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.timestamp import Timestamp
+from apache_beam.utils import windowed_value
 from apache_beam.utils.windowed_value import WindowedValue
 
 from sparkbeam.io.errors import KafkaConfigError, KafkaDeserializeError
@@ -77,6 +78,14 @@ def check_policy(policy: str) -> str:
     return policy
 
 
+def _stamps(batch: list):
+    return (message.timestamp() for message in batch)
+
+
+def _key_value(message) -> tuple:
+    return (message.key(), message.value())
+
+
 class RecordMaker:
     """Turns a confluent-kafka ``Message`` into the element and its event time."""
 
@@ -85,26 +94,24 @@ class RecordMaker:
         self.policy, self.with_metadata = policy, with_metadata
         self._as_they_are = key_fn is _identity and value_fn is _identity and not with_metadata
 
-    def timestamp(self, message, now: Timestamp) -> Timestamp:
-        """The record's event time under the policy; ``now`` is when its batch was polled (the
-        processing time of every record in it: one clock read a batch, not one a record)."""
-        if self.policy == PROCESSING_TIME:
-            return now
-        kind, millis = message.timestamp()
-        if kind == 0 or millis < 0:  # no timestamp on the record: fall back to the clock
-            return now
-        return Timestamp(micros=millis * 1000)
-
     def windowed(self, batch: list, now: Timestamp, watermark) -> list[WindowedValue]:
         """``batch``'s records in the global window (the read's input is globally windowed,
         checked in its expand: a ``WindowedValue`` skips Beam's per-record window assignment),
-        once ``watermark`` has observed the batch's largest timestamp."""
+        once ``watermark`` has observed the batch's largest timestamp. A record's event time
+        under the policy: ``now`` (when the batch was polled: one clock read a batch) for
+        ``ProcessingTime`` and for records without a timestamp, else the record's. Built from
+        int micros (Beam's ``windowed_value.create``): a ``Timestamp`` a record cost 4 of the
+        4.5 us this took."""
         if not batch:
             return []
-        stamp, element = self.timestamp, self.element
-        stamps = [stamp(m, now) for m in batch]
-        out = [WindowedValue(element(m), t, GLOBAL_WINDOWS) for m, t in zip(batch, stamps)]
-        watermark.observe_batch(Timestamp(micros=max(t.micros for t in stamps)))
+        now_micros, create = now.micros, windowed_value.create
+        if self.policy == PROCESSING_TIME:
+            micros = [now_micros] * len(batch)
+        else:
+            micros = [m * 1000 if k and m >= 0 else now_micros for k, m in _stamps(batch)]
+        element = _key_value if self._as_they_are else self.element
+        out = [create(element(m), t, GLOBAL_WINDOWS) for m, t in zip(batch, micros)]
+        watermark.observe_batch(Timestamp(micros=max(micros)))
         return out
 
     def element(self, message) -> Any:
