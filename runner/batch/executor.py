@@ -367,6 +367,6 @@ class PlanExecutor:
         self.rdds.unpersist()
         for bc in self._broadcasts:
             try:
-                bc.unpersist(blocking=False)
+                self.plane.release(bc)
             except Exception:  # noqa: BLE001 - best effort on shutdown
                 pass

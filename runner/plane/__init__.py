@@ -35,6 +35,15 @@ class Inline:
 NO_SIDE_INPUTS = Inline({})
 
 
+def release(broadcast) -> None:
+    """Free a broadcast once the round or job that made it is done. A PySpark ``Broadcast``
+    is destroyed: ``unpersist`` frees the executors' copies only, and the driver kept its
+    pickle in the session's temp directory and its blocks in the JVM, one a round, for the
+    session's life. Other handles (`Inline`, Connect's shipped values) unpersist."""
+    destroy = getattr(broadcast, "destroy", None)
+    (destroy or broadcast.unpersist)(blocking=False)
+
+
 def round_robin(index: int, items):
     """(index + n, item) for the n-th item of partition ``index``: keyed so that a
     ``partitionBy`` on the key spreads the rows evenly (subtasks of `as_subtasks`)."""

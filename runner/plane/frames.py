@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from sparkbeam.runner.plane import NO_SIDE_INPUTS, round_robin
+from sparkbeam.runner.plane import NO_SIDE_INPUTS, release, round_robin
 from sparkbeam.runner.plane.rdd import RddPlane
 from sparkbeam.runner.plane.shipped import ArtifactBroadcaster
 from sparkbeam.runner.plane.spark_hash import target_values
@@ -199,6 +199,9 @@ class FramePlane:
         if self._broadcast is not None:  # Connect: a session artifact, or in the functions
             return self._broadcast(value)
         return self.spark.sparkContext.broadcast(value)  # classic: shipped once per executor
+
+    def release(self, broadcast) -> None:
+        release(broadcast)  # once its round or job is done (`plane.release`)
 
     def persist(self, dataset: Frames, label: str) -> Frames:
         return dataset.persist()

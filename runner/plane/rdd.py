@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyspark import StorageLevel
 
-from sparkbeam.runner.plane import NO_SIDE_INPUTS, int_key, round_robin
+from sparkbeam.runner.plane import NO_SIDE_INPUTS, int_key, release, round_robin
 from sparkbeam.runner.spark import labels, session_conf
 from sparkbeam.runner.spark.filesystem_options import use_in_jobs
 
@@ -56,6 +56,9 @@ class RddPlane:
         if isinstance(value, dict) and not value:
             return NO_SIDE_INPUTS
         return self.sc.broadcast(value)
+
+    def release(self, broadcast) -> None:
+        release(broadcast)  # once its round or job is done (`plane.release`)
 
     def persist(self, dataset, label: str):
         labels.name_rdd(dataset, label)

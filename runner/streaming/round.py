@@ -349,7 +349,7 @@ class RoundBuilder:
         for rdd in self.persisted:
             rdd.unpersist(blocking=False)
         for bc in self.broadcasts:
-            bc.unpersist(blocking=False)
+            self.plane.release(bc)
 
 
 # --- task side: small, picklable by reference ------------------------------------------

@@ -11,6 +11,7 @@ of the store. A run that fails after windows expired resumes exactly.
 from __future__ import annotations
 
 import glob
+import os
 import re
 
 import apache_beam as beam
@@ -66,6 +67,10 @@ def _lines(tmp_path) -> list[str]:
     return sorted(lines)
 
 
+def _broadcast_files(spark) -> int:
+    return len(os.listdir(spark.sparkContext._temp_dir))
+
+
 def test_expired_windows_leave_the_store_and_a_resume_after_expiry_is_exact(spark, tmp_path):
     with pytest.raises(Exception, match="injected failure"):
         _run(tmp_path, "--max_restores=0")
@@ -76,7 +81,11 @@ def test_expired_windows_leave_the_store_and_a_resume_after_expiry_is_exact(spar
         # had expired (the watermark passed their end) when it was kept.
         assert windows and windows <= {FAIL_AT - 2, FAIL_AT - 1}, (ns, windows)
         assert 1 <= entries <= 2, (ns, entries)
+    spilled = _broadcast_files(spark)
     _run(tmp_path)  # the same job again: it resumes from its last checkpoint
     assert _lines(tmp_path) == expected_lines(WINDOWS)
+    # A round's side-input broadcasts go with the round: PySpark keeps a broadcast's pickle in
+    # the driver's temp directory (and its blocks in the JVM) until it is destroyed.
+    assert _broadcast_files(spark) - spilled <= 1, "the driver keeps a broadcast a round"
     for ns, (entries, windows) in _kept(str(tmp_path / "ckpt")).items():
         assert windows <= {WINDOWS - 2, WINDOWS - 1} and entries <= 2, (ns, entries, windows)
