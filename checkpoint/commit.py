@@ -24,6 +24,7 @@ from sparkbeam.checkpoint.ids import CheckpointId, FileEntry
 from sparkbeam.checkpoint.manifest import Manifest, encode_manifest, manifest_name
 from sparkbeam.checkpoint.materialization import write_materialization
 from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus
+from sparkbeam.checkpoint.state_layout import LAYOUT_KEY, LAYOUT_VERSION
 from sparkbeam.checkpoint.task_state import NamespaceState, TaskState
 
 if TYPE_CHECKING:
@@ -234,7 +235,8 @@ class CheckpointChain:
     def _manifest(
         self, cid: CheckpointId, fingerprint: str, parallelism: int, metadata, staged: Staged
     ) -> Manifest:
-        """Step 5: the manifest naming the materialization and the chain."""
+        """Step 5: the manifest naming the materialization and the chain, and the state layout
+        its values are in (a restore refuses any other, `state_layout.check_restorable`)."""
         work = self.work
         return Manifest(
             pipeline_id=work.pipeline_id,
@@ -248,7 +250,7 @@ class CheckpointChain:
             completed=work.completed(),
             source_positions=work.source_positions(),
             entries=len(work),
-            metadata=dict(metadata or {}),
+            metadata={**(metadata or {}), LAYOUT_KEY: LAYOUT_VERSION},
             commits=tuple((*m.task, m.attempt) for m, _ in staged),
             task_state=self.task_state,
         )

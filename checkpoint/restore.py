@@ -1,8 +1,10 @@
 """Restore of one pipeline: the latest usable checkpoint, falling back past damaged ones.
 
 Owns: choosing which checkpoint to load (a given one, or the newest that loads and was not
-set aside), the fingerprint check, falling back with a logged warning naming the file and the
-reason, and the error when none is left. Also the fallback after a task found a file of the
+set aside), the fingerprint and state layout checks (a checkpoint of another layout is
+refused before a file of it is read, not fallen back past: `state_layout.check_restorable`),
+falling back with a logged warning naming the file and the reason, and the error when none
+is left. Also the fallback after a task found a file of the
 checkpoint it read damaged (`fall_back`): the checkpoint a restart uses is the newest whose
 files are all sound (`sound_checkpoint`, `CheckpointStore.verify`'s rule, which
 ``sparkbeam checkpoints verify`` prints), and every newer one is set aside (a
@@ -23,6 +25,7 @@ import json
 import logging
 from typing import TYPE_CHECKING
 
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.errors import (
     CheckpointCorruptError,
     CheckpointNotFoundError,
@@ -122,6 +125,8 @@ def restore(
         try:
             manifest = store.load_manifest(work.pipeline_id, cid)
             _check_fingerprint(manifest, fingerprint, allow_fingerprint_change)
+            where = f"Checkpoint {cid} of pipeline {work.pipeline_id!r} in store {store.url!r}"
+            state_layout.check_restorable(manifest.metadata, where)  # before a file is read
             work.load(manifest)
         except CheckpointCorruptError as e:
             if checkpoint_id is not None:

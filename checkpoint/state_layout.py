@@ -24,11 +24,11 @@ Completed-work markers: `IMPULSE_DONE`, `input_marker` (``<stage>:input``),
 `side_data_marker` (``<buffer>:side-data``). Source
 positions: `stage_round_position` (``<stage>:round``, decimal). Manifest metadata keys:
 `ROUND`, `PENDING_RESIDUALS`, `NEXT_TIMER_MS`, ... and `LAYOUT_KEY`, the layout version
-(`LAYOUT_VERSION`) every checkpoint records; `check_restorable` refuses a checkpoint of an
-older layout that holds state this one cannot read, and `upgrade` rewrites what an older
-layout stored raw (layout 2's side-input and sink values). Leaves the meaning of each value to its
-owner (``sdf.checkpoint_handler``, ``runner.streaming.group``, ...). No Beam import: Beam
-values arrive encoded, and the trigger state's Beam types through `TreeCodec` hooks.
+(`LAYOUT_VERSION`) every checkpoint records (``commit``); `check_restorable` refuses a
+checkpoint of any other layout at restore, before anything of it is read. Leaves the
+meaning of each value to its owner (``sdf.checkpoint_handler``, ``runner.streaming.group``,
+...). No Beam import: Beam values arrive encoded, and the trigger state's Beam types through
+`TreeCodec` hooks.
 """
 
 from __future__ import annotations
@@ -39,25 +39,7 @@ from typing import Any, NamedTuple
 
 from sparkbeam.checkpoint.errors import StateLayoutError
 
-LAYOUT_VERSION = 9
-# 1: before this module (pickled GroupByKey and user state): refused if it holds such state.
-# 2: side-input chunks, pending sink files and staging directories stored raw: `upgrade`d.
-# 3: user-timers values v1 only (no summary): read as they are.
-# 4: a triggered side input's every chunk under round keys: folded into its view on restore
-#    (``runner.task.side_input_view``; layout 5 keeps one entry per window, its latest firing).
-# 5: SDF residuals in the driver's files: moved into task-owned ranges on restore
-#    (`task_owned_since`; layout 6 keeps them in the ranges of the tasks that made them).
-# 6: a batch SDF stage's output chunks and pushed-back input in the driver's files: moved
-#    likewise (layout 7 keeps them in the ranges of the tasks that made them,
-#    `APPEND_ONLY_PREFIXES`).
-# 7: streaming side inputs in the driver's files (``side-input/<buffer>``: round keys, or a
-#    triggered one's window keys): kept by the tasks of the next round that reads them (layout
-#    8 keeps them task-owned, ``side-rows/<buffer>`` and ``side-view/<buffer>``;
-#    ``runner.streaming.side_input_store``).
-# 8: side-rows and side-view values v1, without their windows' latest end: read as they are;
-#    readers keep them (no end, no expiry) until their range's next snapshot, whose task
-#    takes the end from the chunk or the window key (layout 9 writes v2, with the end:
-#    `encode_side_row`, `encode_side_view`).
+LAYOUT_VERSION = 9  # checkpoints of older layouts are refused at restore (`check_restorable`)
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
 V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read);
@@ -108,19 +90,12 @@ def task_owned_since(layout: int) -> tuple[str, ...]:
     return tuple(prefix for since, prefix in moved if layout < since)
 
 
-# Namespaces layout 1 wrote in formats this one cannot read (pickle, unversioned residuals).
-UNREADABLE_BEFORE_2 = (
-    SDF_RESIDUAL_PREFIX,
-    STAGE_OUTPUT_PREFIX,
-    PUSHBACK_PREFIX,
-    GBK_PREFIX,
-    USER_STATE_PREFIX,
-    USER_TIMERS_PREFIX,
-)
-# Namespaces layouts 1 and 2 stored raw: `upgrade` rewrites them on restore.
-RAW_BEFORE_3 = (SIDE_INPUT_PREFIX, SINK_PENDING, SINK_STAGING_DIRS)
 # Namespaces whose values carry a version byte: all of them.
-VERSIONED_PREFIXES = UNREADABLE_BEFORE_2 + RAW_BEFORE_3 + (SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX)
+VERSIONED_PREFIXES = (
+    SDF_RESIDUAL_PREFIX, STAGE_OUTPUT_PREFIX, PUSHBACK_PREFIX, GBK_PREFIX, USER_STATE_PREFIX,
+    USER_TIMERS_PREFIX, SIDE_INPUT_PREFIX, SINK_PENDING, SINK_STAGING_DIRS, SIDE_ROWS_PREFIX,
+    SIDE_VIEW_PREFIX,
+)  # fmt: skip
 
 
 def sdf_residual(stage: str) -> str:
@@ -178,43 +153,28 @@ def stage_round_position(stage: str) -> str:
 # Restore check.
 
 
-def check_restorable(metadata: dict, namespaces: Iterable[str], where: str) -> None:
-    """Refuse a checkpoint of another layout version that holds versioned state.
+def check_restorable(metadata: dict, where: str) -> None:
+    """Refuse a checkpoint (its manifest ``metadata``) of another layout, before anything of it
+    is read: older layouts are not upgraded. ``where`` names the checkpoint for the message.
 
-    ``where`` names the checkpoint (pipeline, id, store) for the message.
-    """
+    A finished run's checkpoint passes: nothing of its state is resumed (``--fresh`` reruns
+    the job from the beginning, the only way to run it again)."""
     version = layout_of(metadata)
-    if version == LAYOUT_VERSION:
+    if version == LAYOUT_VERSION or metadata.get(FINISHED):
         return
-    held = sorted({ns for ns in namespaces if ns.startswith(UNREADABLE_BEFORE_2)})
-    if version < LAYOUT_VERSION and (version >= 2 or not held):
-        return  # readable as is, or after `upgrade`
+    if version > LAYOUT_VERSION:
+        raise StateLayoutError(
+            f"{where} was written in state layout {version}, newer than layout "
+            f"{LAYOUT_VERSION}, the one this sparkbeam reads: run the job with the sparkbeam "
+            "version that wrote it, or a newer one. The store was left as it was."
+        )
     raise StateLayoutError(
-        f"{where} was written with state layout version {version}, and this sparkbeam reads "
-        f"version {LAYOUT_VERSION}; its namespaces {', '.join(held[:5]) or '-'} cannot be read. "
-        "Finish the job with the sparkbeam version that wrote it, or start it over with a new "
-        "--checkpoint_dir (or after removing this pipeline's checkpoints from the store)."
+        f"{where} was written in state layout {version}, older than layout {LAYOUT_VERSION}, "
+        "the only one this sparkbeam reads (older stores are not upgraded): drain the job with "
+        "the sparkbeam version that wrote it (a batch job: let it finish), then rerun it here "
+        "with --fresh, or start it over with a new --checkpoint_dir. The store was left as it "
+        "was."
     )
-
-
-def upgrade(state, metadata: dict) -> int:
-    """Rewrite what a restored checkpoint of an older layout stored raw; returns how many.
-
-    Call right after a restore that `check_restorable` accepted, before anything reads the
-    state: ``state`` (a ``PipelineStore``) then holds this layout's values only, and its next
-    checkpoint, which records this layout version, commits them.
-    """
-    if layout_of(metadata) >= 3:
-        return 0
-    raw = [(ns, key, value) for ns, key, value in state.items() if ns.startswith(RAW_BEFORE_3)]
-    for namespace, key, value in raw:
-        if namespace == SINK_PENDING:
-            state.put(namespace, *encode_sink_pending(key.decode("utf-8"), value.decode("utf-8")))
-        elif namespace == SINK_STAGING_DIRS:
-            state.put(namespace, *encode_staging_dir(key.decode("utf-8")))
-        else:
-            state.put(namespace, key, encode_side_input(value))
-    return len(raw)
 
 
 _TIMER_VERSIONS = (V1, V2)

@@ -26,7 +26,7 @@ from sparkbeam.runner import file_outputs, one_line, progress
 from sparkbeam.runner.batch.executor import PlanExecutor
 from sparkbeam.runner.options import SparkRunnerOptions, SparkStreamingOptions, check_option_values
 from sparkbeam.runner.result import SparkPipelineResult
-from sparkbeam.runner.rounds.compatibility import refuse_finished_rerun
+from sparkbeam.runner.rounds.compatibility import refuse_before_start
 from sparkbeam.runner.rounds.startpoints import check_startpoints
 from sparkbeam.runner.spark.filesystem_options import apply_in_driver, use_in_jobs
 from sparkbeam.runner.spark.session import get_or_create_session, is_connect
@@ -151,7 +151,7 @@ def open_job_store(plan, options: PipelineOptions, job_name: str | None):
         return None
     try:
         check_startpoints(store.startpoints, plan)
-        refuse_finished_rerun(store, [p.id for p in plan.pipelines], streaming.fresh)
+        refuse_before_start(store, [p.id for p in plan.pipelines], streaming.fresh)
     except BaseException:
         store.close()
         raise

@@ -14,7 +14,7 @@ not run at all, its tasks read its committed chunks back, and it continues
 from its pending residuals.
 
 A job whose last checkpoint is finished is not run again by accident
-(``sparkbeam.runner.rounds.compatibility.refuse_finished_rerun``).
+(``sparkbeam.runner.rounds.compatibility.refuse_before_start``).
 """
 
 from __future__ import annotations

@@ -10,8 +10,9 @@ rules to ``sparkbeam.translation.compatibility`` and the restore itself to the s
 A job whose last checkpoint is finished is not run again by accident: rerunning it would
 publish its output a second time, so `run_again` -- the one finished-job check -- fails the
 start unless the operator passed ``--fresh`` (batch and streaming alike). It runs before Spark
-starts (`refuse_finished_rerun`: fails in about a second) and again where each pipeline restores
-its checkpoint: with ``--break_lock`` another job may finish the store in between.
+starts (`refuse_before_start`, with the store's state layout check: fails in about a second)
+and again where each pipeline restores its checkpoint: with ``--break_lock`` another job may
+finish the store in between.
 """
 
 from __future__ import annotations
@@ -20,8 +21,8 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from sparkbeam.checkpoint import state_layout
-from sparkbeam.checkpoint.state_layout import FINISHED
+from sparkbeam.checkpoint.errors import StateLayoutError
+from sparkbeam.checkpoint.state_layout import FINISHED, check_restorable
 from sparkbeam.runner.errors import IncompatiblePipelineError
 from sparkbeam.translation.compatibility import compare, incompatible
 from sparkbeam.translation.plan import ExecutionPlan
@@ -42,7 +43,6 @@ class RestoreGuard:
             pid: {
                 SHAPE_KEY: shape.to_json(),
                 SHAPE_FINGERPRINT_KEY: shape.fingerprint,
-                state_layout.LAYOUT_KEY: state_layout.LAYOUT_VERSION,
             }
             for pid, shape in self.shapes.items()
         }
@@ -52,27 +52,21 @@ class RestoreGuard:
         return dict(self._metadata[pipeline_id])
 
     def restore(self, state, store):
-        """``state.restore()`` the latest checkpoint, refusing one the plan cannot continue.
+        """``state.restore()`` the latest checkpoint, refusing one the plan cannot continue
+        (the store refuses one of another state layout, `state_layout.check_restorable`).
 
-        A checkpoint of a finished job is not checked: the job runs again from scratch. One
-        of an older state layout is refused if it holds state whose encoding changed, and
-        its values stored raw are rewritten in this layout's codecs (`state_layout.upgrade`).
+        A checkpoint of a finished job is not checked: the job runs again from scratch.
         """
-        info = state.restore()
-        if info is None:
-            return None
-        manifest = store.load_manifest(state.pipeline_id, info.checkpoint_id)
-        if not manifest.metadata.get(FINISHED):
-            try:
-                cid, pid = info.checkpoint_id, state.pipeline_id
-                where = f"Checkpoint {cid} of pipeline {pid!r} in store {store.url!r}"
-                namespaces = state.namespaces()  # the driver's and the task-owned ones
-                state_layout.check_restorable(manifest.metadata, namespaces, where)
+        try:
+            info = state.restore()
+            if info is None:
+                return None
+            manifest = store.load_manifest(state.pipeline_id, info.checkpoint_id)
+            if not manifest.metadata.get(FINISHED):
                 self.check(manifest, store.url)
-                state_layout.upgrade(state, manifest.metadata)  # an older layout's raw values
-            except (IncompatiblePipelineError, state_layout.StateLayoutError):
-                state.close()
-                raise
+        except (IncompatiblePipelineError, StateLayoutError):
+            state.close()
+            raise
         return info
 
     def check(self, manifest, url: str) -> None:
@@ -135,14 +129,18 @@ class FinishedJobError(RuntimeError):
         )
 
 
-def refuse_finished_rerun(store, pipeline_ids: Iterable[str], fresh: bool) -> None:
+def refuse_before_start(store, pipeline_ids: Iterable[str], fresh: bool) -> None:
     """Before a job starts: raise `FinishedJobError` if a pipeline's latest checkpoint is
-    finished, unless ``fresh`` (`run_again` says so again when the pipeline restores)."""
+    finished, unless ``fresh``, and `StateLayoutError` if it is of another state layout (the
+    restore checks both again, `run_again` and the store's `check_restorable`)."""
     for pid in pipeline_ids:
         readable = [i for i in store.list_checkpoints(pid) if i.error is None]
         if readable:
             cid = readable[-1].checkpoint_id
-            run_again(store, pid, cid, store.load_manifest(pid, cid).metadata, fresh, quiet=True)
+            metadata = store.load_manifest(pid, cid).metadata
+            run_again(store, pid, cid, metadata, fresh, quiet=True)
+            where = f"Checkpoint {cid} of pipeline {pid!r} in store {store.url!r}"
+            check_restorable(metadata, where)
 
 
 def run_again(store, pipeline_id: str, checkpoint_id: int, metadata, fresh: bool, quiet=False):

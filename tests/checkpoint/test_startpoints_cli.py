@@ -12,6 +12,7 @@ import pytest
 from sparkbeam.checkpoint import StartpointKind, open_store
 from sparkbeam.checkpoint.cli import main
 from sparkbeam.checkpoint.layout import pipeline_dir
+from sparkbeam.checkpoint.state_layout import LAYOUT_VERSION
 
 
 def test_startpoints_set_list_delete_never_touch_checkpoints(tmp_path):
@@ -82,7 +83,8 @@ def test_cli_list_show_verify(populated, capsys):
     assert "checkpoint       2" in out and "materialization" in out and "file-1" in out
     args = ["checkpoints", "show", "--checkpoint_dir", populated, "--pipeline", "orders"]
     assert main([*args, "--checkpoint", "1", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["metadata"] == {"round": 1}
+    metadata = json.loads(capsys.readouterr().out)["metadata"]
+    assert metadata == {"round": 1, "state_layout": LAYOUT_VERSION}  # the store records it
     assert main(["checkpoints", "verify", "--checkpoint_dir", populated]) == 0
     assert capsys.readouterr().out.count(" ok") == 4
 

@@ -108,26 +108,6 @@ def _decode_ext(tag: int, raw: bytes):
     return _Ext(raw)
 
 
-def test_restore_check_refuses_an_older_layout_only_when_it_holds_changed_state():
-    where = "Checkpoint 4 of pipeline 'p' in store '/s'"
-    sl.check_restorable({sl.LAYOUT_KEY: sl.LAYOUT_VERSION}, [sl.gbk("b")], where)
-    sl.check_restorable({}, [sl.SINK_PENDING, sl.side_input("b")], where)  # unchanged formats
-    with pytest.raises(StateLayoutError) as e:
-        sl.check_restorable({}, [sl.gbk("b"), sl.SINK_PENDING], where)
-    message = str(e.value)
-    assert "state layout version 1" in message and f"version {sl.LAYOUT_VERSION}" in message
-    assert "'gbk/b'" not in message and "gbk/b" in message and where in message
-    assert "--checkpoint_dir" in message
-    newer = sl.LAYOUT_VERSION + 1
-    with pytest.raises(StateLayoutError, match=f"layout version {newer}"):
-        sl.check_restorable({sl.LAYOUT_KEY: newer}, [], where)  # a newer layout: never guessed
-
-
-def test_a_layout_2_checkpoint_is_restorable_whatever_it_holds():
-    namespaces = [sl.gbk("b"), sl.user_state("s"), sl.side_input("b"), sl.SINK_PENDING]
-    sl.check_restorable({sl.LAYOUT_KEY: 2}, namespaces, "Checkpoint 4 of pipeline 'p'")
-
-
 def test_side_input_and_sink_values_round_trip():
     for chunk in (b"", b"\x01", b"\x7f\xdf;dZ\x1c\xac\t\x00"):
         assert sl.decode_side_input(sl.encode_side_input(chunk)) == chunk
@@ -149,43 +129,3 @@ def test_side_input_and_sink_values_of_layout_2_are_refused_not_misread():
         sl.decode_side_input(b"\x7fchunk", sl.side_input("b"))
     with pytest.raises(StateLayoutError, match=r"'sink-staging-dirs'.*has 3 bytes.*damaged"):
         sl.decode_staging_dir(b"/out/.staging", bytes([sl.V1]) + b"xy")
-
-
-def _layout_2_state(store):
-    """A pipeline's state as layout 2 left it: side-input, sink-pending, staging-dir values raw."""
-    state = store.pipeline("p")
-    state.put(sl.side_input("b"), b"0000000001/00000000", b"\x01looks versioned")
-    state.put(sl.side_input("b"), b"0000000002/00000000", b"\x7fchunk")
-    state.put(sl.SINK_PENDING, b"/out/f", b"/out/.staging/f")
-    state.put(sl.SINK_STAGING_DIRS, b"/out/.staging", b"")
-    writer = store.staged_writer("p", "gbk:g", 0, 0, 0)  # task-owned: a task stages it
-    writer.put(sl.gbk("g"), b"key", sl.encode_group(sl.GROUP_TRIGGER, 1, 2.0, 3, b"N"))
-    state.checkpoint(metadata={sl.LAYOUT_KEY: 2}, commit_messages=[writer.finish()])
-    return state
-
-
-def test_upgrade_rewrites_a_layout_2_checkpoint_and_the_next_checkpoint_keeps_it(tmp_path):
-    from sparkbeam.checkpoint import open_store
-
-    with open_store(str(tmp_path / "store")) as store:
-        _layout_2_state(store).close()
-        state = store.pipeline("p")
-        info = state.restore()
-        metadata = store.load_manifest("p", info.checkpoint_id).metadata
-        assert sl.upgrade(state, metadata) == 4  # the gbk value is versioned and task-owned
-        assert sl.upgrade(state, {sl.LAYOUT_KEY: sl.LAYOUT_VERSION}) == 0
-        state.checkpoint(metadata={sl.LAYOUT_KEY: sl.LAYOUT_VERSION})
-        state.close()
-        state = store.pipeline("p")
-        state.restore()
-        values = {(ns, key): value for ns, key, value in state.items()}
-        chunks = [sl.decode_side_input(v) for (ns, _), v in sorted(values.items()) if "side" in ns]
-        assert chunks == [b"\x01looks versioned", b"\x7fchunk"]  # sniffing would misread 0x01
-        pending = values[(sl.SINK_PENDING, b"/out/f")]
-        assert sl.decode_sink_pending(b"/out/f", pending) == ("/out/.staging/f", "/out/f")
-        staging = values[(sl.SINK_STAGING_DIRS, b"/out/.staging")]
-        assert sl.decode_staging_dir(b"/out/.staging", staging) == "/out/.staging"
-        assert (sl.gbk("g"), b"key") not in values  # the driver holds task-owned state's handles
-        tasks = {(ns, key): value for ns, key, value in store.read_subtask_state("p", None, 0, 1)}
-        assert sl.decode_group(tasks[(sl.gbk("g"), b"key")]) == (sl.GROUP_TRIGGER, b"N")
-        state.close()

@@ -9,7 +9,6 @@ A reader of some key groups reads the ranges that overlap them: base, then tail.
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
@@ -184,32 +183,6 @@ def test_a_fallback_asks_the_tasks_to_snapshot_then_shares_no_file(tmp_path):
         for sub in range(2):
             got.update(_read(store, third, sub, 2))
         assert got == state
-
-
-def test_an_older_layout_store_migrates_its_task_owned_state_on_restore(tmp_path):
-    """A version-1 manifest (layout 2's fixture store) holds GroupByKey state in the driver's
-    files: a restore moves it into one snapshot per namespace, and the next checkpoint names it."""
-    url = str(tmp_path / "store")
-    shutil.copytree(os.path.join(FIXTURES, "layout_v2_store"), url)
-    with open_store(url, read_only=True) as store:
-        (pid,) = store.list_pipelines()
-        last = store.list_checkpoints(pid)[-1].checkpoint_id
-        assert store.load_manifest(pid, last).task_state is None
-        before = sorted(store.read_subtask_state(pid, last, 0, 1))
-    owned = {ns for ns, _, _ in before if state_layout.is_task_owned(ns)}
-    assert owned  # the fixture holds GroupByKey state
-    with open_store(url) as store:
-        st = store.pipeline(pid)
-        st.restore()
-        assert not {ns for ns, _, _ in st.items()} & owned  # not in the driver's table
-        assert owned <= st.namespaces()
-        cid = st.checkpoint(fingerprint=store.load_manifest(pid, last).fingerprint)
-        assert set(store.load_manifest(pid, cid).task_state.namespaces) == owned
-        for parallelism in (1, 2):
-            after = []
-            for sub in range(parallelism):
-                after.extend(store.read_subtask_state(pid, cid, sub, parallelism))
-            assert sorted(after) == before
 
 
 @pytest.mark.parametrize("before, after", [(2, 4), (4, 2), (2, 3)])

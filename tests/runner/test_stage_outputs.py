@@ -122,27 +122,6 @@ def test_a_grown_range_keeps_its_base_files_and_a_fallback_rewrites_them(
         assert _read(root, cid, 3) == _expected(6, 1)
 
 
-def test_an_older_layout_keeps_chunks_in_the_driver_files_and_tasks_read_them(
-    tmp_path, executor_dir, monkeypatch
-):
-    """A checkpoint of layout 6 kept chunks in the driver's files: a resumed task reads
-    those, filtered to its key groups (the driver moves them to task-owned ranges when it
-    restores, for the next checkpoint)."""
-    layout_6 = tuple(p for p in state_layout.TASK_OWNED_PREFIXES if p != NS[: -len(STAGE)])
-    with open_store(str(tmp_path / "store"), materialization_interval_s=None) as store:
-        pipeline = store.pipeline("p")
-        with monkeypatch.context() as then:
-            then.setattr(state_layout, "TASK_OWNED_PREFIXES", layout_6)
-            for n in range(20):
-                key = state_layout.row_key(0, n % 2, n, round_width=8)
-                pipeline.put(NS, key, state_layout.encode_row("out", b"old-%d" % n))
-        cid = pipeline.checkpoint(fingerprint="f", metadata={state_layout.LAYOUT_KEY: 6})
-        root = store.storage.root
-    expected = Counter(b"old-%d" % n for n in range(20))
-    assert _read(root, cid, 1) == expected
-    assert _read(root, cid, 4) == expected
-
-
 def test_a_chunk_of_another_layout_is_refused_naming_its_namespace(tmp_path, executor_dir):
     with open_store(str(tmp_path / "store"), materialization_interval_s=None) as store:
         writer = open_staged_writer(store.storage.root, "p", STAGE, 0, 0, 0, max_key_groups=M)

@@ -1,4 +1,5 @@
-"""A streaming store holds no pickle, and a store of the older layout is refused clearly.
+"""A streaming store holds no pickle (a store of an older layout is refused:
+``tests/checkpoint/test_old_layouts_refused.py``).
 
 The pipeline (``tests.fixtures.layout_pipeline``) has an SDF that defers residuals, a
 windowed GroupByKey and a stateful DoFn with a bag state and an event-time timer; its store
@@ -10,13 +11,11 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 
 import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from sparkbeam.checkpoint.errors import StateLayoutError
 from tests.conftest import spark_test_options
 from tests.fixtures.layout_pipeline import build, expected_lines
 
@@ -74,18 +73,3 @@ def test_the_scan_sees_pickle_in_the_old_layout_store():
     files = glob.glob(os.path.join(FIXTURE, "**", "*.*"), recursive=True)
     blobs = b"".join(open(p, "rb").read() for p in files if os.path.isfile(p))
     assert b"\x80\x04\x95" in blobs
-
-
-def test_a_store_of_the_older_layout_is_refused_with_what_to_do(spark, tmp_path):
-    shutil.copytree(FIXTURE, tmp_path / "ckpt")
-    with pytest.raises(Exception) as e:
-        _run(tmp_path / "ckpt", tmp_path / "out")
-    chain, err = [], e.value
-    while err is not None:
-        chain.append(err)
-        err = err.__cause__ or err.__context__
-    message = " | ".join(str(x) for x in chain)
-    assert any(isinstance(x, StateLayoutError) for x in chain) or "state layout" in message
-    assert "state layout version 1" in message, message
-    assert "--checkpoint_dir" in message and "Checkpoint 4 of pipeline 'pipeline-0'" in message
-    assert not _lines(tmp_path / "out")  # nothing was run from the unreadable state
