@@ -341,12 +341,11 @@ class CheckpointChain:
                 self.store.storage.delete(f"{self.work.directory}/{f.name}")
 
     # -- restore ---------------------------------------------------------------------------------
-    def adopt(self, manifest: Manifest, task_state: TaskState) -> None:
-        """After a restore of ``manifest``: the chain is the one it names (``task_state``: its
-        task-owned handles, migrated from the driver's files for a version-1 manifest)."""
+    def adopt(self, manifest: Manifest) -> None:
+        """After a restore of ``manifest``: the chain is the one it names."""
         self.materialization = manifest.materialization
         self.files = list(manifest.changelog)
-        self.task_state = task_state
+        self.task_state = manifest.task_state
         self.committed_tasks = {(s, r, p): a for s, r, p, a in manifest.commits}
         self.rounds_done = {}
         for stage, rnd, _p, _a in manifest.commits:

@@ -25,8 +25,8 @@ from sparkbeam.checkpoint.task_state import TaskState
 FORMAT = "sparkbeam-checkpoint-manifest"
 VERSION = 2
 READABLE_VERSIONS = (1, 2)
-# 1: every namespace in ``materialization`` + ``changelog`` (read; the driver migrates the
-#    task-owned ones into ``task_state`` on restore).
+# 1: every namespace in ``materialization`` + ``changelog``: written by state layouts 1-5, read
+#    for its metadata only (a restore refuses its layout; its ``task_state`` reads as empty).
 # 2: task-owned namespaces in ``task_state`` (`task_state`); the driver's files hold the rest.
 MANIFEST_DIR = "manifests"
 _NAME = re.compile(r"^chk-(\d{10})\.json$")
@@ -64,9 +64,8 @@ class Manifest:
     metadata: dict[str, Any] = field(default_factory=dict)
     commits: tuple[tuple[str, int, int, int], ...] = ()
     """(stage, round, partition, attempt) of the task attempts this checkpoint committed."""
-    task_state: TaskState | None = None
-    """Handles of the task-owned namespaces; None in a version-1 manifest (their records are
-    in the driver's files then)."""
+    task_state: TaskState = field(default_factory=TaskState)
+    """Handles of the task-owned namespaces."""
 
     @property
     def driver_files(self) -> tuple[FileEntry, ...]:
@@ -74,8 +73,6 @@ class Manifest:
 
     @cached_property
     def files(self) -> tuple[FileEntry, ...]:
-        if self.task_state is None:
-            return self.driver_files
         return self.driver_files + self.task_state.files()
 
     @cached_property
@@ -108,7 +105,7 @@ class Manifest:
             "entries": self.entries,
             "metadata": self.metadata,
             "commits": [list(c) for c in self.commits],
-            **({} if self.task_state is None else {"task_state": self.task_state.to_json()}),
+            "task_state": self.task_state.to_json(),
         }
 
     @classmethod
@@ -129,7 +126,7 @@ class Manifest:
             entries=int(d.get("entries", 0)),
             metadata=dict(d.get("metadata", {})),
             commits=tuple((str(s), int(r), int(p), int(a)) for s, r, p, a in d.get("commits", [])),
-            task_state=TaskState.from_json(d["task_state"]) if "task_state" in d else None,
+            task_state=TaskState.from_json(d["task_state"]) if "task_state" in d else TaskState(),
         )
 
 

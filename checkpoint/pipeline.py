@@ -26,11 +26,10 @@ from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
 from sparkbeam.checkpoint.keygroups import key_group
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.manifest import Manifest
-from sparkbeam.checkpoint.materialization import write_snapshot
 from sparkbeam.checkpoint.reader import replay, replay_namespace
 from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus, check_key
 from sparkbeam.checkpoint.state_table import make_state_table
-from sparkbeam.checkpoint.task_state import NamespaceState, RangeState, TaskState
+from sparkbeam.checkpoint.task_state import NamespaceState
 
 if TYPE_CHECKING:
     from sparkbeam.checkpoint.store import CheckpointInfo, CheckpointStore
@@ -146,45 +145,17 @@ class PipelineStore:
             self.table = make_state_table(self._store.state_backend, self.max_key_groups)
         self.table.clear()
         try:
-            storage = self._store.storage
-            moving = state_layout.task_owned_since(state_layout.layout_of(manifest.metadata))
             replay(
-                storage, self.directory, manifest, self.table.put, self.table.delete,
+                self._store.storage, self.directory, manifest, self.table.put, self.table.delete,
                 driver_only=True,
             )  # fmt: skip
-            task_state = manifest.task_state
-            if task_state is None or moving:  # tasks' state in the driver's files: move it
-                task_state = self._migrate(manifest, task_state or TaskState())
         except BaseException:
             self.table.clear()
             raise
         self.log.discard()
         self._completed = set(manifest.completed)
         self._positions = dict(manifest.source_positions)
-        self.chain.adopt(manifest, task_state)
-
-    def _migrate(self, manifest: Manifest, task_state: TaskState) -> TaskState:
-        """Move the task-owned namespaces a checkpoint of an older layout kept in the
-        driver's files (version 1: all; layout 5: SDF residuals) out of the table into
-        ``task_state``: one snapshot file per namespace, the base of a single range (once
-        per restore)."""
-        by_ns: dict[str, list] = {}
-        for kg, ns, key, value in self.table.snapshot():
-            if state_layout.is_task_owned(ns):
-                by_ns.setdefault(ns, []).append((kg, key, value))
-        out = {}
-        m = self.max_key_groups
-        for ns, rows in sorted(by_ns.items()):
-            for kg, key, _ in rows:
-                self.table.delete(ns, key, kg)
-            columns = ([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows])
-            entry = write_snapshot(
-                self._store.storage, self.directory, f"migrated/chk-{manifest.checkpoint_id}",
-                ns, 0, m, columns,
-            )  # fmt: skip
-            base = RangeState(0, m, (entry,), -1, len(rows), manifest.checkpoint_id)
-            out[ns] = NamespaceState((base,))
-        return TaskState({**task_state.namespaces, **out})
+        self.chain.adopt(manifest)
 
     def task_owned(self) -> set[str]:
         """The task-owned namespaces the next checkpoint names."""
@@ -204,8 +175,9 @@ class PipelineStore:
         """{key: value} of a task-owned namespace, every key group, read from the store.
 
         The driver reads task-owned state only for one-off work, never in a round: the
-        residual summary of a checkpoint that recorded none (an older layout), a
-        transform-level startpoint's fan-out over the pending elements at restore."""
+        residual summary of a checkpoint that recorded none of a stage (another batch
+        stage's round), a transform-level startpoint's fan-out over the pending elements at
+        restore."""
         chains = self.chain.task_state.namespaces.get(namespace)
         out: dict[bytes, bytes] = {}
         if chains is None:

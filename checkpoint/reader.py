@@ -72,18 +72,13 @@ def replay(
     driver_only: bool = False,
 ) -> None:
     """Apply the state of ``manifest`` (restricted to ``key_groups``) through put/delete:
-    the driver's files, then each task-owned namespace (``driver_only``: not those; a
-    version-1 manifest's driver files hold them, and they are applied, as are the records
-    of namespaces tasks own now that the manifest's layout kept in the driver's files,
-    `state_layout.task_owned_since`).
+    the driver's files (their driver-owned namespaces), then each task-owned namespace
+    (``driver_only``: not those).
 
     Raises `CheckpointCorruptError` naming the first damaged file; the caller discards what
     was applied so far.
     """
-    driver_put, driver_delete = put, delete
-    moving = state_layout.task_owned_since(state_layout.layout_of(manifest.metadata))
-    if manifest.task_state is not None:  # records of task-owned namespaces left from v1
-        driver_put, driver_delete = _driver_owned(put, moving), _driver_owned(delete, moving)
+    driver_put, driver_delete = _driver_owned(put), _driver_owned(delete)
     for entry in manifest.materialization:
         if key_groups is not None and not key_groups.overlaps(entry.kg_start, entry.kg_stop):
             continue
@@ -93,15 +88,15 @@ def replay(
     replay_changelog(
         storage, directory, manifest.changelog, driver_put, driver_delete, key_groups, cache
     )
-    if manifest.task_state is None or driver_only:
+    if driver_only:
         return
     for ns, state in sorted(manifest.task_state.namespaces.items()):
         replay_namespace(storage, directory, ns, state, put, delete, key_groups, cache)
 
 
-def _driver_owned(change, moving: tuple[str, ...] = ()):
+def _driver_owned(change):
     def driver_owned(ns: str, *args) -> None:
-        if not state_layout.is_task_owned(ns) or ns.startswith(moving):
+        if not state_layout.is_task_owned(ns):
             change(ns, *args)
 
     return driver_owned
@@ -267,13 +262,11 @@ def verify_files(storage: Storage, directory: str, manifest: Manifest) -> Verifi
     """Read every file named by ``manifest`` and check sizes, checksums and framing."""
     problems: list[str] = []
     nbytes = 0
-    task = manifest.task_state
+    spaces = manifest.task_state.namespaces.values()
     snapshots = manifest.materialization
-    if task is not None:
-        snapshots += tuple(f for s in task.namespaces.values() for r in s.ranges for f in r.base)
+    snapshots += tuple(f for s in spaces for r in s.ranges for f in r.base)
     segments = {f.name: f for f in manifest.changelog}
-    if task is not None:
-        segments.update((f.name, f) for s in task.namespaces.values() for _, f in s.log)
+    segments.update((f.name, f) for s in spaces for _, f in s.log)
     for entry in {f.name: f for f in snapshots}.values():
         path = f"{directory}/{entry.name}"
         try:

@@ -83,13 +83,6 @@ def layout_of(metadata) -> int:
     return int(metadata.get(LAYOUT_KEY, 1))
 
 
-def task_owned_since(layout: int) -> tuple[str, ...]:
-    """Prefixes of namespaces tasks own now that a checkpoint of ``layout`` kept in the
-    driver's files (moved into task-owned ranges when it is restored)."""
-    moved = ((6, SDF_RESIDUAL_PREFIX), (7, STAGE_OUTPUT_PREFIX), (7, PUSHBACK_PREFIX))
-    return tuple(prefix for since, prefix in moved if layout < since)
-
-
 # Namespaces whose values carry a version byte: all of them.
 VERSIONED_PREFIXES = (
     SDF_RESIDUAL_PREFIX, STAGE_OUTPUT_PREFIX, PUSHBACK_PREFIX, GBK_PREFIX, USER_STATE_PREFIX,

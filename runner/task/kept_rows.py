@@ -23,8 +23,7 @@ only the base's files that hold no expired row and rewrites the rest, and it is 
 once a quarter of the range's rows expired, so the store shrinks as windows expire.
 
 Reading back (`read_rows`), one task per subtask reads its key groups' rows, streamed a file
-at a time. A checkpoint of an older layout keeps them in the driver's files; each task then
-reads those, filtered to its key groups.
+at a time.
 """
 
 from __future__ import annotations
@@ -38,9 +37,9 @@ from sparkbeam.checkpoint import key_group_range, state_layout
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange, key_in_groups
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.checkpoint.reader import iter_appended, namespace_files, replay
+from sparkbeam.checkpoint.reader import iter_appended, namespace_files
 from sparkbeam.checkpoint.task_state import Due, NamespaceState
-from sparkbeam.runner.task.staged_state import StateRound, in_task_state, task_store
+from sparkbeam.runner.task.staged_state import StateRound, task_store
 
 EXPIRED_SHARE = 4
 """A range whose expired rows are this share of its rows (a quarter) snapshots without them."""
@@ -173,13 +172,10 @@ def _counted(chains: NamespaceState | None, groups: KeyGroupRange) -> int:
 
 
 def _chains(spec: StateRound, namespace: str) -> NamespaceState | None:
-    """``namespace``'s ranges as of the round's checkpoint (None: none, or an older layout's
-    driver files hold it: nothing to snapshot)."""
+    """``namespace``'s ranges as of the round's checkpoint (None: none)."""
     if spec.checkpoint_id is None:
         return None
     manifest = task_store(spec.url).load_manifest(spec.pipeline, spec.checkpoint_id)
-    if not in_task_state(manifest, namespace):
-        return None
     return manifest.task_state.namespaces.get(namespace)
 
 
@@ -188,20 +184,11 @@ def read_rows(spec: StateRound, namespace: str, subtask: int) -> Iterator[tuple[
     store = task_store(spec.url)
     manifest = store.load_manifest(spec.pipeline, spec.checkpoint_id)
     groups = key_group_range(subtask, spec.parallelism, manifest.max_key_groups)
+    chains = manifest.task_state.namespaces.get(namespace)
+    if chains is None:
+        return
     directory = pipeline_dir(spec.pipeline)
-    if in_task_state(manifest, namespace):
-        chains = manifest.task_state.namespaces.get(namespace)
-        rows = iter_appended(store.storage, directory, namespace, chains, groups) if chains else ()
-    else:  # an older layout: the driver's files, filtered to these key groups
-        found: list[tuple[bytes, bytes]] = []
-
-        def put(ns: str, key: bytes, value: bytes, kg: int) -> None:
-            if ns == namespace:
-                found.append((key, value))
-
-        replay(store.storage, directory, manifest, put, lambda *_: None, groups)
-        rows = found
-    for _, value in rows:
+    for _, value in iter_appended(store.storage, directory, namespace, chains, groups):
         yield state_layout.decode_row(value, namespace)
 
 

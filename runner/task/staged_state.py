@@ -31,7 +31,7 @@ from sparkbeam.checkpoint import key_group_range, open_store, state_layout
 from sparkbeam.checkpoint.errors import CheckpointCorruptError, TaskStateDamagedError
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.checkpoint.reader import may_hold, replay, replay_changelog, replay_namespace
+from sparkbeam.checkpoint.reader import may_hold, replay_changelog, replay_namespace
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
 from sparkbeam.runner.task import held_state, shared_reads
 
@@ -94,7 +94,7 @@ _READS: OrderedDict[tuple, _Read] = OrderedDict()
 
 
 def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[bytes, bytes]:
-    """{key: value} of ``namespace`` in the key groups ``subtask`` owns at the round's
+    """{key: value} of task-owned ``namespace`` in the key groups ``subtask`` owns at the round's
     parallelism, as of its checkpoint: a dict, or a `SpilledState` past the memory budget.
 
     The caller must not change it (but may hand it to ``keep_staged``): this process keeps it
@@ -113,37 +113,36 @@ def _read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[
     checkpoint_id = spec.checkpoint_id
     manifest = store.load_manifest(spec.pipeline, checkpoint_id)
     groups = key_group_range(subtask, spec.parallelism, manifest.max_key_groups)
-    if in_task_state(manifest, namespace):
-        chains = manifest.task_state.namespaces.get(namespace)
-        if chains is None:
-            return {}  # nothing committed yet
-        manifest = _ChainView(checkpoint_id, namespace, chains, groups)
+    chains = manifest.task_state.namespaces.get(namespace)
+    if chains is None:
+        return {}  # nothing committed yet
+    view = _ChainView(checkpoint_id, namespace, chains, groups)
     slot = range_slot(spec, namespace, groups)
     budget = spec.memory_bytes
     with _LOCK:
         last = _READS.pop(slot, None)  # re-inserted only once this read succeeded
-    tail = _Tail.of(last, manifest, groups)
+    tail = _Tail.of(last, view, groups)
     if (tail is None or tail.rest) and shared_reads.changed(slot):
         # Another Python worker of this executor read this slot since: its read may be later.
         loaded = shared_reads.load(slot)
-        shared = _Tail.of(_Read(*loaded) if loaded else None, manifest, groups)
+        shared = _Tail.of(_Read(*loaded) if loaded else None, view, groups)
         if shared is not None and (tail is None or len(shared.rest) < len(tail.rest)):
             tail = shared
     spilled = None if tail is not None else held_state.open_spilled(slot, budget)
     if spilled is not None:  # this range was larger than the budget: the executor kept it
-        tail = _Tail.of(_spilled_read(spilled), manifest, groups)
+        tail = _Tail.of(_spilled_read(spilled), view, groups)
     where = f"checkpoint {checkpoint_id} of pipeline {spec.pipeline!r} in store {spec.url!r}"
     read = _Apply(store, spec.pipeline, namespace, groups, slot, budget, where)
     if tail is None or not read.extend(tail):
         if spilled is not None:
             spilled.close()  # its directory is emptied if the read spills again
-        read.whole(manifest)
+        read.whole(view)
     elif spilled is not None and read.state is not spilled:
         spilled.close()
     if isinstance(read.state, held_state.SpilledState):
-        read.state.claim(_names(manifest.materialization), _names(manifest.changelog), None)
+        read.state.claim(_names(view.materialization), _names(view.changelog), None)
     elif read.size <= budget:
-        kept = _Read(_names(manifest.materialization), _names(manifest.changelog), *read.result)
+        kept = _Read(_names(view.materialization), _names(view.changelog), *read.result)
         _keep(slot, kept, budget)
         if read.replayed >= CATCH_UP_SHARE:  # a long way from the last whole read shared
             shared_reads.save(slot, kept.materialization, kept.changelog, *read.result, None)
@@ -163,16 +162,6 @@ def release(*states: Mapping[bytes, bytes]) -> None:
     held_state.release(*states)
 
 
-def in_task_state(manifest, namespace: str) -> bool:
-    """Whether ``manifest`` keeps ``namespace`` in its task-owned ranges; else its driver's
-    files hold it (a version-1 manifest, or a namespace an older layout's driver kept:
-    `state_layout.task_owned_since`; the restore that moved it wrote no manifest yet)."""
-    if manifest.task_state is None or not state_layout.is_task_owned(namespace):
-        return False
-    moved = state_layout.task_owned_since(state_layout.layout_of(manifest.metadata))
-    return not namespace.startswith(moved)
-
-
 @dataclass(frozen=True)
 class _Handle:
     name: str
@@ -184,7 +173,7 @@ class _ChainView:
     segments of their tails in commit order as ``changelog``; a read of the same ranges
     extends by the segments committed after it."""
 
-    def __init__(self, checkpoint_id: int, namespace: str, chains, groups) -> None:
+    def __init__(self, checkpoint_id: int | None, namespace: str, chains, groups) -> None:
         self.checkpoint_id = checkpoint_id
         self.namespace, self.chains, self.groups = namespace, chains, groups
         plan = chains.plan(groups)
@@ -197,14 +186,9 @@ class _ChainView:
         self.changelog = tuple(sorted(tails.values(), key=lambda f: order[f.name]))
 
 
-def replay_whole(storage, directory: str, source, put, delete, groups, cache) -> None:
-    """Replay a manifest's state in ``groups``, or a task-owned namespace's (`_ChainView`)."""
-    if isinstance(source, _ChainView):
-        replay_namespace(
-            storage, directory, source.namespace, source.chains, put, delete, groups, cache
-        )
-    else:
-        replay(storage, directory, source, put, delete, groups, cache)
+def replay_whole(storage, directory: str, view: _ChainView, put, delete, groups, cache) -> None:
+    """Replay a task-owned namespace's state in ``groups``: per range its base, then its tail."""
+    replay_namespace(storage, directory, view.namespace, view.chains, put, delete, groups, cache)
 
 
 @dataclass(frozen=True)
@@ -277,11 +261,11 @@ class _Apply:
                 self._apply(delta)
         return True
 
-    def whole(self, manifest) -> None:
+    def whole(self, view: _ChainView) -> None:
         self.state, self.size = {}, 0
         cache = self.store._segment_cache
         storage = self.store.storage
-        replay_whole(storage, self.directory, manifest, self._put, self._delete, self.groups, cache)
+        replay_whole(storage, self.directory, view, self._put, self._delete, self.groups, cache)
         self.replayed = CATCH_UP_SHARE
 
     def _counted(self, change):
