@@ -16,7 +16,6 @@ them is a small explicit format whose first byte is its version.
 | ``user-timers/<stage>`` | SDK-encoded user key | `encode_user_timers` v2 (summary, timers) |
 | ``side-rows/<buffer>`` | ``round/partition/seq`` | `encode_side_row` v2 (end, buffer, chunk) |
 | ``side-view/<buffer>`` | ``window/<window>`` | `encode_side_view` v2 (end, latest firing) |
-| ``side-input/<buffer>`` | layouts <= 7: ``window/...`` or ``round/...`` | `encode_side_input` v1 |
 | ``sink-pending`` | final path (UTF-8) | `encode_sink_pending` v1 (staged path, UTF-8) |
 | ``sink-staging-dirs`` | directory (UTF-8) | `encode_staging_dir` v1 (the version byte) |
 
@@ -43,7 +42,7 @@ LAYOUT_VERSION = 9  # checkpoints of older layouts are refused at restore (`chec
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
 V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read);
-#        side-rows and side-view values with their windows' latest end (v1 still read)
+#        side-rows and side-view values with their windows' latest end
 
 # Namespaces.
 SDF_RESIDUAL_PREFIX = "sdf-residual/"
@@ -52,7 +51,6 @@ PUSHBACK_PREFIX = "pushback/"
 GBK_PREFIX = "gbk/"
 USER_STATE_PREFIX = "user-state/"
 USER_TIMERS_PREFIX = "user-timers/"
-SIDE_INPUT_PREFIX = "side-input/"
 SIDE_ROWS_PREFIX = "side-rows/"
 SIDE_VIEW_PREFIX = "side-view/"
 SINK_PENDING = "sink-pending"
@@ -86,8 +84,7 @@ def layout_of(metadata) -> int:
 # Namespaces whose values carry a version byte: all of them.
 VERSIONED_PREFIXES = (
     SDF_RESIDUAL_PREFIX, STAGE_OUTPUT_PREFIX, PUSHBACK_PREFIX, GBK_PREFIX, USER_STATE_PREFIX,
-    USER_TIMERS_PREFIX, SIDE_INPUT_PREFIX, SINK_PENDING, SINK_STAGING_DIRS, SIDE_ROWS_PREFIX,
-    SIDE_VIEW_PREFIX,
+    USER_TIMERS_PREFIX, SINK_PENDING, SINK_STAGING_DIRS, SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX,
 )  # fmt: skip
 
 
@@ -113,10 +110,6 @@ def user_state(stage: str) -> str:
 
 def user_timers(stage: str) -> str:
     return USER_TIMERS_PREFIX + stage
-
-
-def side_input(buffer: str) -> str:
-    return SIDE_INPUT_PREFIX + buffer
 
 
 def side_rows(buffer: str) -> str:
@@ -171,7 +164,6 @@ def check_restorable(metadata: dict, where: str) -> None:
 
 
 _TIMER_VERSIONS = (V1, V2)
-_SIDE_VERSIONS = (V1, V2)  # side-rows and side-view: v1 (layout 8, no end) still read
 
 
 def _check(value: bytes, namespace: str, where: str, versions: tuple[int, ...] = (V1,)) -> None:
@@ -192,7 +184,7 @@ def check_value(value: bytes, namespace: str, where: str = "") -> None:
     if namespace.startswith(USER_TIMERS_PREFIX):
         _check(value, namespace, where, _TIMER_VERSIONS)
     elif namespace.startswith((SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX)):
-        _check(value, namespace, where, _SIDE_VERSIONS)
+        _check(value, namespace, where, (V2,))
     elif namespace.startswith(VERSIONED_PREFIXES):
         _check(value, namespace, where)
 
@@ -247,21 +239,11 @@ def row_key(round_no: int, partition: int, seq: int, round_width: int = 10) -> b
     return f"{round_no:0{round_width}d}/{partition:06d}/{seq:09d}".encode()
 
 
-# side-input/<buffer>: version, the side input's Beam-encoded chunk (a triggered side input:
-# one per window, its latest firing, under ``window/`` + the encoded window).
-def encode_side_input(chunk: bytes) -> bytes:
-    return bytes([V1]) + chunk
-
-
-def decode_side_input(value: bytes, namespace: str = SIDE_INPUT_PREFIX, where: str = "") -> bytes:
-    _check(value, namespace, where)
-    return value[1:]
-
-
 # side-rows/<buffer> and side-view/<buffer> (v2): version, the latest end (micros) of the
-# windows the chunk holds (`END_NEVER`: the global window's), then the v1 body: a side row's
-# name and chunk (`encode_row`), a view entry's chunk (`encode_side_input`). A window's data
-# is dropped once every reader's watermark passed its end plus the allowed lateness.
+# windows the chunk holds (`END_NEVER`: the global window's), then a side row's name and
+# Beam-encoded chunk, a view entry's chunk (a triggered side input's latest firing of the
+# window ``window/`` + the encoded window). A window's data is dropped once every reader's
+# watermark passed its end plus the allowed lateness.
 END_NEVER = 2**63 - 1  # the end of a window that never expires: the global window
 _END = struct.Struct(">Bq")
 
@@ -272,11 +254,9 @@ def encode_side_row(name: str, data: bytes, end: int) -> bytes:
     return _END.pack(V2, end) + _U16.pack(len(raw)) + raw + data
 
 
-def decode_side_row(value: bytes, namespace: str, where: str = "") -> tuple[str, bytes, int | None]:
-    """(name, chunk, latest end) of a side row; the end is None for a v1 row (layout 8)."""
-    _check(value, namespace, where, _SIDE_VERSIONS)
-    if value[0] == V1:
-        return (*decode_row(value, namespace, where), None)
+def decode_side_row(value: bytes, namespace: str, where: str = "") -> tuple[str, bytes, int]:
+    """(name, chunk, latest end) of a side row."""
+    _check(value, namespace, where, (V2,))
     _, end = _END.unpack_from(value)
     (n,) = _U16.unpack_from(value, _END.size)
     start = _END.size + _U16.size
@@ -288,11 +268,9 @@ def encode_side_view(chunk: bytes, end: int) -> bytes:
     return _END.pack(V2, end) + chunk
 
 
-def decode_side_view(value: bytes, namespace: str, where: str = "") -> tuple[bytes, int | None]:
-    """(chunk, window end) of a view entry; the end is None for a v1 entry (layout 8)."""
-    _check(value, namespace, where, _SIDE_VERSIONS)
-    if value[0] == V1:
-        return value[1:], None
+def decode_side_view(value: bytes, namespace: str, where: str = "") -> tuple[bytes, int]:
+    """(chunk, window end) of a view entry."""
+    _check(value, namespace, where, (V2,))
     return value[_END.size :], _END.unpack_from(value)[1]
 
 

@@ -15,11 +15,6 @@ never data). Readers leave out what ended by it; the keeping tasks leave it out 
 ranges' snapshots (``task.side_input_files``, ``task.side_input_view``). The horizon does
 not move at a watermark of +inf (a drain: elements may still come). A side input once given
 data stays ready (`state_layout.side_data_marker`) when its windows expire.
-
-Stores of layout 7 and older kept side inputs in the driver's table (``side-input/<buffer>``).
-A restore holds those entries aside; the next round that reads the side input has its tasks
-keep them too (a triggered one's as the view before this round's firings), and deletes them
-from the driver's table in the same checkpoint.
 """
 
 from __future__ import annotations
@@ -30,7 +25,6 @@ from collections import defaultdict
 from typing import Any
 
 from apache_beam.portability.api import beam_runner_api_pb2
-from apache_beam.runners import pipeline_context
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.errors import run_guarded
@@ -43,7 +37,7 @@ from sparkbeam.runner.task.side_input_files import (
     files_of,
     keeping_side_input,
 )
-from sparkbeam.runner.task.side_input_view import OLDER, keeping_view, older_view, window_keyed
+from sparkbeam.runner.task.side_input_view import keeping_view, window_keyed
 
 
 class StreamingSideInputs:
@@ -64,20 +58,13 @@ class StreamingSideInputs:
         self.values: dict[str, SideInputFiles] = {}
         self.state: Any = None  # the pipeline's PipelineStore, set by restore()
         self.records: list = []  # the running round's keeping tasks' commit records
-        self._older: dict[str, list[tuple[bytes, bytes]]] = {}  # layout <= 7: (key, chunk)
         self._staged: dict[str, list] = defaultdict(list)  # buffer -> the round's new files
         self._rows: dict[str, int] = defaultdict(int)  # buffer -> records the round staged
 
     def restore(self, state) -> None:
         """As of the restored checkpoint (``state``, the pipeline's store)."""
         self.state = state
-        self._older = {}
         self._horizons = {}
-        for buffer in self.coders:  # its driver's namespace (layout <= 7) only, no scan
-            ns = state_layout.side_input(buffer)
-            entries = [(k, state_layout.decode_side_input(v, ns)) for _, k, v in state.items(ns)]
-            if entries:
-                self._older[buffer] = sorted(entries)
         self.committed()
 
     def begin_round(self) -> None:
@@ -133,40 +120,25 @@ class StreamingSideInputs:
             seen = state_layout.side_data_marker(buffer)
             if (self._rows[buffer] or self.values[buffer]) and seen not in self.state.completed():
                 self.state.mark_completed(seen)  # ready from now on, whatever expires
-            ns = state_layout.side_input(buffer)
-            for key, _ in self._older.pop(buffer, None) or ():  # kept by this round's tasks
-                self.state.delete(ns, key)
             self.values[buffer] = self._files(buffer)
 
     def _keeping(self, builder, buffer: str):
         """The dataset of the tasks that keep ``buffer``'s new data (None: nothing new)."""
         plane, spec = self.ctx.plane, builder.state_round()
-        new, older = builder.source(buffer, None), self._older.get(buffer)
-        if new is None and not older:
+        new = builder.source(buffer, None)
+        if new is None:
             return None
         if buffer not in self.triggered:
-            parts = [new] if new is not None else []
-            if older:
-                parts.append(plane.parallelize([chunk for _, chunk in older], 1))
             keeping = Keeping(
                 buffer, self._with_horizon(buffer), self.ctx.plan_key, self.ctx.components,
                 self.coders[buffer],
             )  # fmt: skip
             keep = functools.partial(keeping_side_input, spec, keeping)
-            return plane.as_subtasks(plane.union(parts), spec.parallelism).mapPartitionsWithIndex(
-                keep
-            )
+            return plane.as_subtasks(new, spec.parallelism).mapPartitionsWithIndex(keep)
         ctx, coder = self.ctx, self.coders[buffer]
-        keyed = []
-        if new is not None:
-            keyed.append(
-                new.mapPartitions(
-                    functools.partial(window_keyed, ctx.plan_key, ctx.components, coder)
-                )
-            )
-        if older:
-            view = older_view(self._coder(coder), older)
-            keyed.append(plane.parallelize([(k, (OLDER, c)) for k, c in view.items()], 1))
+        keyed = new.mapPartitions(
+            functools.partial(window_keyed, ctx.plan_key, ctx.components, coder)
+        )
         partitioner = functools.partial(
             grouping.partition_for_key,
             parallelism=spec.parallelism,
@@ -176,20 +148,14 @@ class StreamingSideInputs:
             keeping_view, spec, buffer, ctx.plan_key, ctx.components, coder,
             horizon=self._with_horizon(buffer).horizon,
         )  # fmt: skip
-        shuffled = plane.union(keyed).partitionBy(spec.parallelism, partitioner)
+        shuffled = keyed.partitionBy(spec.parallelism, partitioner)
         return shuffled.mapPartitionsWithIndex(keep)
-
-    def _coder(self, coder_id: str):
-        """A side input's coder on the driver (an older store's view is folded here once)."""
-        components = beam_runner_api_pb2.Components.FromString(self.ctx.plan.components)
-        return pipeline_context.PipelineContext(components).coders[coder_id]
 
     def _files(self, buffer: str) -> SideInputFiles:
         view = buffer in self.triggered
         ns = state_layout.side_view(buffer) if view else state_layout.side_rows(buffer)
         committed = self.state.task_owned_state(ns)
         rows = (committed.entries if committed is not None else 0) + self._rows.get(buffer, 0)
-        rows += len(self._older.get(buffer, ()))
         parts = files_of(committed, self._staged.get(buffer, ()), self.state.max_key_groups)
         seen = state_layout.side_data_marker(buffer) in self.state.completed()
         return SideInputFiles(self.ctx.url, self.pipeline_id, ns, parts, rows, view, seen=seen)

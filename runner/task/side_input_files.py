@@ -141,10 +141,7 @@ def keeping_side_input(
 
         def rows(entry: FileEntry, snapshot: bool, groups: KeyGroupRange):
             part = FilePart(entry, snapshot, groups.start, groups.stop)
-            return [
-                (key, end if end is not None else _end_of(impl, key, chunk), chunk)
-                for _, _, key, end, chunk in _CACHE.part_rows(files, part)
-            ]
+            return [(key, end, chunk) for _, _, key, end, chunk in _CACHE.part_rows(files, part)]
 
         def value(chunk: bytes, end: int) -> bytes:
             return state_layout.encode_side_row(buffer, chunk, end)
@@ -159,14 +156,6 @@ def keeping_side_input(
     yield CommitRecord(stage, writer.finish())
 
 
-def _end_of(impl, key: bytes, chunk: bytes | None) -> int:
-    """The end of a layout-8 row (none recorded), from its chunk (a worker keeps the chunk
-    of a row without an end)."""
-    if chunk is None:
-        raise RuntimeError(f"side row {key!r} has neither an end nor a chunk")
-    return latest_end(impl, chunk)
-
-
 def commit_stage(buffer: str) -> str:
     return f"{COMMIT_PREFIX}{buffer}"
 
@@ -179,8 +168,8 @@ def side_input_chunks(value) -> list[bytes]:
     return _CACHE.chunks(value)
 
 
-# What a worker holds of a row: op, key group, key, its windows' latest end (None: not
-# recorded, a layout-8 row: it never expires here), and its chunk (None: deleted, or expired).
+# What a worker holds of a row: op, key group, key, its windows' latest end (None: a deleted
+# row), and its chunk (None: deleted, or expired).
 Row = tuple[Op, int, bytes, "int | None", "bytes | None"]
 
 

@@ -23,17 +23,14 @@ elements keyed by window (`window_keyed`) and shuffled to the subtask that owns 
 key group, which folds them and replaces those windows' entries (`keeping_view`): one entry
 per window, replaced by each firing, and a restore reads the view as it was at the checkpoint.
 A window's entry carries its end (`state_layout.encode_side_view`) and is deleted once no
-reader needs it (the driver's horizon, ``task.side_input_files``).
-Stores of layout 7 and older kept the view in the driver's table (``side-input/<buffer>``;
-layout 4 and older: every chunk under ``round/index`` keys, folded round by round,
-`older_view`). Leaves reading the view's files (``task.side_input_files``), when a main input
-may read (``streaming.pushback``) and serving the view to the SDK (``task.side_input_state``)
-to others. Batch reads a bounded side input whole, every pane, as Beam's FnApiRunner does.
+reader needs it (the driver's horizon, ``task.side_input_files``). Leaves reading the view's
+files (``task.side_input_files``), when a main input may read (``streaming.pushback``) and
+serving the view to the SDK (``task.side_input_state``) to others. Batch reads a bounded side
+input whole, every pane, as Beam's FnApiRunner does.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterator, Mapping
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
@@ -96,29 +93,11 @@ def _firing_order(value: WindowedValue) -> tuple[int, int]:
     return pane.index, 0
 
 
-def older_view(coder, entries: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
-    """The view a store of layout 7 or older kept in the driver's table, from its ``entries``
-    (key, chunk): key (``window/`` + window) -> chunk; ``round/index`` entries (layouts <= 4:
-    every chunk) folded round by round."""
-    view = LatestFirings(coder)
-    rounds: dict[bytes, list[bytes]] = defaultdict(list)
-    for key, chunk in sorted(entries):
-        if key.startswith(WINDOW_KEY):
-            view.windows[key[len(WINDOW_KEY) :]] = chunk
-        else:
-            rounds[key.split(b"/", 1)[0]].append(chunk)
-    for round_key in sorted(rounds):
-        view.fold(rounds[round_key])
-    return {WINDOW_KEY + window: chunk for window, chunk in view.windows.items()}
-
-
 # --- task side ------------------------------------------------------------------------------
-
-FIRED, OLDER = 0, 1  # what a keyed row brings: an element of this round, or an older view's
 
 
 def window_keyed(plan_key: str, components, coder_id: str, chunks) -> Iterator[tuple]:
-    """(view key, (FIRED, one-element chunk)) per window of each element of ``chunks``."""
+    """(view key, one-element chunk) per window of each element of ``chunks``."""
     register_plan(plan_key, components.value)
     coder = plan_context(plan_key).coders[coder_id]
     impl, window_coder = coder.get_impl(), coder.window_coder
@@ -132,7 +111,7 @@ def window_keyed(plan_key: str, components, coder_id: str, chunks) -> Iterator[t
                     one = WindowedValue(value.value, value.timestamp, (window,), value.pane_info)
                 out = create_OutputStream()
                 impl.encode_to_stream(one, out, True)
-                yield WINDOW_KEY + window_coder.encode(window), (FIRED, out.get())
+                yield WINDOW_KEY + window_coder.encode(window), out.get()
 
 
 def keeping_view(
@@ -140,22 +119,14 @@ def keeping_view(
     rows, writer=None, horizon: int | None = None,
 ) -> Iterator[CommitRecord]:  # fmt: skip
     """Task body: fold this subtask's windows' new elements (``rows``, keyed by
-    `window_keyed`, or an older store's view entries) and replace those windows' entries in
-    its key groups of ``side-view/<buffer>``, each with its window's end; delete the windows
-    that ended by ``horizon`` (no reader needs them); yields its `CommitRecord`."""
+    `window_keyed`) and replace those windows' entries in its key groups of
+    ``side-view/<buffer>``, each with its window's end; delete the windows that ended by
+    ``horizon`` (no reader needs them); yields its `CommitRecord`."""
     register_plan(plan_key, components.value)
     namespace = state_layout.side_view(buffer)
     coder = plan_context(plan_key).coders[coder_id]
-    fired: list[bytes] = []
-    chunks: dict[bytes, bytes] = {}
-    for key, (kind, data) in rows:
-        if kind == OLDER:
-            chunks[key] = data
-        else:
-            fired.append(data)
-    view = LatestFirings(coder)
-    for window, chunk in view.fold(fired).items():  # this round's firings replace older ones
-        chunks[WINDOW_KEY + window] = chunk
+    fired = LatestFirings(coder).fold([data for _, data in rows])
+    chunks = {WINDOW_KEY + window: chunk for window, chunk in fired.items()}
     stage = commit_stage(buffer)
     if writer is None:
         writer = staged_writer_for_task(

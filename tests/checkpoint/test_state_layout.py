@@ -63,7 +63,8 @@ def test_timers_stored_before_summaries_are_read_without_one():
             sl.encode_user_timers([("t", "f", b"v")], sl.TimerSummary(1, 0, 0, 0)),
         ),
         (sl.gbk("b"), sl.encode_group(sl.GROUP_TRIGGER, 1, 2.0, 3, b"N")),
-        (sl.side_input("b"), sl.encode_side_input(b"\x7fchunk")),
+        (sl.side_rows("b"), sl.encode_side_row("b", b"\x7fchunk", 10)),
+        (sl.side_view("b"), sl.encode_side_view(b"\x7fchunk", sl.END_NEVER)),
         (sl.SINK_PENDING, sl.encode_sink_pending("/out/f", "/out/.staging/f")[1]),
         (sl.SINK_STAGING_DIRS, sl.encode_staging_dir("/out/.staging")[1]),
     ],
@@ -110,7 +111,10 @@ def _decode_ext(tag: int, raw: bytes):
 
 def test_side_input_and_sink_values_round_trip():
     for chunk in (b"", b"\x01", b"\x7f\xdf;dZ\x1c\xac\t\x00"):
-        assert sl.decode_side_input(sl.encode_side_input(chunk)) == chunk
+        row = sl.encode_side_row("buf", chunk, -3)
+        assert sl.decode_side_row(row, sl.side_rows("buf")) == ("buf", chunk, -3)
+        view = sl.encode_side_view(chunk, sl.END_NEVER)
+        assert sl.decode_side_view(view, sl.side_view("buf")) == (chunk, sl.END_NEVER)
     key, value = sl.encode_sink_pending("s3://b/out/f-é", "s3://b/out/.staging/f-é.tmp")
     assert key == "s3://b/out/f-é".encode()  # the key is the final path, as in layout 2
     assert sl.decode_sink_pending(key, value) == ("s3://b/out/.staging/f-é.tmp", "s3://b/out/f-é")
@@ -119,13 +123,16 @@ def test_side_input_and_sink_values_round_trip():
     assert sl.decode_staging_dir(key, value) == "/out/.sparkbeam-staging"
 
 
-def test_side_input_and_sink_values_of_layout_2_are_refused_not_misread():
+def test_side_input_and_sink_values_of_older_layouts_are_refused_not_misread():
     where = "checkpoint 3 of pipeline 'p'"
     with pytest.raises(StateLayoutError, match=r"'sink-pending' of checkpoint 3.*byte 0x2f"):
         sl.decode_sink_pending(b"/out/f", b"/out/.staging/f", where)  # raw staged path
     with pytest.raises(StateLayoutError, match=r"'sink-staging-dirs'.*none \(empty value\)"):
         sl.decode_staging_dir(b"/out/.staging", b"")  # layout 2 stored nothing
-    with pytest.raises(StateLayoutError, match=r"'side-input/b'.*0x7f.*--checkpoint_dir"):
-        sl.decode_side_input(b"\x7fchunk", sl.side_input("b"))
+    for old in (sl.encode_row("buf", b"chunk"), bytes([sl.V1]) + b"chunk"):  # layout 8: no end
+        with pytest.raises(StateLayoutError, match=r"'side-rows/b'.*0x01.*reads version 2"):
+            sl.decode_side_row(old, sl.side_rows("b"))
+        with pytest.raises(StateLayoutError, match=r"'side-view/b'.*0x01.*reads version 2"):
+            sl.decode_side_view(old, sl.side_view("b"))
     with pytest.raises(StateLayoutError, match=r"'sink-staging-dirs'.*has 3 bytes.*damaged"):
         sl.decode_staging_dir(b"/out/.staging", bytes([sl.V1]) + b"xy")

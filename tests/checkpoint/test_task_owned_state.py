@@ -95,7 +95,7 @@ def test_a_commit_and_a_restore_read_no_task_owned_file_on_the_driver(tmp_path, 
     with open_store(root) as store:
         reads = Reads(store.storage, monkeypatch)
         st = store.pipeline("p")
-        st.put(state_layout.side_input("s"), b"r", b"\x01driver")  # the driver's own state
+        st.put(state_layout.SINK_PENDING, b"r", b"\x01driver")  # the driver's own state
         for rnd in range(4):
             changes = {
                 sub: {k: _value(rnd) for k in keys[sub][rnd * 10 : rnd * 10 + 30]} for sub in (0, 1)
@@ -103,7 +103,7 @@ def test_a_commit_and_a_restore_read_no_task_owned_file_on_the_driver(tmp_path, 
             changes[0][keys[0][0]] = None if rnd == 3 else changes[0].get(keys[0][0], _value(9))
             cid = _round(store, rnd, state, changes, 2)
         assert reads.staged() == []  # four commits: no staged byte read by the driver
-        assert {ns for ns, _, _ in st.items()} == {state_layout.side_input("s")}
+        assert {ns for ns, _, _ in st.items()} == {state_layout.SINK_PENDING}
         assert len(st) == 1 + len(state)  # counted from the tasks' reports
         assert store.load_manifest("p", cid).entries == 1 + len(state)
         with pytest.raises(ValueError, match="task-owned"):
@@ -166,7 +166,7 @@ def test_a_fallback_asks_the_tasks_to_snapshot_then_shares_no_file(tmp_path):
     state: dict[bytes, bytes] = {}
     with open_store(root) as store:
         st = store.pipeline("p")
-        st.put(state_layout.side_input("s"), b"r", b"\x01driver")
+        st.put(state_layout.SINK_PENDING, b"r", b"\x01driver")
         first = _round(store, 0, state, {s: {k: _value(0) for k in keys[s][:5]} for s in (0, 1)}, 2)
         second = _round(store, 1, state, {0: {keys[0][9]: _value(1)}, 1: {}}, 2)
         chains = store.load_manifest("p", second).task_state.namespaces[NS]
@@ -256,7 +256,7 @@ def test_an_empty_range_of_a_finished_stage_does_not_hold_the_fallback_back(tmp_
     assert all(r.base for r in store.load_manifest("p", first).task_state.namespaces[NS].ranges)
     st = store.pipeline("p")
     for i in range(6):  # the driver's own changes only: no task of the stage runs again
-        st.put(state_layout.side_input("s"), b"k%d" % i, b"\x01v")
+        st.put(state_layout.SINK_PENDING, b"k%d" % i, b"\x01v")
         cid = st.checkpoint(fingerprint="f", parallelism=2, commit_messages=[])
     last = store.load_manifest("p", cid)
     assert not last.task_state.namespaces[NS].snapshots_pending

@@ -14,7 +14,6 @@ from apache_beam.utils.windowed_value import (
     WindowedValue,
 )
 
-from sparkbeam.runner.task import side_input_view
 from sparkbeam.runner.task.side_input_view import LatestFirings
 
 W1, W2 = IntervalWindow(0, 5), IntervalWindow(5, 10)
@@ -75,20 +74,3 @@ def test_an_element_in_two_windows_is_in_both_views():
     view = LatestFirings(CODER)
     view.fold([_chunk(CODER, WindowedValue(7, Timestamp(4), (W1, W2), _pane(0)))])
     assert _view(CODER, view) == {W1: [7], W2: [7]}
-
-
-def test_an_older_stores_view_is_read_as_stored_and_its_round_chunks_folded():
-    """Layouts <= 7 kept the view in the driver's table: layout 4 every chunk under round
-    keys (folded round by round), layouts 5-7 one entry per window (read as it is)."""
-    rounds = [(1, 100, 0, PaneInfoTiming.EARLY), (2, 0, 1, PaneInfoTiming.ON_TIME)]
-    layout_4 = [
-        (f"{r:010d}/00000000".encode(), _chunk(CODER, WindowedValue(v, 2, (W1,), _pane(i, t))))
-        for r, v, i, t in rounds
-    ]
-    view = side_input_view.older_view(CODER, layout_4)
-    key = side_input_view.WINDOW_KEY + CODER.window_coder.encode(W1)
-    assert list(view) == [key]
-    folded = LatestFirings(CODER)
-    folded.windows[CODER.window_coder.encode(W1)] = view[key]
-    assert _view(CODER, folded) == {W1: [0]}  # the later pane
-    assert side_input_view.older_view(CODER, list(view.items())) == view  # layouts 5-7

@@ -19,7 +19,7 @@ from apache_beam.utils.windowed_value import PaneInfo, PaneInfoTiming, WindowedV
 
 from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout
 from sparkbeam.runner.streaming import side_input_store
-from sparkbeam.runner.task import kept_rows, side_input_files, side_input_view
+from sparkbeam.runner.task import side_input_files, side_input_view
 from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.side_input_files import (
     Keeping,
@@ -133,39 +133,6 @@ def test_rows_whose_windows_ended_by_the_horizon_are_dropped_by_readers_and_snap
     assert side_input_files.window_end(GlobalWindow()) == state_layout.END_NEVER
 
 
-def test_rows_of_layout_8_have_no_end_readers_keep_them_and_a_snapshot_adds_it(
-    tmp_path, executor_dir, monkeypatch
-):
-    """Layout 8 kept side rows without their end (v1): readers cannot expire them; the
-    keeping task reads the end from the chunk and leaves the expired ones out of its
-    range's snapshot, writing the others with their end (v2)."""
-    monkeypatch.setattr(side_input_files, "_CACHE", side_input_files._ReadFiles())
-    old, live = _chunk(b"old", end_s=10), _chunk(b"live", end_s=30)
-    spec = StateRound(
-        pipeline="p", url=str(tmp_path), checkpoint_id=None, round_no=0, parallelism=2,
-        max_key_groups=128,
-    )  # fmt: skip
-    with open_store(str(tmp_path)) as store:
-        root, state = store.storage.root, store.pipeline("p")
-        writer = open_staged_writer(root, "p", "side:buf", 0, 0, 0, max_key_groups=128)
-        keeper = kept_rows.RowKeeper(spec, NS, 0, writer)  # as layout 8 kept them: v1 rows
-        keeper.add("buf", old)
-        keeper.add("buf", live)
-        keeper.finish()
-        cid = state.checkpoint(
-            fingerprint="f", metadata={state_layout.LAYOUT_KEY: 8},
-            commit_messages=[writer.finish()],
-        )  # fmt: skip
-        parts = files_of(state.task_owned_state(NS), (), 128)
-        expiring = SideInputFiles(root, "p", NS, parts, 2, horizon=20_000_000)
-        assert side_input_chunks(expiring) == [old, live]  # no end: kept
-        message = _keep(root, cid, 1, 0, [], expiring)
-        assert message.snapshots  # half of its range expired
-        state.checkpoint(fingerprint="f", metadata=LAYOUT, commit_messages=[message])
-        (value,) = state.read_task_owned(NS).values()
-        assert state_layout.decode_side_row(value, NS) == ("buf", live, 30_000_000)
-
-
 def assert_kept_by_tasks(url: str, monkeypatched: list) -> None:
     """After a streaming run on the store at ``url``: the side-input jobs returned only commit
     records (``monkeypatched``: what `record_side_input_jobs` saw), the last checkpoint has
@@ -228,11 +195,8 @@ def test_a_triggered_side_inputs_view_is_kept_per_window_and_later_firings_repla
     def encoded(*values) -> bytes:
         return b"".join(coder.get_impl().encode_nested(v) for v in values)
 
-    def keep(root, cid, round_no, *values, older=()):
-        rows = list(
-            side_input_view.window_keyed("view-plan", components, coder_id, [encoded(*values)])
-        )
-        rows += [(key, (side_input_view.OLDER, chunk)) for key, chunk in older]
+    def keep(root, cid, round_no, *values):
+        rows = side_input_view.window_keyed("view-plan", components, coder_id, [encoded(*values)])
         spec = StateRound(
             pipeline="p", url=root, checkpoint_id=cid, round_no=round_no, parallelism=1,
             max_key_groups=128,
@@ -245,25 +209,17 @@ def test_a_triggered_side_inputs_view_is_kept_per_window_and_later_firings_repla
 
     with open_store(str(tmp_path)) as store:
         root, state = store.storage.root, store.pipeline("p")
-        # An older store's view (the driver's table, layout <= 7) comes with the first round:
-        # the round's firings replace its windows, the others keep it.
-        w3 = IntervalWindow(10, 15)
-        key = side_input_view.WINDOW_KEY
-        older = [
-            (key + coder.window_coder.encode(w), encoded(WindowedValue(v, 1, (w,), pane(3))))
-            for v, w in ((1, w1), (3, w3))
-        ]
         fired = [(100, 2, w1), (400, 7, w2), (7, 3, w1)]
         values = (WindowedValue(v, t, (w,), pane(0)) for v, t, w in fired)
-        first = keep(root, None, 0, *values, older=older)
-        files = SideInputFiles(root, "p", ns, files_of(None, first.files, 128), 3, view=True)
-        assert _decoded(coder, side_input_chunks(files)) == {w1: [100, 7], w2: [400], w3: [3]}
+        first = keep(root, None, 0, *values)
+        files = SideInputFiles(root, "p", ns, files_of(None, first.files, 128), 2, view=True)
+        assert _decoded(coder, side_input_chunks(files)) == {w1: [100, 7], w2: [400]}
         cid = state.checkpoint(fingerprint="f", metadata=LAYOUT, commit_messages=[first])
         assert list(state.items(ns)) == []  # the driver holds handles only
         committed = state.task_owned_state(ns)
-        assert committed is not None and committed.entries == 3  # a key per window
+        assert committed is not None and committed.entries == 2  # a key per window
 
         second = keep(root, cid, 1, WindowedValue(0, 4, (w1,), pane(1)))  # W1 fires again
         parts = files_of(committed, second.files, 128)
-        files = SideInputFiles(root, "p", ns, parts, 3, view=True)
-        assert _decoded(coder, side_input_chunks(files)) == {w1: [0], w2: [400], w3: [3]}
+        files = SideInputFiles(root, "p", ns, parts, 2, view=True)
+        assert _decoded(coder, side_input_chunks(files)) == {w1: [0], w2: [400]}
