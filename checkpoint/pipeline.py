@@ -3,12 +3,13 @@
 Owns: the state table of the namespaces the driver itself writes (sink files and staging
 directories), the driver's changelog writer that records its changes, its completed-work
 markers and source positions, applying a task's staged changes to those namespaces, and
-loading a checkpoint's driver files into them. The task-owned namespaces (`state_layout.is_task_owned`: GroupByKey buffers, user
-state and timers, SDF residuals, stage outputs, pushback, side-input rows and views) are not
-here: the chain keeps only their handles (`task_state`) and tasks read them. Leaves to others: the
-commit protocol -- numbered steps, materialization, retention (`commit.CheckpointChain`) --,
-restore with fallback (`restore`), the store-wide concerns -- lock, listing, cleaning,
-per-subtask reads (`store`) -- and the file formats (`changelog`, `manifest`).
+loading a checkpoint's driver files into them. The task-owned namespaces
+(`state_layout.is_task_owned`: GroupByKey buffers, user state and timers, SDF residuals, stage
+outputs, pushback, side-input rows and views) are not here: the chain keeps only their
+handles (`task_state`) and tasks read them. Leaves to others: the commit protocol -- numbered
+steps, materialization, retention (`commit.CheckpointChain`) --, restore with fallback
+(`restore`), the store-wide concerns -- lock, listing, cleaning, per-subtask reads (`store`)
+-- and the file formats (`changelog`, `manifest`).
 """
 
 from __future__ import annotations

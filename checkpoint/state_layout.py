@@ -20,8 +20,7 @@ them is a small explicit format whose first byte is its version.
 | ``sink-staging-dirs`` | directory (UTF-8) | `encode_staging_dir` v1 (the version byte) |
 
 Completed-work markers: `IMPULSE_DONE`, `input_marker` (``<stage>:input``),
-`side_data_marker` (``<buffer>:side-data``). Source
-positions: `stage_round_position` (``<stage>:round``, decimal). Manifest metadata keys:
+`side_data_marker` (``<buffer>:side-data``). Manifest metadata keys:
 `ROUND`, `PENDING_RESIDUALS`, `NEXT_TIMER_MS`, ... and `LAYOUT_KEY`, the layout version
 (`LAYOUT_VERSION`) every checkpoint records (``commit``); `check_restorable` refuses a
 checkpoint of any other layout at restore, before anything of it is read. Leaves the
@@ -41,8 +40,8 @@ from sparkbeam.checkpoint.errors import StateLayoutError
 LAYOUT_VERSION = 9  # checkpoints of older layouts are refused at restore (`check_restorable`)
 LAYOUT_KEY = "state_layout"
 V1 = 1  # the version byte of every value codec below
-V2 = 2  # user-timers values with a `TimerSummary` after the version byte (v1 still read);
-#        side-rows and side-view values with their windows' latest end
+V2 = 2  # user-timers values with a `TimerSummary` after the version byte; side-rows and
+#        side-view values with their windows' latest end
 
 # Namespaces.
 SDF_RESIDUAL_PREFIX = "sdf-residual/"
@@ -131,11 +130,6 @@ def side_data_marker(buffer: str) -> str:
     return f"{buffer}:side-data"
 
 
-def stage_round_position(stage: str) -> str:
-    """Source position holding a batch SDF stage's last committed round (decimal bytes)."""
-    return f"{stage}:round"
-
-
 # Restore check.
 
 
@@ -163,9 +157,6 @@ def check_restorable(metadata: dict, where: str) -> None:
     )
 
 
-_TIMER_VERSIONS = (V1, V2)
-
-
 def _check(value: bytes, namespace: str, where: str, versions: tuple[int, ...] = (V1,)) -> None:
     if not value or value[0] not in versions:
         found = f"0x{value[0]:02x}" if value else "none (empty value)"
@@ -181,9 +172,7 @@ def _check(value: bytes, namespace: str, where: str, versions: tuple[int, ...] =
 
 def check_value(value: bytes, namespace: str, where: str = "") -> None:
     """Raise `StateLayoutError` unless ``value`` of a versioned namespace is readable."""
-    if namespace.startswith(USER_TIMERS_PREFIX):
-        _check(value, namespace, where, _TIMER_VERSIONS)
-    elif namespace.startswith((SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX)):
+    if namespace.startswith((USER_TIMERS_PREFIX, SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX)):
         _check(value, namespace, where, (V2,))
     elif namespace.startswith(VERSIONED_PREFIXES):
         _check(value, namespace, where)
@@ -308,9 +297,9 @@ _GROUP = struct.Struct(">BBqdq")
 GROUP_HEADER = _GROUP  # (version, kind, wake, real_ms, hold): unchecked reads of many headers
 GROUP_HEADER_SIZE = _GROUP.size
 GROUP_TRIGGER = 0  # Beam's GeneralTriggerDriver state
-GROUP_ON_TIME = 1  # the OnTimePanes buffer: {window: [encoded values]} (tree codec; read only)
-GROUP_ON_TIME_FLAT = 2  # the OnTimePanes buffer, flat (``streaming.group``): per window, its
-#                         length, end micros, value count, encoded window, then each value
+GROUP_ON_TIME_FLAT = 2  # the OnTimePanes buffer, flat (``streaming.on_time_panes``): per
+#                         window, its length, end micros, value count, encoded window, then
+#                         each value (kind 1, a tree-codec buffer, is no longer read)
 
 
 def encode_group(kind: int, wake: int, real_ms: float, hold: int, body: bytes) -> bytes:
@@ -383,18 +372,16 @@ def encode_user_timers(timers: Iterable[tuple[str, str, bytes]], summary: TimerS
 
 def user_timers_summary(
     value: bytes, namespace: str = USER_TIMERS_PREFIX, where: str = ""
-) -> TimerSummary | None:
-    """The summary of one key's timers; None for a v1 value (decode its timers instead)."""
-    if value and value[0] == V2:
-        return TimerSummary._make(_TIMER_SUMMARY.unpack_from(value, 1))
-    _check(value, namespace, where, _TIMER_VERSIONS)
-    return None
+) -> TimerSummary:
+    """The summary of one key's timers, without decoding them."""
+    if not value or value[0] != V2:
+        _check(value, namespace, where, (V2,))
+    return TimerSummary._make(_TIMER_SUMMARY.unpack_from(value, 1))
 
 
 def decode_user_timers(value: bytes, namespace: str = USER_TIMERS_PREFIX, where: str = ""):
-    _check(value, namespace, where, _TIMER_VERSIONS)
-    start = 1 if value[0] == V1 else 1 + _TIMER_SUMMARY.size
-    blobs = _unpack_blobs(value, start)
+    _check(value, namespace, where, (V2,))
+    blobs = _unpack_blobs(value, 1 + _TIMER_SUMMARY.size)
     return [
         (blobs[i].decode("utf-8"), blobs[i + 1].decode("utf-8"), blobs[i + 2])
         for i in range(0, len(blobs), 3)

@@ -10,8 +10,7 @@ output RDD is kept for the stage's consumers. The loop ends when nothing is pend
 
 On resume (``--checkpoint_dir``, the stage's input consumed by a committed round) the stage
 starts from its committed output chunks and its pending residuals; its round number comes
-from the restored checkpoint's ``RoundMetadata`` (stores written before sparkbeam kept it
-there only: from the ``<stage>:round`` source position).
+from the restored checkpoint's ``RoundMetadata``.
 """
 
 from __future__ import annotations
@@ -72,10 +71,7 @@ class StageRounds:
     def restored_round(self) -> int:
         """The last committed round of this stage (-1: none)."""
         restored = RoundMetadata.from_dict(self.restored_metadata)
-        if restored.stage == self.stage.id:
-            return restored.round_no
-        position = state_layout.stage_round_position(self.stage.id)  # stores of 0.x
-        return int(self.state.source_positions().get(position, b"-1"))
+        return restored.round_no if restored.stage == self.stage.id else -1
 
     def opened(self, loop: RoundLoop, pending: int) -> None:
         if self.input is None:

@@ -3,8 +3,7 @@
 Every checkpoint's manifest metadata carries the pipeline's `PipelineShape` (key ``shape``).
 On restore the stored shape is compared with the running plan's: equal fingerprints restore at
 once; compatible differences (new stages, changed DoFn bodies, ...) are logged and the restore
-goes on; incompatible ones raise `IncompatiblePipelineError` listing them. Checkpoints written
-before shapes were recorded fall back to the whole-plan fingerprint. Leaves the comparison
+goes on; incompatible ones raise `IncompatiblePipelineError` listing them. Leaves the comparison
 rules to ``sparkbeam.translation.compatibility`` and the restore itself to the store.
 
 A job whose last checkpoint is finished is not run again by accident: rerunning it would
@@ -75,8 +74,7 @@ class RestoreGuard:
         current = self.shapes[pid]
         stored = manifest.metadata.get(SHAPE_KEY)
         if stored is None:
-            self._check_legacy(manifest, url)
-            return
+            raise IncompatiblePipelineError(pid, cid, url, ["it records no pipeline shape"])
         if manifest.metadata.get(SHAPE_FINGERPRINT_KEY) == current.fingerprint:
             return  # fast path: the same state-bearing shape
         try:
@@ -93,27 +91,6 @@ class RestoreGuard:
                 "Pipeline %s restores checkpoint %d of a changed pipeline; compatible changes:\n%s",
                 pid, cid, "\n".join(f"  - {d}" for d in differences),
             )  # fmt: skip
-
-    def _check_legacy(self, manifest, url: str) -> None:
-        """Checkpoints from before shape records: only the whole-plan fingerprint is known."""
-        pid, cid = manifest.pipeline_id, manifest.checkpoint_id
-        if manifest.fingerprint == self.plan.fingerprint:
-            _LOG.warning(
-                "Checkpoint %d of pipeline %s predates pipeline shape records; its stages and "
-                "edges match, but coders cannot be compared. The next checkpoint records them.",
-                cid, pid,
-            )  # fmt: skip
-            return
-        raise IncompatiblePipelineError(
-            pid,
-            cid,
-            url,
-            [
-                "the checkpoint predates pipeline shape records, and its plan fingerprint "
-                f"{manifest.fingerprint!r} differs from the running plan's "
-                f"{self.plan.fingerprint!r} (stages, transforms or edges changed)"
-            ],
-        )
 
 
 class FinishedJobError(RuntimeError):

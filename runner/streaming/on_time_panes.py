@@ -18,7 +18,7 @@ from apache_beam.utils import windowed_value
 from apache_beam.utils.windowed_value import WindowedValue
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec, window_coder_for
+from sparkbeam.runner.streaming.trigger_codec import window_coder_for
 
 _ON_TIME = windowed_value.PaneInfo(True, False, windowed_value.PaneInfoTiming.ON_TIME, 0, 0)
 _LATE = windowed_value.PaneInfo(True, False, windowed_value.PaneInfoTiming.LATE, 0, 0)
@@ -38,7 +38,6 @@ class OnTimePanes:
     """
 
     def __init__(self, windowing=None) -> None:
-        self.codec = trigger_state_codec(windowing)  # the tree-codec body of GROUP_ON_TIME
         self.window_coder = window_coder_for(windowing)
         self._windows: dict = {}  # window (or its micros) -> (encoded, end micros)
         self._decoded: dict[bytes, tuple] = {}  # encoded window -> (max timestamp, (window,))
@@ -118,15 +117,15 @@ class OnTimePanes:
             return {}
         if blob[0] == state_layout.V1 and blob[1] == state_layout.GROUP_ON_TIME_FLAT:
             return _decode_flat(blob[state_layout.GROUP_HEADER_SIZE :])
-        kind, body = state_layout.decode_group(blob)
-        if kind == state_layout.GROUP_ON_TIME_FLAT:
-            return _decode_flat(body)
-        # A store written before the flat body: {window: [values]} through the tree codec.
-        return {
-            encoded: [end, values]
-            for w, values in self.codec.decode(body).items()
-            for encoded, end in (self._window(w),)
-        }
+        kind, body = state_layout.decode_group(blob)  # refuses another version
+        if kind != state_layout.GROUP_ON_TIME_FLAT:
+            raise state_layout.StateLayoutError(
+                f"A GroupByKey's default-trigger buffer is of kind {kind}, this sparkbeam reads "
+                f"kind {state_layout.GROUP_ON_TIME_FLAT} (state layout "
+                f"{state_layout.LAYOUT_VERSION}): the checkpoint was written by another sparkbeam "
+                "version or is damaged; start the job over with a new --checkpoint_dir."
+            )
+        return _decode_flat(body)
 
 
 _FLAT_WINDOW = struct.Struct(">IqI")  # encoded window's length, its end micros, value count

@@ -100,11 +100,7 @@ class KeyedState:
         summary_of = state_layout.user_timers_summary
         for key, blob in self.timers_in.items():
             summary = summary_of(blob, self.timer_ns)
-            if (
-                summary is None  # written before summaries: decode to know
-                or summary.event_fire <= event_due
-                or summary.processing_fire <= processing_due
-            ):
+            if summary.event_fire <= event_due or summary.processing_fire <= processing_due:
                 self._load_timers(key, timers)
             else:
                 self.waiting[key] = summary

@@ -41,16 +41,16 @@ def test_rows_user_state_and_timers_round_trip():
     assert sl.user_timers_summary(stored) == summary
 
 
-def test_timers_stored_before_summaries_are_read_without_one():
+def test_timers_stored_before_summaries_are_refused():
     blobs = [b"t", b"f", b"\x01"]  # v1: version, count, then each blob after its length
     v1 = (
         bytes([sl.V1])
         + struct.pack(">I", 3)
         + b"".join(struct.pack(">I", len(b)) + b for b in blobs)
     )
-    assert sl.decode_user_timers(v1) == [("t", "f", b"\x01")]
-    assert sl.user_timers_summary(v1) is None  # the reader decodes such a key's timers
-    sl.check_value(v1, sl.user_timers("s"))
+    for read in (sl.decode_user_timers, sl.user_timers_summary, sl.check_value):
+        with pytest.raises(StateLayoutError, match=r"'user-timers/s'.*0x01.*reads version 2"):
+            read(v1, sl.user_timers("s"))
 
 
 @pytest.mark.parametrize(

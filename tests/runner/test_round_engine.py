@@ -12,7 +12,7 @@ from __future__ import annotations
 import apache_beam as beam
 import pytest
 
-from sparkbeam.checkpoint import MemoryStorage, open_store, state_layout
+from sparkbeam.checkpoint import MemoryStorage, open_store
 from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.batch.stage_rounds import StageRounds
 from sparkbeam.runner.rounds.context import RunContext
@@ -47,7 +47,7 @@ def _sdf_job(spark, store, state, restored_metadata):
 
 
 @pytest.mark.spark
-def test_batch_round_number_comes_from_metadata_then_the_old_source_position(spark):
+def test_batch_round_number_comes_from_the_metadata_of_its_stages_round(spark):
     store = open_store(MemoryStorage(), materialization_interval_s=None)
     state = store.pipeline("pipeline-0")
     stage, _ = _sdf_job(spark, store, state, None)
@@ -57,7 +57,5 @@ def test_batch_round_number_comes_from_metadata_then_the_old_source_position(spa
 
     assert restored({"stage": stage.id, "round": 4}) == 4
     assert restored({}) == -1  # nothing committed
-    state.set_source_position(state_layout.stage_round_position(stage.id), b"7")  # a 0.x store
-    assert restored({}) == 7
-    assert restored({"stage": "stage-other", "round": 2}) == 7
+    assert restored({"stage": "stage-other", "round": 2}) == -1  # another stage's round
     assert restored({"stage": stage.id, "round": 9}) == 9

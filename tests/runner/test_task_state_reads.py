@@ -22,7 +22,7 @@ NS = state_layout.gbk("ref_PCollection_x")
 
 
 def _value(n: int) -> bytes:
-    return state_layout.encode_group(state_layout.GROUP_ON_TIME, n, math.inf, n, b"%d" % n)
+    return state_layout.encode_group(state_layout.GROUP_ON_TIME_FLAT, n, math.inf, n, b"%d" % n)
 
 
 def _commit(store, root: str, round_no: int, puts: dict, deletes=()) -> int:

@@ -98,26 +98,16 @@ def test_other_windowing_takes_the_general_driver():
     assert not OnTimePanes.applies(Windowing(window.Sessions(5)))
 
 
-def test_on_time_state_written_before_the_flat_body_still_reads():
-    """A store from before ``GROUP_ON_TIME_FLAT`` holds the tree-codec body: it fires the same."""
+def test_on_time_state_of_another_kind_is_refused_by_name():
+    """The tree-codec buffer of layouts <= 3 (kind 1) is not read: refused, not misread."""
     from sparkbeam.checkpoint import state_layout
-    from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
 
-    windowing = Windowing(window.FixedWindows(10))
-    w = window.IntervalWindow(0, 10)
-    old = state_layout.encode_group(
-        state_layout.GROUP_ON_TIME, w.end.micros, math.inf, w.end.micros - 2,
-        trigger_state_codec(windowing).encode({w: [b"a", b"b"]}),
-    )  # fmt: skip
-    panes = OnTimePanes(windowing)
-    fired, blob = panes.step(old, [_element(4)], Timestamp(0), Timestamp(5), 0.0)
-    assert fired == [] and state_layout.decode_group(blob)[0] == state_layout.GROUP_ON_TIME_FLAT
-    assert read_header(blob) == read_header(old)
-    fired, blob = panes.step(blob, [], Timestamp(5), Timestamp(10), 0.0)
-    assert [(sorted(f.value), f.windows, f.timestamp) for f in fired] == [
-        ([b"a", b"b", b"v"], (w,), w.max_timestamp())
-    ]
-    assert blob is None
+    old = state_layout.encode_group(1, 10, math.inf, 8, b"m\x00\x00\x00\x00")
+    panes = OnTimePanes(Windowing(window.FixedWindows(10)))
+    with pytest.raises(
+        state_layout.StateLayoutError, match="of kind 1, this sparkbeam reads kind 2"
+    ):
+        panes.step(old, [_element(4)], Timestamp(0), Timestamp(5), 0.0)
 
 
 def test_a_damaged_flat_body_is_refused_naming_the_fix():

@@ -158,11 +158,10 @@ def test_the_report_counts_every_timer_and_only_touched_keys_are_staged(task):
     }
 
 
-def test_timers_stored_without_a_summary_are_decoded_as_due(task):
+def test_timers_stored_without_a_summary_are_refused_by_name(task):
     blobs = [*(x.encode() for x in FAMILY), TIMER_CODER.encode(_timer("k2", 500))]
     v1 = bytes([state_layout.V1]) + struct.pack(">I", 3)  # layout 3: no summary
     v1 += b"".join(struct.pack(">I", len(b)) + b for b in blobs)
     task.timers_in[KEY_CODER.encode_nested("k2")] = v1
-    keyed, _, timers = task.start()
-    assert keyed.timers_loaded == {KEY_CODER.encode_nested(k) for k in ("k0", "k2")}
-    assert {t.user_key for t in timers.pending.values()} == {"k0", "k2"}
+    with pytest.raises(state_layout.StateLayoutError, match=r"'user-timers/.*0x01.*version 2"):
+        task.start()

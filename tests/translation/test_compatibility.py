@@ -140,8 +140,7 @@ def test_guard_refuses_with_the_differences_and_how_to_start_fresh():
         RestoreGuard(_plan(key=bytes)).check(_manifest(old, stored), "/ckpt")
 
 
-def test_guard_falls_back_to_the_plan_fingerprint_for_old_checkpoints():
-    plan = _plan()
-    RestoreGuard(plan).check(_manifest(plan, {}), "/ckpt")  # same graph: restores
-    with pytest.raises(IncompatiblePipelineError, match="predates pipeline shape records"):
-        RestoreGuard(plan).check(_manifest(plan, {}, fingerprint="0123"), "/ckpt")
+def test_guard_refuses_a_checkpoint_without_a_shape_record():
+    plan = _plan()  # the runner records one in every checkpoint; none: not the runner's
+    with pytest.raises(IncompatiblePipelineError, match="it records no pipeline shape"):
+        RestoreGuard(plan).check(_manifest(plan, {}), "/ckpt")
