@@ -11,9 +11,9 @@ files are all sound (`sound_checkpoint`, `CheckpointStore.verify`'s rule, which
 ``manifests/chk-<id>.json.damaged`` mark beside its manifest), so no restore picks it again;
 the next commit deletes them (`commit.CheckpointChain.abandoned`), saying so. Also the record
 that a pipeline committed before (`COMMITTED_MARK`, next to its manifests, written after its
-first commit and at a restore): a pipeline with that record and no manifest lost its
-manifests, and starting it fresh would publish its output again, so it is refused
-(`ManifestsLostError`); data files without it are a first commit cut short, and start fresh.
+first commit): a pipeline with that record and no manifest lost its manifests, and starting
+it fresh would publish its output again, so it is refused (`ManifestsLostError`); data files
+without it are a first commit cut short, and start fresh.
 Leaves to others: loading a manifest's files into the working state
 (``pipeline.PipelineStore.load``), the chain a restored pipeline continues
 (``commit.CheckpointChain.adopt``) and reading manifests (``store``).
@@ -139,7 +139,6 @@ def restore(
             continue
         # Damaged or set aside, skipped above: the next commit deletes them.
         work.chain.abandoned = tuple(c for c in ids if c > cid or c in aside)
-        committed(work, cid)  # stores written before the record, too
         return CheckpointInfo.from_manifest(manifest)
     if not failures and aside:
         raise _no_sound_checkpoint(store, work.pipeline_id, f"all set aside: {sorted(aside)}")

@@ -73,7 +73,7 @@ class TaskResiduals:
     @classmethod
     def restored(cls, stage: str, metadata, state) -> TaskResiduals:
         """From a restored checkpoint's metadata; a checkpoint that recorded no summary of
-        the stage (an older layout, or another batch stage's round) is read once."""
+        the stage (another batch stage's round) is read once."""
         summary = metadata.residuals.get(stage) if metadata.residuals is not None else None
         if summary is not None:
             return cls(stage, summary)
