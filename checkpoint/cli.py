@@ -5,7 +5,8 @@ Owns: the operator's view of a store's checkpoints -- the argparse subcommands
 `main` (``python -m sparkbeam.checkpoint.cli checkpoints list --checkpoint_dir URL``) that also
 has ``startpoints`` (`startpoints_cli`). Output is a readable table, or JSON with ``--json``;
 ``verify`` also says which checkpoint a restart of each pipeline would restore (the newest
-sound one, by the rule the driver uses) and exits 1 if any checkpoint is damaged. ``list``,
+sound one, by the rule the driver uses) and exits 1 if any checkpoint is damaged or a restart
+is refused (a store of another state layout: ``list`` shows each checkpoint's). ``list``,
 ``show`` and ``verify`` open the store read-only (no lock); ``clean`` takes the lock. Taking,
 checking and opening the store, with Beam's filesystem flags, is `cli_store`'s. Leaves to
 others: everything it prints comes from `CheckpointStore`.
@@ -35,7 +36,7 @@ from sparkbeam.checkpoint.errors import (
 from sparkbeam.checkpoint.reader import VerificationResult
 from sparkbeam.checkpoint.restore import lost_manifests, sound_checkpoint
 from sparkbeam.checkpoint.startpoints_cli import add_startpoint_subcommands
-from sparkbeam.checkpoint.store import open_store
+from sparkbeam.checkpoint.store import CheckpointInfo, open_store
 
 
 def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -121,18 +122,29 @@ def _list(args: argparse.Namespace) -> int:
         (
             i.pipeline_id, i.checkpoint_id, when(i.created), i.parallelism or "-", i.entries,
             _size(i.materialization_bytes), _size(i.changelog_bytes),
-            i.materialization_files + i.changelog_files, "ok" if i.error is None else i.error,
+            i.materialization_files + i.changelog_files, _layout(i),
+            "ok" if i.error is None else i.error,
         )
         for i in infos
     ]  # fmt: skip
     print(
         table(
             ("PIPELINE", "ID", "CREATED (UTC)", "PAR", "KEYS", "MATERIALIZED", "CHANGELOG",
-             "FILES", "MANIFEST"),
+             "FILES", "LAYOUT", "MANIFEST"),
             rows,
         )
     )  # fmt: skip
+    latest = {i.pipeline_id: i for i in infos if i.error is None}  # oldest first
+    for info in latest.values():
+        if info.refused is not None:
+            print(f"{info.pipeline_id}: a restart is refused: {info.refused}")
     return 0
+
+
+def _layout(info: CheckpointInfo) -> str:
+    if info.error is not None:
+        return "-"
+    return str(info.layout) if info.refused is None else f"{info.layout} (refused)"
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -174,12 +186,18 @@ def _verify(args: argparse.Namespace) -> int:
     bad = [r for r in results if not r.ok]
     # What a restart restores: the newest undamaged checkpoint (known when all were checked).
     restart = {} if args.checkpoint is not None else _restart_choices(store, pids, results)
+    refused = {pid: _refused(store, pid, cid) for pid, cid in restart.items()}
     checked = {r.pipeline_id for r in results}
     lost = {pid: lost_manifests(store, pid) for pid in pids if pid not in checked}
-    failing = bool(bad) or any(lost.values())  # damage, or a restart that fails: exit 1
+    # Damage, or a restart that fails (manifests lost, another state layout): exit 1.
+    failing = bool(bad) or any(lost.values()) or any(refused.values())
     if args.json:
-        docs = [dict(dataclasses.asdict(r), restart=restart.get(r.pipeline_id) == r.checkpoint_id)
-                for r in results]  # fmt: skip
+        docs = [
+            dict(dataclasses.asdict(r), restart=restart.get(r.pipeline_id) == r.checkpoint_id,
+                 refused=refused.get(r.pipeline_id) if restart.get(r.pipeline_id) == r.checkpoint_id
+                 else None)
+            for r in results
+        ]  # fmt: skip
         docs += [{"pipeline_id": pid, "ok": False, "problems": [str(e)], "restart": False}
                  for pid, e in lost.items() if e is not None]  # fmt: skip
         print(json.dumps(docs, indent=1))
@@ -202,9 +220,16 @@ def _verify(args: argparse.Namespace) -> int:
         elif cid is None:
             print(f"{pid}: no undamaged checkpoint: a restart fails; restore the store from a "
                   "backup, or start fresh with a new --checkpoint_dir.")  # fmt: skip
+        elif refused.get(pid):
+            print(f"{pid}: a restart is refused: {refused[pid]}")
         else:
             print(f"{pid}: a restart would use checkpoint {cid} (the newest undamaged one).")
     return 1 if failing else 0
+
+
+def _refused(store, pid: str, cid: int) -> str | None:
+    """Why a restart refuses checkpoint ``cid`` (another state layout), else None."""
+    return CheckpointInfo.from_manifest(store.load_manifest(pid, cid), store.url).refused
 
 
 def _restart_choices(store, pids: Sequence[str], results: list[VerificationResult]) -> dict:

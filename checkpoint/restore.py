@@ -139,7 +139,7 @@ def restore(
             continue
         # Damaged or set aside, skipped above: the next commit deletes them.
         work.chain.abandoned = tuple(c for c in ids if c > cid or c in aside)
-        return CheckpointInfo.from_manifest(manifest)
+        return CheckpointInfo.from_manifest(manifest, store.url)
     if not failures and aside:
         raise _no_sound_checkpoint(store, work.pipeline_id, f"all set aside: {sorted(aside)}")
     raise _all_damaged(store, work, failures)

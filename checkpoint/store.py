@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint.changelog import DEFAULT_FLUSH_BYTES
-from sparkbeam.checkpoint.errors import CheckpointCorruptError, StoreClosedError
+from sparkbeam.checkpoint.errors import CheckpointCorruptError, StateLayoutError, StoreClosedError
 from sparkbeam.checkpoint.filesystem import TMP_PREFIX, MemoryStorage, Storage, open_storage
 from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
 from sparkbeam.checkpoint.keygroups import DEFAULT_MAX_KEY_GROUPS, key_group_range
@@ -56,6 +56,7 @@ from sparkbeam.checkpoint.restore import set_aside_mark, set_aside_problem
 from sparkbeam.checkpoint.retention import needs_fallback, plan_retention, sweep
 from sparkbeam.checkpoint.staging import StagedWriter
 from sparkbeam.checkpoint.startpoints import Startpoints
+from sparkbeam.checkpoint.state_layout import check_restorable, layout_of
 from sparkbeam.checkpoint.state_table import STATE_BACKENDS
 
 log = logging.getLogger(__name__)
@@ -78,9 +79,19 @@ class CheckpointInfo:
     changelog_bytes: int = 0
     completed: int = 0
     error: str | None = None
+    layout: int = 0
+    """The state layout its values are in (`state_layout.LAYOUT_VERSION`: this sparkbeam's)."""
+    refused: str | None = None
+    """Why a restore refuses it (another state layout), else None."""
 
     @classmethod
-    def from_manifest(cls, m: Manifest) -> CheckpointInfo:
+    def from_manifest(cls, m: Manifest, url: str = "") -> CheckpointInfo:
+        try:
+            where = f"Checkpoint {m.checkpoint_id} of pipeline {m.pipeline_id!r} in store {url!r}"
+            check_restorable(m.metadata, where)
+            refused = None
+        except StateLayoutError as e:
+            refused = str(e)
         return cls(
             pipeline_id=m.pipeline_id,
             checkpoint_id=m.checkpoint_id,
@@ -94,6 +105,8 @@ class CheckpointInfo:
             changelog_files=len(m.changelog),
             changelog_bytes=m.changelog_bytes,
             completed=len(m.completed),
+            layout=layout_of(m.metadata),
+            refused=refused,
         )
 
 
@@ -288,7 +301,8 @@ class CheckpointStore:
         out = []
         for cid in self._manifest_ids(pipeline_id):
             try:
-                out.append(CheckpointInfo.from_manifest(self.load_manifest(pipeline_id, cid)))
+                manifest = self.load_manifest(pipeline_id, cid)
+                out.append(CheckpointInfo.from_manifest(manifest, self.url))
             except CheckpointCorruptError as e:
                 out.append(CheckpointInfo(PipelineId(pipeline_id), cid, error=e.reason))
         return out

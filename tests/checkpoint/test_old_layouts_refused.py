@@ -15,7 +15,9 @@ drain it. A finished run's checkpoint (a drained job) passes: ``--fresh`` reruns
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -25,6 +27,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint import state_layout as sl
+from sparkbeam.checkpoint.cli import main
 from sparkbeam.checkpoint.errors import StateLayoutError
 from sparkbeam.checkpoint.manifest import decode_manifest, encode_manifest
 from sparkbeam.runner.rounds.compatibility import FinishedJobError
@@ -81,6 +84,38 @@ def test_a_fixture_store_is_refused_at_restore_and_left_as_it_was(name, tmp_path
         assert f"of pipeline 'pipeline-0' in store {str(url)!r}" in str(e.value)
         state.close()
     assert _files(url) == before  # nothing read into a commit, moved, marked or swept
+
+
+@pytest.mark.parametrize("name", ["layout_v1_store", "layout_v5_store"])
+def test_list_and_verify_say_a_restart_is_refused_and_verify_fails(name, tmp_path, capsys):
+    url, before = _copy(name, tmp_path)
+    layout = STORES[name]
+    assert main(["checkpoints", "list", "--checkpoint_dir", str(url)]) == 0
+    out = capsys.readouterr().out
+    assert out.count(f" {layout} (refused) ") == 3  # each checkpoint's layout
+    assert "pipeline-0: a restart is refused: Checkpoint 4 of pipeline 'pipeline-0'" in out
+    assert main(["checkpoints", "verify", "--checkpoint_dir", str(url)]) == 1
+    out = capsys.readouterr().out
+    assert out.count(" ok") == 3  # its files are sound ...
+    assert "a restart would use" not in out  # ... but a restart fails
+    assert re.search(f"pipeline-0: a restart is refused: .*{_what_to_do(layout)}", out)
+    assert main(["checkpoints", "verify", "--checkpoint_dir", str(url), "--json"]) == 1
+    docs = json.loads(capsys.readouterr().out)
+    assert [bool(d["refused"]) for d in docs] == [False, False, True]  # the restart's
+    assert _files(url) == before
+
+
+def test_list_shows_the_current_layout_and_verify_passes(tmp_path, capsys):
+    with open_store(str(tmp_path)) as store:
+        state = store.pipeline("p")
+        state.put(sl.SINK_STAGING_DIRS, *sl.encode_staging_dir("/out/0"))
+        state.checkpoint()
+        state.close()
+    assert main(["checkpoints", "list", "--checkpoint_dir", str(tmp_path), "--json"]) == 0
+    (info,) = json.loads(capsys.readouterr().out)
+    assert (info["layout"], info["refused"]) == (sl.LAYOUT_VERSION, None)
+    assert main(["checkpoints", "verify", "--checkpoint_dir", str(tmp_path)]) == 0
+    assert "p: a restart would use checkpoint 1" in capsys.readouterr().out
 
 
 def _relabel(url: Path, layout: int, finished: bool) -> None:
