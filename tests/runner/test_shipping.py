@@ -1,13 +1,9 @@
-"""The user's code reaches executors that do not have it (issue 11.3).
-
-Cluster tests run tests/runner/user_code/user_main.py in a subprocess on
-local-cluster (separate executor JVMs and Python workers), started from a
-folder and a PYTHONPATH that lack the user's modules.
-"""
+"""The user's code reaches executors that do not have it (issue 11.3): what is shipped and
+how. The runs on executors that lack the code are in ``tests/cluster/test_cluster_shipping.py``
+(on the shared standalone cluster)."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -22,65 +18,6 @@ from sparkbeam.runner.spark.shipping import (
     missing_module_error,
 )
 from tests.runner.user_code import stage_user_pipeline
-
-MASTER = "local-cluster[1,1,1024]"
-
-
-def run_user_pipeline(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess, Path]:
-    main = stage_user_pipeline(tmp_path / "app")
-    elsewhere = tmp_path / "cwd"
-    elsewhere.mkdir()
-    out = tmp_path / "out.jsonl"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    env["PYSPARK_PYTHON"] = sys.executable
-    env["PYTHONPATH"] = str(elsewhere)  # executors inherit it: it lacks the user's code
-    cmd = [sys.executable, str(main), "--output", str(out), *args]
-    cmd += ["--runner=SparkCheckpointRunner", f"--spark_master_url={MASTER}"]
-    proc = subprocess.run(cmd, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
-    return proc, out
-
-
-@pytest.mark.cluster
-@pytest.mark.slow
-def test_dofn_from_a_module_next_to_the_main_script_runs_on_executors(tmp_path):
-    proc, out = run_user_pipeline(tmp_path)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert sorted((r["x"], r["y"]) for r in rows) == [(x, 7 * x) for x in range(10)]
-    # Imported from the shipped zip, and the driver's sys.path did not leak.
-    assert all(".zip" in r["module_file"] for r in rows), rows[0]
-    assert all(r["leaked"] == [] for r in rows), rows[0]
-
-
-@pytest.mark.cluster
-@pytest.mark.slow
-def test_setup_file_package_runs_on_executors(tmp_path):
-    pkg = tmp_path / "app" / "tinypkg"
-    proc, out = run_user_pipeline(
-        tmp_path,
-        f"--setup_file={pkg / 'setup.py'}",
-        f"--lib_dir={pkg}",
-        "--dofn_module=tinydofns",
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert sorted((r["x"], r["y"]) for r in rows) == [(x, 11 * x) for x in range(10)]
-    assert all("tinydofns-" in r["module_file"] for r in rows), rows[0]
-    assert all(r["leaked"] == [] for r in rows), rows[0]
-
-
-@pytest.mark.cluster
-@pytest.mark.slow
-def test_module_missing_on_executors_says_how_to_ship_it(tmp_path):
-    pkg = tmp_path / "app" / "tinypkg"
-    # lib_dir is on the driver's sys.path only: it passed when that path leaked to executors.
-    retries = "--spark_conf=spark.task.maxFailures=1"  # fail on the first attempt
-    proc, _ = run_user_pipeline(tmp_path, f"--lib_dir={pkg}", "--dofn_module=tinydofns", retries)
-    assert proc.returncode != 0
-    assert "ModuleNotOnExecutorsError" in proc.stderr, proc.stderr[-4000:]
-    assert "module 'tinydofns' is not installed on the executors" in proc.stderr
-    assert "--setup_file" in proc.stderr and "spark.submit.pyFiles" in proc.stderr
-    assert "fix the user code" not in proc.stderr
 
 
 def test_missing_module_error_names_the_module_and_the_flags():

@@ -18,7 +18,10 @@ lists the driver-only sys.path folders the executor's Python could see.
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -32,3 +35,21 @@ def stage_user_pipeline(dest: Path) -> Path:
     shutil.copytree(HERE / "tinypkg", dest / "tinypkg", ignore=ignore)
     shutil.copyfile(HERE / "user_main.py", dest / "user_main.py")
     return dest / "user_main.py"
+
+
+def run_user_pipeline(
+    tmp_path: Path, master: str, *args: str
+) -> tuple[subprocess.CompletedProcess, Path]:
+    """Run the staged pipeline on ``master`` from a folder and a PYTHONPATH that lack the
+    user's modules (executors inherit neither); its output file."""
+    main = stage_user_pipeline(tmp_path / "app")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    out = tmp_path / "out.jsonl"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYTHONPATH"] = str(elsewhere)  # executors inherit it: it lacks the user's code
+    cmd = [sys.executable, str(main), "--output", str(out), *args]
+    cmd += ["--runner=SparkCheckpointRunner", f"--spark_master_url={master}"]
+    proc = subprocess.run(cmd, cwd=elsewhere, env=env, capture_output=True, text=True, timeout=600)
+    return proc, out
