@@ -83,7 +83,7 @@ class PlanExecutor:
         self.rdds = StageRdds(ctx, *self._rdd_options, self.elements)
         self.startpoints = self.rdds.startpoints  # pipeline -> its StartpointSession
         self._labels = self.rdds.labels
-        self._broadcasts: list = [ctx.components]
+        self._broadcasts: list = []  # this build's side inputs, released with it
         self._lazy: list[tuple[StagePlan, Any]] = []  # stages whose reports are pending
         self._ran: set[str] = set()  # lazy stages an earlier job computed (their RDD is cached)
         self._completed: frozenset[str] = frozenset()  # stages a resumed run skips
@@ -364,9 +364,13 @@ class PlanExecutor:
             raise
 
     def _cleanup(self) -> None:
+        """Free what this build made: its cached RDDs and side-input broadcasts (the plan's
+        components are the run's and outlive a fallback's rebuild: unpersisted only)."""
         self.rdds.unpersist()
-        for bc in self._broadcasts:
-            try:
+        try:
+            for bc in self._broadcasts:
                 self.plane.release(bc)
-            except Exception:  # noqa: BLE001 - best effort on shutdown
-                pass
+            self.ctx.components.unpersist(blocking=False)
+        except Exception:  # noqa: BLE001 - best effort on shutdown
+            pass
+        self._broadcasts = []
