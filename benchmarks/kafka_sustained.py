@@ -204,7 +204,8 @@ def search(system: str, broker, args) -> int:
         got = step(system, broker, rate, args)
         held = got["behind_s"] <= 0.5
         print(
-            f"  {system} at {rate:,} records/s: window end -> visible p50 {got['p50']:.3f} s, p99 {got['p99']:.3f} s "
+            f"  {system} at {rate:,} records/s: window end -> visible "
+            f"p50 {got['p50']:.3f} s, p99 {got['p99']:.3f} s "
             f"over {got['lines']} lines ({got['missing']} missing, {got['wrong']} wrong counts): "
             f"{'keeps up' if got['ok'] else 'falls behind'}"
             + ("" if held else f" (the producer fell {got['behind_s']:.1f} s behind: stop)")

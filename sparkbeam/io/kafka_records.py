@@ -17,8 +17,8 @@ from typing import Any
 
 import apache_beam as beam
 from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils import windowed_value
+from apache_beam.utils.timestamp import Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
 from sparkbeam.io.errors import KafkaConfigError, KafkaDeserializeError
