@@ -10,11 +10,12 @@ executor directory (`shared_reads`).
 
 A snapshot is reported only if the files it holds, by name, are still the range's base and
 log (its round's attempt committed; no restore abandoned them), no other segment changed the
-range before the last of them, and within `WITHIN_ROUNDS` rounds; else it is dropped, and its
-files, named for the last round that may commit them, are swept as any uncommitted staged
-file. One whose thread died with its worker never comes back: the range grows on until it is
-overdue and snapshotted in the round. Where there is no executor directory (outside Spark), or
-the state is on disk, it is written in the round.
+range before the last of them, within `WITHIN_ROUNDS` rounds, and its own files are still
+there (a fallback runs rounds again: a sweep of the abandoned ones may have deleted them);
+else it is dropped, and its files, named for the last round that may commit them, are swept
+as any uncommitted staged file. One whose thread died with its worker never comes back: the
+range grows on until it is overdue and snapshotted in the round. Where there is no executor
+directory (outside Spark), or the state is on disk, it is written in the round.
 """
 
 from __future__ import annotations
@@ -77,9 +78,19 @@ def report(writer: StagedWriter, slot: tuple, chains: NamespaceState, groups) ->
         return False
     held = [_as_of_log(made, chains, groups, writer.round) for made in _take_done(directory)]
     latest = max((s for s in held if s is not None), key=lambda s: s.since or 0, default=None)
-    if latest is not None:
+    if latest is not None and _files_kept(writer, latest):
         writer.add_snapshot(latest)
-    return latest is not None or _running(directory, writer.round)
+        return True
+    return _running(directory, writer.round)
+
+
+def _files_kept(writer: StagedWriter, snapshot: TaskSnapshot) -> bool:
+    """Whether the files of ``snapshot`` are all still there. They are named for the last
+    round that may report it and swept after it; a fallback runs rounds again, so a snapshot
+    an executor kept from before it may have lost its files to a sweep of the rounds it
+    abandoned (one HEAD request a file, once per reported snapshot)."""
+    directory = pipeline_dir(writer.pipeline_id)
+    return all(writer.storage.exists(f"{directory}/{f.name}") for f in snapshot.files)
 
 
 def start(

@@ -6,16 +6,22 @@ checkpoint (`staged_state.read_task_state`), stage the round's changes with a re
 `StagedWriter`, and report their range's size and a snapshot when one is due
 (`range_staging.stage_range`: written in the round, or by a background thread that a later
 round's task reports); the GroupByKey task keeps its read with its changes (`keep_staged`).
-Only Spark's TaskContext is left out: the test names the partition and attempt.
+Only Spark's TaskContext is left out: the test names the partition and attempt, and where
+the task runs (`Executors`: which executor's local directory, which Python worker's state).
+`damage` does to a task's file what a disk, a cleaner or a partial copy would.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint.staging import CommitMessage, StagedWriter
+from sparkbeam.runner.task import held_state, shared_reads, staged_state
 from sparkbeam.runner.task.range_staging import stage_range
 from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
 
@@ -125,9 +131,64 @@ def stateful_task(
 
 
 def join_background_snapshots(timeout_s: float = 30.0) -> None:
-    """Wait for the snapshots threads of this process are writing (`background_snapshots`):
-    a later round then finds them done, every run alike."""
+    """Wait for the snapshots this process's threads are writing (`background_snapshots`):
+    the next attempt finds them done, in every run of an example alike."""
     for thread in threading.enumerate():
         if thread.name.startswith("sparkbeam-snapshot-"):
             thread.join(timeout_s)
             assert not thread.is_alive(), f"{thread.name} still writing after {timeout_s} s"
+
+
+class Executors:
+    """Where a job's tasks run: executors, each a Spark local directory (shared reads, ranges
+    held on disk, finished background snapshots), each with Python workers, each its own kept
+    reads and what it saw of the shared ones (`staged_state`'s and `shared_reads`' process
+    state). `enter` before a task; the caller restores those modules' state after the test."""
+
+    def __init__(self, root: str, executors: int = 2, workers: int = 2) -> None:
+        self.root, self.count, self.per_executor = root, executors, workers
+        self.generation = 0
+        self.restart()
+
+    def restart(self) -> None:
+        """A new job: new executors, in new directories."""
+        held_state.release()
+        self.generation += 1
+        self.dirs = [f"{self.root}/exec-{self.generation}-{e}" for e in range(self.count)]
+        self.workers = [self._workers() for _ in range(self.count)]
+
+    def _workers(self) -> list[tuple[OrderedDict, dict]]:
+        return [(OrderedDict(), {}) for _ in range(self.per_executor)]
+
+    def enter(self, executor: int, worker: int) -> None:
+        """Run what follows as a task on ``worker`` of ``executor``."""
+        os.environ["SPARK_LOCAL_DIRS"] = self.dirs[executor]
+        staged_state._READS, shared_reads._SEEN = self.workers[executor][worker]
+
+    def lose(self, executor: int, worker: int | None) -> None:
+        """A Python worker died (its reads are gone), or (None) its whole executor: its
+        directory too."""
+        if worker is not None:
+            self.workers[executor][worker] = (OrderedDict(), {})
+            return
+        held_state.release()
+        self.workers[executor] = self._workers()
+        shutil.rmtree(self.dirs[executor], ignore_errors=True)
+
+
+def damage(path: str, kind: str) -> bytes:
+    """Damage the file at ``path``: "deleted", "flipped" (a byte) or "cut" (its second half);
+    returns its bytes as they were."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if kind == "deleted":
+        os.remove(path)
+        return data
+    damaged = bytearray(data)
+    if kind == "flipped":
+        damaged[len(damaged) // 2] ^= 0xFF
+    else:
+        del damaged[len(damaged) // 2 :]
+    with open(path, "wb") as f:
+        f.write(damaged)
+    return data

@@ -2,14 +2,15 @@
 
 Tasks of two keyed stages -- a GroupByKey (one namespace) and a stateful DoFn (cells and
 timers, staged by one writer) -- run the real task-side code (`owned_tasks`: read, stage,
-`stage_range`, `keep_staged`) against a real local store, and the driver commits their
-messages (`CheckpointChain.commit`). Random sequences of rounds, killed attempts (staged,
-never committed), failed rounds, restarts at another parallelism, lost workers and executors,
-and damaged task-owned files followed by the driver's fallback (`restore.fall_back`) must
-leave every task's read, and every checkpoint read at any parallelism, as the model says: a
-dict per namespace, rolled back to the sound checkpoint's on a fallback. The snapshot
-thresholds are lowered so that ranges snapshot every few rounds: in the round, in the
-background (reported by a later round), and when the commit asks for a fallback.
+`stage_range`, `keep_staged`, background snapshots) against a real local store, on two
+executors of two Python workers each, and the driver commits their messages
+(`CheckpointChain.commit`). Random sequences of rounds, killed attempts (staged, never
+committed), failed rounds, restarts at another parallelism and memory budget (past it a read
+is held in RocksDB), lost workers and executors, and damaged task-owned files followed by the
+driver's fallback (`restore.fall_back`) must leave every task's read, and every checkpoint
+read at 1, 2 or 3 subtasks, as the model says: a dict per namespace, rolled back to the sound
+checkpoint's on a fallback. Snapshot thresholds are lowered so that ranges snapshot every few
+rounds: in the round, in the background (reported by a later round), when the commit asks.
 """
 
 from __future__ import annotations
@@ -31,7 +32,14 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
-from owned_tasks import Attempt, gbk_task, join_background_snapshots, stateful_task
+from owned_tasks import (
+    Attempt,
+    Executors,
+    damage,
+    gbk_task,
+    join_background_snapshots,
+    stateful_task,
+)
 
 from sparkbeam.checkpoint import CheckpointCorruptError, key_group_range, open_store, state_layout
 from sparkbeam.checkpoint.keygroups import key_group
@@ -59,14 +67,14 @@ SEEN: Counter[str] = Counter()  # what the examples exercised (`test_..._match_t
 class Round:
     """One round: per change (namespace, key index, value seed or None: delete); the task
     attempts killed before the one that reports (stage, subtask mod parallelism, how: its
-    message lost, or it died after staging); whether the round fails before its commit; on
-    which of its executor's two Python workers each task runs."""
+    message lost, or it died after staging); whether the round fails before its commit; where
+    each task runs: on which of two executors, and which of the executor's two workers."""
 
     changes: list[tuple[str, int, int | None]]
     kills: list[tuple[str, int, str]] = field(default_factory=list)
     flush_bytes: int = 1 << 20
     fails: bool = False
-    workers: int = 0  # a task runs on worker (subtask + attempt + this) % 2 of its executor
+    placement: int = 0  # a task runs on worker (subtask + attempt + this) % 4 of the four
 
 
 value_st = st.integers(-30, 99).map(lambda n: None if n < 0 else n)  # a quarter deletes
@@ -77,7 +85,7 @@ rounds_st = st.lists(
         Round,
         changes=st.lists(
             st.tuples(st.sampled_from(NAMESPACES), st.integers(0, NKEYS - 1), value_st),
-            max_size=10,
+            max_size=8,
         ),
         kills=st.lists(
             st.tuples(st.sampled_from(sorted(STAGES)), st.integers(0, 2),
@@ -86,25 +94,22 @@ rounds_st = st.lists(
         ),
         flush_bytes=st.sampled_from((1 << 20, 120)),  # one segment per attempt, or several
         fails=st.sampled_from((False, False, False, True)),
-        workers=st.integers(0, 1),
+        placement=st.sampled_from((0, 0, 0, 1, 2, 3)),  # mostly where it ran before
     ),
     min_size=1,
     max_size=3,
 )  # fmt: skip
 
 
-def _value(n: int) -> bytes:
-    """A value of ``n``: its version byte, then 0-150 bytes that do not compress."""
-    return bytes([state_layout.V1]) + b"v%d-" % n + random.Random(n).randbytes(n * 37 % 151)
+def _value(namespace: str, n: int) -> bytes:
+    """A value of ``n``: the namespace's version byte, then 0-150 bytes that do not compress
+    (read back as bytes: only the version byte is checked)."""
+    version = state_layout.V2 if namespace == TIMERS else state_layout.V1
+    return bytes([version]) + b"v%d-" % n + random.Random(n).randbytes(n * 37 % 151)
 
 
 def _empty() -> Model:
     return {ns: {} for ns in NAMESPACES}
-
-
-def _worker() -> tuple[OrderedDict, dict]:
-    """A Python worker's process state: its kept reads, the shared reads it has seen."""
-    return OrderedDict(), {}
 
 
 class TaskCommitMachine(RuleBasedStateMachine):
@@ -115,9 +120,7 @@ class TaskCommitMachine(RuleBasedStateMachine):
         super().__init__()
         self.tmp = tempfile.mkdtemp(prefix="task-commit-prop-", dir=TMP)
         self.url = os.path.join(self.tmp, "store")
-        self.executor = os.path.join(self.tmp, "blockmgr")
-        os.environ["SPARK_LOCAL_DIRS"] = self.executor  # background snapshots' hand-off
-        self.workers = [_worker(), _worker()]  # the executor's Python workers
+        self.executors = Executors(self.tmp)  # two, of two Python workers each
         self.memory_bytes = staged_state.DEFAULT_MEMORY_BYTES
         self.store = open_store(self.url, max_key_groups=MKG, retain=2)
         self.st = self.store.pipeline(PIPELINE)
@@ -145,14 +148,14 @@ class TaskCommitMachine(RuleBasedStateMachine):
             self.url, PIPELINE, stage, self.round_no, sub, attempt, self.checkpoint_id,
             self.parallelism, MKG, self.flush_bytes, self.memory_bytes,
         )  # fmt: skip
-        # The worker's own reads and what it saw of the executor's shared ones.
-        staged_state._READS, shared_reads._SEEN = self.workers[(sub + attempt + self.on) % 2]
+        self.executors.enter(*divmod((sub + attempt + self.on) % 4, 2))
         groups = key_group_range(sub, self.parallelism, MKG)
         if stage == "gbk:grouped":
             read, msg = gbk_task(task, GBK, wanted[GBK], dies)
             reads = {GBK: read}
         else:
             reads, msg = stateful_task(task, {ns: wanted[ns] for ns in STAGES[stage]}, dies)
+        join_background_snapshots()  # the next attempt finds them done, in every replay
         for ns, read in reads.items():
             mine = {k: v for k, v in self.model[ns].items() if key_group(k, MKG) in groups}
             assert read == mine, f"subtask {sub}/{self.parallelism} read {ns!r} wrongly"
@@ -160,7 +163,7 @@ class TaskCommitMachine(RuleBasedStateMachine):
 
     def _run_tasks(self, spec: Round) -> list:
         """Every task of both stages, after its killed attempts; the last attempts' messages."""
-        self.flush_bytes, self.on = spec.flush_bytes, spec.workers
+        self.flush_bytes, self.on = spec.flush_bytes, spec.placement
         messages = []
         for stage, spaces in STAGES.items():
             for sub in range(self.parallelism):
@@ -174,7 +177,6 @@ class TaskCommitMachine(RuleBasedStateMachine):
                 for attempt, how in enumerate(killed):  # staged, never committed
                     self._attempt(stage, sub, attempt, mine, dies=how == "died")
                 messages.append(self._attempt(stage, sub, len(killed), mine, dies=False))
-        join_background_snapshots()
         return messages
 
     def _round(self, spec: Round) -> None:
@@ -183,7 +185,7 @@ class TaskCommitMachine(RuleBasedStateMachine):
         (the same round number, attempts from 0)."""
         self._wanted = _empty()
         for ns, i, n in spec.changes:
-            self._wanted[ns][KEYS[i]] = None if n is None else _value(n)
+            self._wanted[ns][KEYS[i]] = None if n is None else _value(ns, n)
         messages = self._run_tasks(spec)
         if spec.fails:
             info = self.st.restore(fingerprint="f")
@@ -209,7 +211,7 @@ class TaskCommitMachine(RuleBasedStateMachine):
         listed = self._ids()
         assert not self.set_aside & set(listed), "a set-aside checkpoint outlived a commit"
         self.set_aside = set()
-        self._check(cid, parallelisms=(3,))
+        self._check(cid, parallelisms=(1 + cid % 3,))  # 1, 2, 3 in turn
         for older in listed:  # a fallback a damaged file would need: its files are all there
             if self._sound(older):
                 self._files_kept(older)
@@ -225,14 +227,10 @@ class TaskCommitMachine(RuleBasedStateMachine):
         for spec in rounds:
             self._round(spec)
 
-    @rule(
-        parallelism=st.integers(1, 3),
-        new_workers=st.booleans(),
-        memory_bytes=memory_st,
-    )
-    def restart(self, parallelism, new_workers, memory_bytes):
-        """The driver restarts at ``parallelism`` and restores the last checkpoint; its tasks
-        hold a read past ``memory_bytes`` on the executor's disk."""
+    @rule(parallelism=st.integers(1, 3), memory_bytes=memory_st)
+    def restart(self, parallelism, memory_bytes):
+        """The job restarts at ``parallelism`` (new executors) and restores the last
+        checkpoint; its tasks hold a read past ``memory_bytes`` on the executor's disk."""
         self.store.close()
         self.store = open_store(self.url, max_key_groups=MKG, retain=2)
         self.st = self.store.pipeline(PIPELINE)
@@ -240,36 +238,34 @@ class TaskCommitMachine(RuleBasedStateMachine):
         assert (info and info.checkpoint_id) == self.checkpoint_id
         SEEN["rescale"] += parallelism != self.parallelism
         self.parallelism, self.memory_bytes = parallelism, memory_bytes
-        if new_workers:
-            self.lose_worker(worker=None)
+        self.executors.restart()
         if self.checkpoint_id is not None:
             self._check(self.checkpoint_id)
 
-    @rule(worker=st.none() | st.integers(0, 1))
-    def lose_worker(self, worker):
+    @rule(executor=st.integers(0, 1), worker=st.none() | st.integers(0, 1))
+    def lose_worker(self, executor, worker):
         """A Python worker died: the reads it kept are gone; or (None) its whole executor:
         its directory too (shared reads, held ranges, finished background snapshots)."""
-        if worker is not None:
-            self.workers[worker] = _worker()
-            return
-        held_state.release()
-        self.workers = [_worker(), _worker()]
-        shutil.rmtree(self.executor, ignore_errors=True)
+        self.executors.lose(executor, worker)
 
-    @precondition(lambda self: self.checkpoint_id is not None)
+    @precondition(lambda self: len(self.committed) > 1)  # one checkpoint: nothing to fall to
     @rule(data=st.data(), kind=st.sampled_from(DAMAGE))
     def damage_and_fall_back(self, data, kind):
-        """A task-owned file of a checkpoint is damaged; the driver falls back to the newest
-        checkpoint whose files are all sound (none newer left, or none sound at all)."""
+        """A task finds a task-owned file of the newest checkpoint damaged; the driver falls
+        back to the newest checkpoint whose files are all sound (or finds none)."""
         ids = self._ids()
-        of = data.draw(st.sampled_from(ids[::-1]), label="checkpoint")
-        # In the manifest's order (names hold random ids: a replay must draw the same file).
-        files = self._manifest(of).task_state.files()
-        names = [f.name for f in files if f.name not in self.damaged]
+        # In the manifest's order (names hold random ids: a replay must draw the same file);
+        # one an older checkpoint does not name, if there is one (else none is sound).
+        files = [f.name for f in self._manifest(self.checkpoint_id).task_state.files()]
+        live = [c for c in ids if c not in self.set_aside]
+        everywhere = set.intersection(*(set(self._manifest(c).file_names) for c in live))
+        names = [n for n in files if n not in self.damaged and n not in everywhere]
+        names = names or [n for n in files if n not in self.damaged]
         if not names:
             return
         name = data.draw(st.sampled_from(names), label="damaged file")
-        self._damage(name, kind)
+        original = damage(os.path.join(self.url, pipeline_dir(PIPELINE), name), kind)
+        self.damaged[name] = original
         sound = [c for c in ids if self._sound(c)]
         cause = f"TaskStateDamagedError: Checkpoint file {name!r} is corrupt"
         if not sound:
@@ -327,22 +323,6 @@ class TaskCommitMachine(RuleBasedStateMachine):
         """The model of `restore.sound_checkpoint`: not set aside, no damaged file named."""
         return cid not in self.set_aside and not self._manifest(cid).file_names & set(self.damaged)
 
-    def _damage(self, name: str, kind: str) -> None:
-        path = os.path.join(self.url, pipeline_dir(PIPELINE), name)
-        with open(path, "rb") as f:
-            data = f.read()
-        self.damaged.setdefault(name, data)
-        if kind == "deleted":
-            os.remove(path)
-            return
-        damaged = bytearray(data)
-        if kind == "flipped":
-            damaged[len(damaged) // 2] ^= 0xFF
-        else:
-            del damaged[len(damaged) // 2 :]
-        with open(path, "wb") as f:
-            f.write(damaged)
-
     def _repair(self) -> None:
         """Write the damaged files a checkpoint names back as they were (from a backup)."""
         named = {name for c in self._ids() for name in self._manifest(c).file_names}
@@ -353,14 +333,14 @@ class TaskCommitMachine(RuleBasedStateMachine):
 
 
 EXAMPLES = int(os.environ.get("TASK_COMMIT_PROPERTY_EXAMPLES", "200"))
-STEPS = int(os.environ.get("TASK_COMMIT_PROPERTY_STEPS", "6"))
+STEPS = int(os.environ.get("TASK_COMMIT_PROPERTY_STEPS", "4"))
 
 
 def test_task_owned_commits_match_the_model(monkeypatch):
     from sparkbeam.checkpoint import commit, staging, task_state
 
     monkeypatch.setattr(task_state, "SNAPSHOT_MAX_SEGMENTS", 4)  # due after 2-3 segments
-    monkeypatch.setattr(task_state, "SNAPSHOT_MIN_BYTES", 512)
+    monkeypatch.setattr(task_state, "SNAPSHOT_MIN_BYTES", 256)
     monkeypatch.setattr(staging, "SPLIT_BYTES", 300)  # larger ranges snapshot in parts
     monkeypatch.setattr(commit, "SWEEP_EVERY", 3)
     monkeypatch.setenv("SPARK_LOCAL_DIRS", "")  # restored after; each example sets its own
@@ -380,3 +360,63 @@ def test_task_owned_commits_match_the_model(monkeypatch):
     if EXAMPLES >= 200:  # the paths the model is there for were taken (tens of times each)
         paths = ("snapshot in the round", "background snapshot", "fallback", "rescale")
         assert all(SEEN[p] for p in paths), SEEN
+
+
+def test_a_background_snapshot_swept_before_a_fallback_is_not_reported(tmp_path, monkeypatch):
+    """A background snapshot's files are named for the last round that may report it, and
+    swept once the rounds passed it; a fallback runs the rounds after the sound checkpoint
+    again, so an executor still holding such a snapshot (its range went overdue on that
+    executor, the later rounds ran on another) must not report it: the commit named files the
+    sweep had deleted, and the next round's read of the range failed as damaged."""
+    from sparkbeam.checkpoint import commit, task_state
+
+    monkeypatch.setattr(task_state, "SNAPSHOT_MAX_SEGMENTS", 4)  # range [0, 8) due at 2
+    monkeypatch.setattr(commit, "SWEEP_EVERY", 1)
+    monkeypatch.setattr(shared_reads, "_SEEN", {})
+    url = str(tmp_path / "store")
+    monkeypatch.setenv("SPARK_LOCAL_DIRS", "")  # restored after, as these two are
+    monkeypatch.setattr(staged_state, "_READS", staged_state._READS)
+    executors = Executors(str(tmp_path))
+    store = open_store(url, max_key_groups=MKG, retain=20)
+    st = store.pipeline(PIPELINE)
+    low, high = ([k for k in KEYS if (key_group(k, MKG) < 8) == lo] for lo in (True, False))
+    state: dict[bytes, bytes] = {}
+    made_by = {}
+
+    def run(r: int, on: int, cid: int | None) -> int:
+        """Round ``r``: subtask 0 (a change in [0, 8)) on executor ``on``, subtask 1 (a
+        change in [8, 16) in round 6 only) on executor 0."""
+        messages = []
+        for sub, executor, changes in (
+            (0, on, {low[r % len(low)]: _value(GBK, r)}),
+            (1, 0, {high[0]: _value(GBK, 99)} if r == 6 else {}),
+        ):
+            executors.enter(executor, 0)
+            task = Attempt(url, PIPELINE, "gbk", r, sub, 0, cid, 2, MKG, 1 << 20, 1 << 28)
+            messages.append(gbk_task(task, GBK, changes)[1])
+            join_background_snapshots()
+            state.update(changes)
+        cid = st.checkpoint(fingerprint="f", parallelism=2, commit_messages=messages)
+        made_by[cid] = (r, dict(state))
+        return cid
+
+    cid = None
+    # Round 5 (executor 0) starts a background snapshot of [0, 8), round 6 (1) another, round
+    # 7 (0) finds the range overdue and snapshots it in the round; rounds 8-12 run on 1, the
+    # sweeps delete round 5's snapshot (named for round 12) on 0, which nobody reported.
+    for r, on in enumerate([0, 0, 0, 0, 0, 0, 1, 0, 1, 1, 1, 1, 1]):
+        cid = run(r, on, cid)
+    segment = next(
+        f
+        for f in store.load_manifest(PIPELINE, cid).task_state.files()
+        if "r00000006/p00001" in f.name
+    )
+    os.remove(os.path.join(url, pipeline_dir(PIPELINE), segment.name))  # damage: back to 6
+    assert fall_back(store, PIPELINE, "TaskStateDamagedError: ...") == 6
+    assert st.restore(fingerprint="f").checkpoint_id == 6
+    r, state = made_by[6]
+    cid = run(r + 1, 0, 6)  # round 6 again, subtask 0 on executor 0
+    assert store.verify(PIPELINE, cid).problems == ()
+    got = {k: v for sub in (0, 1) for _, k, v in store.read_subtask_state(PIPELINE, cid, sub, 2)}
+    assert got == state
+    store.close()
