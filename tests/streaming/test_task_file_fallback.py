@@ -53,6 +53,16 @@ NAMESPACES = ("gbk/", "user-state/", "sdf-residual/")
 PIPELINE = "pipeline-0"
 
 
+def _claimed(marker: str) -> bool:
+    """True for the one task that removes ``marker``: two tasks may both see it exist, so
+    checking then removing let the second fail on the remove instead of the injection."""
+    try:
+        os.remove(marker)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 class _Count(beam.DoFn):
     """Stateful: '<key> <elements of the key so far>'. Fails once while ``marker`` exists."""
 
@@ -62,8 +72,7 @@ class _Count(beam.DoFn):
         self.marker = marker
 
     def process(self, kv, seen=beam.DoFn.StateParam(SEEN)):
-        if os.path.exists(self.marker):
-            os.remove(self.marker)
+        if _claimed(self.marker):
             raise ValueError(f"injected failure at {kv!r}")
         count = (seen.read() or 0) + 1
         seen.write(count)
@@ -289,8 +298,7 @@ class _Chunks(beam.DoFn):
         for _ in range(3):
             if not tracker.try_claim(pos):
                 return
-            if pos == 9 and os.path.exists(self.marker):
-                os.remove(self.marker)
+            if pos == 9 and _claimed(self.marker):
                 raise ValueError("injected failure")
             yield f"{element[0]},{pos}"
             pos += 1
