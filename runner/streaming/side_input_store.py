@@ -15,6 +15,13 @@ never data). Readers leave out what ended by it; the keeping tasks leave it out 
 ranges' snapshots (``task.side_input_files``, ``task.side_input_view``). The horizon does
 not move at a watermark of +inf (a drain: elements may still come). A side input once given
 data stays ready (`state_layout.side_data_marker`) when its windows expire.
+
+A side input no stage writes in a round (its source is done, or not run) has no keeping task
+then; what it holds expires all the same. Keeping tasks report the latest end of what they
+keep (`SideInputHeld`, a number per task), so the driver knows when the horizon passed
+everything a side input holds; only then (or once after a restore: the ends are not in the
+checkpoint) does a round that brings it nothing run its keeping tasks without data
+(``task.side_input_expiry``), which drop what expired and report what is left.
 """
 
 from __future__ import annotations
@@ -30,14 +37,17 @@ from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.streaming import watermarks
 from sparkbeam.runner.task import grouping
+from sparkbeam.runner.task.side_input_expiry import dropping_expired, keeping_view_reporting
 from sparkbeam.runner.task.side_input_files import (
     COMMIT_PREFIX,
     Keeping,
     SideInputFiles,
+    SideInputHeld,
     files_of,
     keeping_side_input,
+    later,
 )
-from sparkbeam.runner.task.side_input_view import keeping_view, window_keyed
+from sparkbeam.runner.task.side_input_view import window_keyed
 
 
 class StreamingSideInputs:
@@ -60,21 +70,34 @@ class StreamingSideInputs:
         self.records: list = []  # the running round's keeping tasks' commit records
         self._staged: dict[str, list] = defaultdict(list)  # buffer -> the round's new files
         self._rows: dict[str, int] = defaultdict(int)  # buffer -> records the round staged
+        # buffer -> the latest end of what its store keeps unexpired (None: nothing; absent:
+        # not known, as after a restore), as of the last commit; the running round's reports
+        self._latest: dict[str, int | None] = {}
+        self._reported: dict[str, tuple[bool, int | None]] = {}  # buffer -> (complete, latest)
 
     def restore(self, state) -> None:
         """As of the restored checkpoint (``state``, the pipeline's store)."""
         self.state = state
         self._horizons = {}
+        self.begin_round()
         self.committed()
+        # What the checkpoint keeps of a side input expires by ends it does not record.
+        self._latest = {buffer: None for buffer, files in self.values.items() if not files.rows}
 
     def begin_round(self) -> None:
         self.records = []
         self._round = None
         self._staged.clear()
         self._rows.clear()
+        self._reported.clear()
 
     def committed(self) -> None:
         """The round's files are now the checkpoint's: handles as the commit left them."""
+        for buffer, (complete, latest) in self._reported.items():
+            if complete:
+                self._latest[buffer] = latest
+            elif buffer in self._latest:  # what it kept, and the round's new data
+                self._latest[buffer] = later(self._latest[buffer], latest)
         self.begin_round()
         self.values = {buffer: self._files(buffer) for buffer in self.coders}
 
@@ -111,6 +134,11 @@ class StreamingSideInputs:
         if not jobs:
             return
         records = run_guarded(stage.id, self.ctx.plane.union(jobs).collect)
+        held = [r for r in records if isinstance(r, SideInputHeld)]
+        records = [r for r in records if not isinstance(r, SideInputHeld)]
+        for report in held:
+            complete, latest = self._reported.get(report.buffer, (report.complete, None))
+            self._reported[report.buffer] = (complete, later(latest, report.latest))
         for rec in records:
             buffer = rec.stage[len(COMMIT_PREFIX) :]
             self._staged[buffer].extend(rec.message.files)
@@ -123,17 +151,21 @@ class StreamingSideInputs:
             self.values[buffer] = self._files(buffer)
 
     def _keeping(self, builder, buffer: str):
-        """The dataset of the tasks that keep ``buffer``'s new data (None: nothing new)."""
+        """The dataset of the tasks that keep ``buffer``'s new data; with none, of the tasks
+        that drop what expired, if something it holds may have (None: neither)."""
         plane, spec = self.ctx.plane, builder.state_round()
         new = builder.source(buffer, None)
+        keeping = Keeping(
+            buffer, self._with_horizon(buffer), self.ctx.plan_key, self.ctx.components,
+            self.coders[buffer],
+        )  # fmt: skip
         if new is None:
-            return None
+            if not self._expired(buffer):
+                return None
+            drop = functools.partial(dropping_expired, spec, keeping)
+            return plane.as_subtasks(None, spec.parallelism).mapPartitionsWithIndex(drop)
         if buffer not in self.triggered:
-            keeping = Keeping(
-                buffer, self._with_horizon(buffer), self.ctx.plan_key, self.ctx.components,
-                self.coders[buffer],
-            )  # fmt: skip
-            keep = functools.partial(keeping_side_input, spec, keeping)
+            keep = functools.partial(keeping_side_input, spec, keeping, report=True)
             return plane.as_subtasks(new, spec.parallelism).mapPartitionsWithIndex(keep)
         ctx, coder = self.ctx, self.coders[buffer]
         keyed = new.mapPartitions(
@@ -144,12 +176,20 @@ class StreamingSideInputs:
             parallelism=spec.parallelism,
             max_key_groups=spec.max_key_groups,
         )
-        keep = functools.partial(
-            keeping_view, spec, buffer, ctx.plan_key, ctx.components, coder,
-            horizon=self._with_horizon(buffer).horizon,
-        )  # fmt: skip
+        keep = functools.partial(keeping_view_reporting, spec, keeping)
         shuffled = keyed.partitionBy(spec.parallelism, partitioner)
         return shuffled.mapPartitionsWithIndex(keep)
+
+    def _expired(self, buffer: str) -> bool:
+        """The store holds some of ``buffer`` that may have expired by the round's horizon:
+        the latest end it keeps is by it, or not known (after a restore)."""
+        horizon = self._round.get(buffer) if self._round is not None else None
+        if horizon is None or not self.values[buffer].rows:
+            return False
+        if buffer not in self._latest:
+            return True
+        latest = self._latest[buffer]
+        return latest is None or latest <= horizon
 
     def _files(self, buffer: str) -> SideInputFiles:
         view = buffer in self.triggered

@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.transforms.window import GlobalWindow
@@ -121,12 +121,29 @@ class Keeping:
     coder: str
 
 
+class SideInputHeld(NamedTuple):
+    """A keeping task's report of the latest window end (micros) of what it keeps of a side
+    input that has not expired (None: nothing). ``complete``: of everything its range holds
+    (a round that only drops expired windows), else only of the round's new data. An end, no
+    chunk: the driver learns when what is held expires (``streaming.side_input_store``)."""
+
+    buffer: str
+    latest: int | None
+    complete: bool
+
+
+def later(a: int | None, b: int | None) -> int | None:
+    """The later of two ends (None: no end)."""
+    return b if a is None else a if b is None else max(a, b)
+
+
 def keeping_side_input(
-    spec: StateRound, keeping: Keeping, subtask: int, chunks, writer=None
-) -> Iterator[CommitRecord]:
+    spec: StateRound, keeping: Keeping, subtask: int, chunks, writer=None, report=False
+) -> Iterator:
     """Task body: keep this subtask's share of the round's new chunks (staged by ``writer``,
     by default this Spark task's), each with its windows' latest end; chunks that already
-    expired are not kept. Yields its `CommitRecord`."""
+    expired are not kept. Yields its `CommitRecord` (with ``report``, then a `SideInputHeld`
+    of the new chunks)."""
     buffer, files = keeping.buffer, keeping.files
     stage = commit_stage(buffer)
     if writer is None:
@@ -148,12 +165,30 @@ def keeping_side_input(
 
         expiry = RowExpiry(horizon, rows, value)
     keeper = RowKeeper(spec, files.namespace, subtask, writer, expiry)
+    latest = None
     for chunk in chunks:
         end = latest_end(impl, chunk)
         if horizon is None or end > horizon:
             keeper.add(buffer, chunk, end)
+            latest = later(latest, end)
     keeper.finish()
     yield CommitRecord(stage, writer.finish())
+    if report:
+        yield SideInputHeld(buffer, latest, complete=False)
+
+
+def held_latest(files: SideInputFiles, groups: KeyGroupRange) -> int | None:
+    """The latest end of the rows (or view windows) ``files`` hold in key groups ``groups``
+    that did not expire by its horizon (None: none), read through this worker's cache."""
+    held: dict[bytes, int | None] = {}
+    for part in files.parts:  # in order: a view's later file replaces or deletes a window
+        if part.stop <= groups.start or groups.stop <= part.start:
+            continue
+        for op, kg, key, end, _ in _CACHE.part_rows(files, part):
+            if groups.start <= kg < groups.stop:
+                held[key] = end if op is Op.PUT else None
+    horizon = MIN if files.horizon is None else files.horizon
+    return max((e for e in held.values() if e is not None and e > horizon), default=None)
 
 
 def commit_stage(buffer: str) -> str:

@@ -7,7 +7,10 @@ is read twice by one ``Map``: as it is (fixed windows, the default trigger: ever
 ``side-view/<buffer>``). Each main element writes ``m<i> <rows> <view>`` through the
 exactly-once sink: its own window's side element in both, and only that. With ``fail_at``,
 reading ``m<fail_at>`` raises until the file ``marker`` exists (it is made then): a run that
-fails there, and the same run again, which resumes.
+fails there, and the same run again, which resumes. With ``side_windows``, the side elements
+of the first ``side_windows`` windows come from a ``Create`` instead, all in the first round,
+and none after while the main input goes on: a side input whose source is done (a
+``PeriodicImpulse`` that ended), so no stage writes it any more.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ from apache_beam.transforms.window import TimestampedValue
 WINDOW_S = 10
 
 
-def events(windows: int) -> TestStream:
+def events(windows: int, side_windows: int | None) -> TestStream:
     stream = TestStream()
     for i in range(windows):
         at = WINDOW_S * i
+        side = [TimestampedValue(f"s{i}", at + 1)] if side_windows is None else []
         stream = stream.add_elements(
-            [TimestampedValue(f"s{i}", at + 1), TimestampedValue(f"m{i}", at + 5)]
+            [*side, TimestampedValue(f"m{i}", at + 5)]
         ).advance_watermark_to(at + WINDOW_S)
     return stream.advance_watermark_to_infinity()
 
@@ -43,12 +47,22 @@ class Read(beam.DoFn):
         yield f"{element} {','.join(sorted(rows))} {','.join(sorted(view))}"
 
 
-def add_pipeline(p, windows: int, output: str, fail_at: int | None = None, marker: str = ""):
+def add_pipeline(
+    p, windows: int, output: str, fail_at: int | None = None, marker: str = "",
+    side_windows: int | None = None,
+):  # fmt: skip
     from sparkbeam.io import WriteToFilesOnCheckpoint
 
-    stream = p | events(windows)
+    stream = p | events(windows, side_windows)
     fixed = window.FixedWindows(WINDOW_S)
-    side = stream | "Side" >> beam.Filter(lambda e: e.startswith("s"))
+    if side_windows is None:
+        side = stream | "Side" >> beam.Filter(lambda e: e.startswith("s"))
+    else:
+        side = (
+            p
+            | "SideData" >> beam.Create(range(side_windows))
+            | "Stamp" >> beam.Map(lambda i: TimestampedValue(f"s{i}", WINDOW_S * i + 1))
+        )
     rows = side | "Rows" >> beam.WindowInto(fixed)
     view = side | "View" >> beam.WindowInto(
         fixed,
@@ -66,5 +80,6 @@ def add_pipeline(p, windows: int, output: str, fail_at: int | None = None, marke
     _ = lines | WriteToFilesOnCheckpoint(output + "/out")
 
 
-def expected_lines(windows: int) -> list[str]:
-    return sorted(f"m{i} s{i} s{i}" for i in range(windows))
+def expected_lines(windows: int, side_windows: int | None = None) -> list[str]:
+    side = windows if side_windows is None else side_windows
+    return sorted(f"m{i} s{i} s{i}" if i < side else f"m{i}  " for i in range(windows))

@@ -5,7 +5,9 @@ Before, a side input without a trigger kept every chunk it ever received
 the store and every reading worker grew with the job's age. Now a window's data goes once
 the watermark of every stage that reads it has passed the window's end plus the side input's
 allowed lateness: readers leave it out at once, and the range's next snapshot leaves it out
-of the store. A run that fails after windows expired resumes exactly.
+of the store. A run that fails after windows expired resumes exactly. A side input that stops
+getting data while its readers go on is dropped too, once its last window expired: no new data
+need come for the store to shed it.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ WINDOWS, FAIL_AT = 10, 7
 _ELEMENT = re.compile(rb"(?<![A-Za-z0-9_])s(\d+)")
 
 
-def _run(tmp_path, *flags: str) -> None:
+def _run(tmp_path, *flags: str, windows=WINDOWS, fail_at=FAIL_AT, side_windows=None) -> None:
     options = PipelineOptions(
         spark_test_options(
             "--streaming",
@@ -39,12 +41,13 @@ def _run(tmp_path, *flags: str) -> None:
         )  # fmt: skip
     )
     with beam.Pipeline(options=options) as p:
-        add_pipeline(p, WINDOWS, str(tmp_path / "out"), FAIL_AT, str(tmp_path / "failed"))
+        out, marker = str(tmp_path / "out"), str(tmp_path / "failed")
+        add_pipeline(p, windows, out, fail_at, marker, side_windows=side_windows)
 
 
-def _kept(url: str) -> dict[str, tuple[int, set[int]]]:
+def _kept(url: str, with_bytes: bool = False) -> dict[str, tuple]:
     """Per side-input namespace of the latest checkpoint: its entries as the tasks counted
-    them, and the windows (side element numbers) its values hold."""
+    them, and the windows (side element numbers) its values hold (and their values' bytes)."""
     with open_store(url, break_lock=True) as store:
         (pipeline,) = store.list_pipelines()
         state = store.pipeline(pipeline)
@@ -55,6 +58,8 @@ def _kept(url: str) -> dict[str, tuple[int, set[int]]]:
                 values = state.read_task_owned(ns).values()
                 seen = {int(m) for v in values for m in _ELEMENT.findall(v)}
                 kept[ns] = (state.task_owned_state(ns).entries, seen)
+                if with_bytes:
+                    kept[ns] += (len(values), sum(len(v) for v in values))
         state.close()
     return kept
 
@@ -89,3 +94,15 @@ def test_expired_windows_leave_the_store_and_a_resume_after_expiry_is_exact(spar
     assert _broadcast_files(spark) - spilled <= 1, "the driver keeps a broadcast a round"
     for ns, (entries, windows) in _kept(str(tmp_path / "ckpt")).items():
         assert windows <= {WINDOWS - 2, WINDOWS - 1} and entries <= 2, (ns, entries, windows)
+
+
+def test_a_side_input_that_stops_getting_data_leaves_the_store(tmp_path):
+    # The side input gets data of windows 0-2 from a source that is then done; the main
+    # input goes on to window 6. Once the readers' watermark passed window 2's end, its rows
+    # and views go, though no stage writes the side input any more.
+    _run(tmp_path, windows=7, fail_at=None, side_windows=3)
+    assert _lines(tmp_path) == expected_lines(7, side_windows=3)
+    kept = _kept(str(tmp_path / "ckpt"), with_bytes=True)
+    assert sorted(ns.split("/")[0] for ns in kept) == ["side-rows", "side-view"]
+    for ns, held in kept.items():
+        assert held == (0, set(), 0, 0), (ns, held)

@@ -24,6 +24,7 @@ from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.side_input_files import (
     Keeping,
     SideInputFiles,
+    SideInputHeld,
     files_of,
     keeping_side_input,
     side_input_chunks,
@@ -135,9 +136,14 @@ def test_rows_whose_windows_ended_by_the_horizon_are_dropped_by_readers_and_snap
 
 def assert_kept_by_tasks(url: str, monkeypatched: list) -> None:
     """After a streaming run on the store at ``url``: the side-input jobs returned only commit
-    records (``monkeypatched``: what `record_side_input_jobs` saw), the last checkpoint has
-    the side input in a task-owned namespace, and the driver's table holds none of it."""
-    assert monkeypatched and all(isinstance(r, CommitRecord) for r in monkeypatched)
+    records and ends of what they keep (``monkeypatched``: what `record_side_input_jobs`
+    saw), the last checkpoint has the side input in a task-owned namespace, and the driver's
+    table holds none of it."""
+    assert monkeypatched and all(
+        isinstance(r, CommitRecord)
+        or (isinstance(r, SideInputHeld) and isinstance(r.latest, int | None))
+        for r in monkeypatched
+    )
     with open_store(url, break_lock=True) as store:
         (pipeline,) = store.list_pipelines()
         latest = store.list_checkpoints(pipeline)[-1]
