@@ -30,7 +30,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
-from sparkbeam.checkpoint.object_storage import ObjectStorage, client_for
+from sparkbeam.checkpoint.object_storage import ObjectStorage, client_for, connection_failure
 
 _ENDPOINT_FLAGS = (
     "--azure_connection_string (or AZURE_STORAGE_CONNECTION_STRING), or --blob_service_endpoint"
@@ -67,6 +67,7 @@ class AzureStorage(ObjectStorage):
 
     service = "Azure Blob"
     extra = "azure"
+    quick_first_contact = True
 
     def __init__(self, url: str, retry: bool = True):
         super().__init__(url, retry)
@@ -84,7 +85,11 @@ class AzureStorage(ObjectStorage):
         return client.url if client is not None else "none set"
 
     def _calls(self) -> dict:
-        return {} if self.retry else {"retry_total": 0}
+        """Per-call retry settings: none for tests; at first contact no connect retries (a
+        refused connection: the policy's first is after 12-18 s; `ObjectStorage.first_contact`)."""
+        if not self.retry:
+            return {"retry_total": 0}
+        return {"retry_connect": 0} if self.first_contact() else {}
 
     def _container(self):
         """The container's client; refuses options that name no account, or another one."""
@@ -166,7 +171,11 @@ class AzureStorage(ObjectStorage):
 
         code = _code(error)
         if isinstance(error, ServiceRequestError):
-            return f"cannot connect to the Azure Blob endpoint; fix {_ENDPOINT_FLAGS}"
+            why = connection_failure(error)
+            return (
+                f"cannot connect to the Azure Blob endpoint{f' ({why})' if why else ''}; fix "
+                f"{_ENDPOINT_FLAGS}"
+            )
         if isinstance(error, ResourceNotFoundError) and code == "ContainerNotFound":
             return (
                 f"names container {self.bucket!r}, which does not exist in account "

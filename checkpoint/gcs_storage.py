@@ -33,7 +33,7 @@ import os
 from collections.abc import Iterator
 
 from sparkbeam.checkpoint.errors import StoreAccessError
-from sparkbeam.checkpoint.object_storage import ObjectStorage, client_for
+from sparkbeam.checkpoint.object_storage import ObjectStorage, client_for, connection_failure
 
 _CREDENTIALS_HELP = (
     "set GOOGLE_APPLICATION_CREDENTIALS to a key file or run `gcloud auth application-default "
@@ -52,13 +52,18 @@ def gcs_client():
     return client_for("gcs", build, env=("STORAGE_EMULATOR_HOST",))
 
 
-def _retry():
-    """Beam's retry policy for GCS calls (google-cloud-storage's, with a throttling counter)."""
+def _retry(first_contact: bool):
+    """Beam's retry policy for GCS calls (google-cloud-storage's, with a throttling counter);
+    at first contact, one that retries no refused connection (`ObjectStorage.first_contact`)."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.io.gcp import gcsio_retry
     from apache_beam.options.pipeline_options import PipelineOptions
 
-    return gcsio_retry.get_retry(FileSystems._pipeline_options or PipelineOptions([]))
+    retry = gcsio_retry.get_retry(FileSystems._pipeline_options or PipelineOptions([]))
+    if not first_contact:
+        return retry
+    retries = retry._predicate  # google-cloud-storage's: connection errors, 429, 5xx, ...
+    return retry.with_predicate(lambda e: retries(e) and connection_failure(e) is None)
 
 
 class GcsStorage(ObjectStorage):
@@ -68,6 +73,7 @@ class GcsStorage(ObjectStorage):
 
     service = "GCS"
     extra = "gcp"
+    quick_first_contact = True
 
     def endpoint(self) -> str:
         try:
@@ -77,7 +83,7 @@ class GcsStorage(ObjectStorage):
         return getattr(client, "api_endpoint", None) or client._connection.API_BASE_URL
 
     def _calls(self) -> dict:
-        return {"retry": _retry() if self.retry else None}
+        return {"retry": _retry(self.first_contact()) if self.retry else None}
 
     def _blob(self, key: str):
         return gcs_client().bucket(self.bucket).blob(key)
@@ -143,9 +149,10 @@ class GcsStorage(ObjectStorage):
 
         cause = error.cause if isinstance(error, RetryError) and error.cause else error
         if isinstance(cause, requests.exceptions.ConnectionError):
+            why = connection_failure(cause)
             return (
-                "cannot connect to the GCS endpoint; check the network, and STORAGE_EMULATOR_HOST "
-                "(set it only for an emulator)"
+                f"cannot connect to the GCS endpoint{f' ({why})' if why else ''}; check the "
+                "network, and STORAGE_EMULATOR_HOST (set it only for an emulator)"
             )
         if isinstance(cause, GoogleAuthError):
             said = cause.args[0] if cause.args and isinstance(cause.args[0], str) else str(cause)

@@ -13,13 +13,20 @@ Object stores have no directories, no rename and no partial writes: an upload be
 whole when it completes, so a write goes straight to its final key; a conditional create is the
 cloud's own (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, Azure ``If-None-Match: *``),
 atomic on the server -- the store's lock and its write-once manifests rely on it.
+
+A wrong endpoint fails within seconds: until an endpoint has answered a request of this process
+(`first_contact`), a refused connection or an unknown host name (`connection_failure`) is retried
+a few times over 3.5 s, not waited out by the client's own retries (GCS 120 s, Azure 90 s); once
+it has answered, such a failure is a transient fault and the client's policy applies unchanged.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import socket
 import threading
+import time
 from abc import abstractmethod
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -29,6 +36,9 @@ from sparkbeam.checkpoint.filesystem import FileSystemsStorage
 
 _LOCK = threading.Lock()
 _CLIENTS: dict[str, tuple[tuple, Any]] = {}  # kind -> ((FileSystems options, env values), client)
+_ANSWERED: set[str] = set()  # the endpoints that answered a request of this process
+FIRST_CONTACT_PAUSES = (0.5, 1.0, 2.0)
+"""Pauses between attempts of a call refused at first contact (`ObjectStorage.first_contact`)."""
 
 
 def client_for(kind: str, build: Callable[[Any], Any], env: tuple[str, ...] = ()) -> Any:
@@ -47,14 +57,54 @@ def client_for(kind: str, build: Callable[[Any], Any], env: tuple[str, ...] = ()
         return cached[1]
 
 
+def connection_failure(error: BaseException) -> str | None:
+    """Why no connection could be made, if ``error`` (a requests, urllib3, google-api-core or
+    azure-core error, wrapping at any depth) says the request reached no server: "connection
+    refused" (nothing listens there) or "host not found" (no such name); else None. A reset, a
+    timeout or a temporary name-service failure is not one of these."""
+    seen: set[int] = set()
+    todo: list[Any] = [error]
+    while todo:
+        e = todo.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(e, socket.gaierror) and e.errno == socket.EAI_NONAME:
+            return "host not found"
+        todo += [e.__cause__, e.__context__, *e.args]
+        todo += [getattr(e, a, None) for a in ("reason", "cause", "inner_exception")]
+    return None
+
+
 def _explained(method):
     """Raise a backend error of ``method`` as the storage's `StoreAccessError`, if it explains
-    it (`ObjectStorage.explain`); anything else unchanged."""
+    it (`ObjectStorage.explain`); anything else unchanged. At first contact a refused connection
+    is tried again after each of `FIRST_CONTACT_PAUSES`."""
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
+        pauses = iter(FIRST_CONTACT_PAUSES)
+        while True:
+            try:
+                result = method(self, *args, **kwargs)
+            except (StoreAccessError, ImportError):
+                raise
+            except Exception as e:
+                if connection_failure(e) is None:
+                    self.answered()
+                elif self.first_contact() and (pause := next(pauses, None)) is not None:
+                    time.sleep(pause)
+                    continue
+                raise
+            self.answered()
+            return result
+
+    @functools.wraps(method)
+    def explained(self, *args, **kwargs):
         try:
-            return method(self, *args, **kwargs)
+            return call(self, *args, **kwargs)
         except StoreAccessError:
             raise
         except ImportError as e:  # the cloud's client library
@@ -68,13 +118,13 @@ def _explained(method):
                 raise
             raise self.access_error(what) from e
 
-    return call
+    return explained
 
 
 class ObjectStorage(FileSystemsStorage):
     """``scheme://bucket/prefix``; each call below is one request of the backend (a listing,
-    one per 1000 keys). ``retry=False`` makes the cloud's client fail at the first error (tests
-    of a wrong endpoint: GCS's and Azure's clients retry a refused connection for minutes)."""
+    one per 1000 keys). ``retry=False`` makes the cloud's client fail at the first error
+    (tests)."""
 
     service = ""
     """The cloud's name in messages ("S3", "GCS", "Azure Blob")."""
@@ -123,6 +173,20 @@ class ObjectStorage(FileSystemsStorage):
     def explain(self, error: Exception) -> str | None:
         """What a client error means and what to set (the end of a `StoreAccessError`), or None
         for an error that is not about reaching the store."""
+
+    quick_first_contact = False
+    """The backend asks its client for no retries of a refused connection at `first_contact`
+    (its `_calls`): the client's would take minutes (GCS, Azure; boto3's take seconds)."""
+
+    def first_contact(self) -> bool:
+        """True until the endpoint answers a request of this process: till then a refused
+        connection means a wrong endpoint more likely than a transient fault."""
+        return self.quick_first_contact and self.retry and self.endpoint() not in _ANSWERED
+
+    def answered(self) -> None:
+        """The endpoint answered (or failed otherwise than by refusing the connection)."""
+        if self.quick_first_contact and self.retry:
+            _ANSWERED.add(self.endpoint())
 
     def access_error(self, what: str) -> StoreAccessError:
         """One line: the store, the endpoint, then ``what``."""

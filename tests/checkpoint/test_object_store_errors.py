@@ -8,16 +8,16 @@ import json
 import os
 import subprocess
 import sys
+import time
+from urllib.parse import urlsplit
 
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from sparkbeam.checkpoint import open_store
-from sparkbeam.checkpoint.azure_storage import AzureStorage
 from sparkbeam.checkpoint.errors import StoreAccessError
 from sparkbeam.checkpoint.filesystem_options import apply, collect, encode
-from sparkbeam.checkpoint.gcs_storage import GcsStorage
-from tests.servers import AZURE_KEY, CLOUD_ENV, free_port, point_beam_at
+from tests.servers import AZURE_KEY, CLOUD_ENV, env_reaching, free_port, point_beam_at
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -28,6 +28,15 @@ def _refused(store, match: str) -> str:
         open_store(store)
     message = str(raised.value)
     assert "\n" not in message, message
+    return message
+
+
+def _refused_fast(store, match: str) -> str:
+    """`_refused`, within seconds: the clients' own retries of a refused connection take
+    90-120 s."""
+    started = time.monotonic()
+    message = _refused(store, match)
+    assert time.monotonic() - started < 15, "waited out the client's retries"
     return message
 
 
@@ -45,14 +54,14 @@ class TestGcs:
             r"in --checkpoint_dir\.$",
         )
 
-    def test_a_wrong_endpoint(self, gcs_server, monkeypatch):
+    def test_a_wrong_endpoint_fails_fast(self, gcs_server, monkeypatch):
+        """Nothing listens there: no waiting out the client's retries (120 s) at first contact."""
         dead = f"http://127.0.0.1:{free_port()}"
         monkeypatch.setenv("STORAGE_EMULATOR_HOST", dead)
-        storage = GcsStorage(gcs_server.url("ckpt"), retry=False)  # else 2 minutes of retries
-        _refused(
-            storage,
+        _refused_fast(
+            gcs_server.url("ckpt"),
             rf"^Checkpoint store '.*' \(GCS endpoint '{dead}'\) cannot connect to the GCS "
-            r"endpoint; check the network, and STORAGE_EMULATOR_HOST",
+            r"endpoint \(connection refused\); check the network, and STORAGE_EMULATOR_HOST",
         )
 
     def test_credentials_google_refuses(self, gcs_server, tmp_path):
@@ -126,16 +135,17 @@ class TestAzure:
             r"'sparkbeam-test'; check the account key in --azure_connection_string",
         )
 
-    def test_a_wrong_endpoint(self, azure_server):
+    def test_a_wrong_endpoint_fails_fast(self, azure_server):
+        """Nothing listens there: no waiting out the client's retries (90 s) at first contact."""
         dead = azure_server.connection_string().replace(
             azure_server.endpoint_url, f"http://127.0.0.1:{free_port()}/devstoreaccount1"
         )
         _use(f"--azure_connection_string={dead}")
-        storage = AzureStorage(azure_server.url("ckpt"), retry=False)  # else minutes of retries
-        _refused(
-            storage,
-            r"\) cannot connect to the Azure Blob endpoint; fix --azure_connection_string \(or "
-            r"AZURE_STORAGE_CONNECTION_STRING\), or --blob_service_endpoint\.$",
+        _refused_fast(
+            azure_server.url("ckpt"),
+            r"\) cannot connect to the Azure Blob endpoint \(connection refused\); fix "
+            r"--azure_connection_string \(or AZURE_STORAGE_CONNECTION_STRING\), or "
+            r"--blob_service_endpoint\.$",
         )
 
     def test_no_endpoint_at_all(self, azure_server, monkeypatch):
@@ -146,3 +156,24 @@ class TestAzure:
             r"\(Azure Blob endpoint 'none set'\) has no Azure Blob endpoint; pass "
             r"--azure_connection_string",
         )
+
+
+@pytest.mark.parametrize("cloud", ["gcs", "azure"], indirect=True)
+def test_the_cli_on_a_wrong_endpoint_is_one_line_within_seconds(cloud):
+    """``sparkbeam checkpoints list`` where nothing listens: exit code 2 and one line naming the
+    flag (or variable) within seconds, not after the client's retries (90-100 s)."""
+    here, there = urlsplit(cloud.endpoint_url).netloc, f"127.0.0.1:{free_port()}"
+    env = {k: v.replace(here, there) for k, v in env_reaching(cloud).items()}
+    flags = [f.replace(here, there) for f in cloud.pipeline_flags()]
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "sparkbeam.runner.cli", "checkpoints", "list",
+         f"--checkpoint_dir={cloud.url('ckpt')}", *flags],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert time.monotonic() - started < 30, "waited out the client's retries"
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    line = done.stderr.strip().splitlines()[-1]
+    assert line.startswith("error: cannot reach the checkpoint store: Checkpoint store"), line
+    assert "endpoint (connection refused); " in line and there in line, line
+    assert ("STORAGE_EMULATOR_HOST" if cloud.name == "gcs" else "--azure_connection_string") in line
