@@ -12,6 +12,7 @@ need come for the store to shed it.
 
 from __future__ import annotations
 
+import functools
 import glob
 import os
 import re
@@ -99,8 +100,13 @@ def test_expired_windows_leave_the_store_and_a_resume_after_expiry_is_exact(spar
 def test_a_side_input_that_stops_getting_data_leaves_the_store(tmp_path):
     # The side input gets data of windows 0-2 from a source that is then done; the main
     # input goes on to window 6. Once the readers' watermark passed window 2's end, its rows
-    # and views go, though no stage writes the side input any more.
-    _run(tmp_path, windows=7, fail_at=None, side_windows=3)
+    # and views go, though no stage writes the side input any more. The first run fails at
+    # window 2, before that: the resumed run knows no end of what its checkpoint keeps.
+    run = functools.partial(_run, tmp_path, windows=7, fail_at=2, side_windows=3)
+    with pytest.raises(Exception, match="injected failure"):
+        run("--max_restores=0")
+    assert all(held[0] for held in _kept(str(tmp_path / "ckpt")).values())
+    run()
     assert _lines(tmp_path) == expected_lines(7, side_windows=3)
     kept = _kept(str(tmp_path / "ckpt"), with_bytes=True)
     assert sorted(ns.split("/")[0] for ns in kept) == ["side-rows", "side-view"]
