@@ -20,7 +20,7 @@ the key groups differently.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,14 +34,15 @@ from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming.on_time_panes import OnTimePanes
 from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
 from sparkbeam.runner.task import clock
-from sparkbeam.runner.task.range_staging import stage_range, staged_writer_for_task
+from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import (
     CommitRecord,
     GroupReport,
     OutputRecord,
     is_report_key,
 )
-from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
+from sparkbeam.runner.task.staged_state import StateRound
+from sparkbeam.runner.task.task_range import TaskRange, finish
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.translation.plan import Edge
 
@@ -78,7 +79,7 @@ def group_round(
         else:
             incoming.setdefault(key, []).append(element)
     group = _KeysOfOneTask(task, partition)
-    stored = group.read_state()
+    stored = group.range.stored
     due = group.keep_idle(stored, incoming)
     for key in sorted(incoming.keys() | due):
         group.step(key, stored.get(key), incoming.get(key, ()))
@@ -114,19 +115,11 @@ class _KeysOfOneTask:
         self.now = clock.now_seconds(task.clock_micros)
         self.watermark_micros, self.now_ms = task.input_watermark, self.now * 1000.0
         self.out = create_OutputStream()
-        self.stored: dict[bytes, bytes] = {}
-        self.changes: dict[bytes, bytes | None] = {}  # staged at the end; None: deleted
+        self.range = TaskRange(task, partition, self.ns)  # as of the previous round's checkpoint
         self.hold, self.keys = MAX_MICROS, 0
         self.next_ms: float | None = None  # the earliest processing-time timer, ms
 
-    def read_state(self) -> dict[bytes, bytes]:
-        """This task's keys' state as of the previous round's checkpoint."""
-        task = self.task
-        if task.checkpoint_id is not None:
-            self.stored = read_task_state(task, self.partition, self.ns)
-        return self.stored
-
-    def keep_idle(self, stored: dict[bytes, bytes], incoming: dict) -> set[bytes]:
+    def keep_idle(self, stored: Mapping[bytes, bytes], incoming: dict) -> set[bytes]:
         """Keys without new elements: those nothing is due for are kept as they are (their
         state is not even decoded: only its header is read); the others are returned."""
         due: set[bytes] = set()
@@ -171,10 +164,10 @@ class _KeysOfOneTask:
                 )
         if new is None:
             if blob is not None:
-                self.changes[key] = None
+                self.range.delete(key)
             return
         if new != blob:
-            self.changes[key] = new
+            self.range.put(key, new)
         self._keep(read_header(new))
 
     def _keep(self, header: tuple[int, float, int]) -> None:
@@ -191,15 +184,8 @@ class _KeysOfOneTask:
         data = self.out.get()
         if data:
             yield OutputRecord(edge_id, data)
-        self.writer.write_all(self.ns, self.changes)
-        stage_range(
-            self.writer, self.task, self.partition, self.ns, self.stored, self.changes, self.keys
-        )
-        staged = self.writer.finish()
-        task = self.task
-        if task.checkpoint_id is not None:  # the state just staged is the next round's read
-            keep_staged(task, self.partition, self.ns, self.stored, self.changes, staged.files)
-        release(self.stored)
+        self.range.stage(self.writer, self.keys)
+        staged = finish(self.writer, self.range)  # what it staged is the next round's read
         yield CommitRecord(commit_stage(edge_id), staged)
         yield GroupReport(edge_id, self.partition, self.keys, self.hold, self.next_ms)
 

@@ -20,7 +20,7 @@ both in the explicit formats of ``sparkbeam.checkpoint.state_layout``.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from apache_beam.coders.coder_impl import create_OutputStream
@@ -30,9 +30,10 @@ from apache_beam.utils import timestamp
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task import clock
 from sparkbeam.runner.task.grouping import partition_for_key
-from sparkbeam.runner.task.range_staging import stage_range, staged_writer_for_task
+from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport
-from sparkbeam.runner.task.staged_state import StateRound, read_task_state, release
+from sparkbeam.runner.task.staged_state import StateRound
+from sparkbeam.runner.task.task_range import TaskRange, finish
 from sparkbeam.runner.task.user_state import user_key
 
 _PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
@@ -63,16 +64,19 @@ class KeyedState:
         stage_id: str,
         key_impl,
         subtask: int,
-        state_in: dict[bytes, bytes],
-        timers_in: dict[bytes, bytes],
+        state_in: Mapping[bytes, bytes] | None = None,
+        timers_in: Mapping[bytes, bytes] | None = None,
     ) -> None:
+        """Read the state and timers of ``subtask``'s key groups (or take ``state_in`` and
+        ``timers_in``, already read)."""
         self.spec = spec
         self.stage_id = stage_id
         self.key_impl = key_impl  # timers carry the decoded key: encoded as state requests do
         self.subtask = subtask
-        self.state_ns = state_layout.user_state(stage_id)
-        self.timer_ns = state_layout.user_timers(stage_id)
-        self.state_in, self.timers_in = state_in, timers_in  # read-only (shared reads)
+        self.state_range = TaskRange(spec, subtask, state_layout.user_state(stage_id), state_in)
+        self.timer_range = TaskRange(spec, subtask, state_layout.user_timers(stage_id), timers_in)
+        self.state_ns, self.timer_ns = self.state_range.namespace, self.timer_range.namespace
+        self.state_in, self.timers_in = self.state_range.stored, self.timer_range.stored
         self.watermark = timestamp.Timestamp(micros=spec.input_watermark)
         self.now = timestamp.Timestamp.of(clock.now_seconds(spec.clock_micros))
         self.waiting: dict[bytes, state_layout.TimerSummary] = {}  # stored, not decoded
@@ -82,12 +86,7 @@ class KeyedState:
     def for_task(cls, spec: StatefulRound, plan_key: str, stage, subtask: int) -> KeyedState:
         """The state and timers of the key groups of ``subtask``, as the last round left them."""
         key_impl = _encoders(plan_key, stage, stage.inputs[0][0])[1]
-        state_in: dict[bytes, bytes] = {}
-        timers_in: dict[bytes, bytes] = {}
-        if spec.checkpoint_id is not None:
-            state_in = read_task_state(spec, subtask, state_layout.user_state(stage.id))
-            timers_in = read_task_state(spec, subtask, state_layout.user_timers(stage.id))
-        return cls(spec, stage.id, key_impl, subtask, state_in, timers_in)
+        return cls(spec, stage.id, key_impl, subtask)
 
     def load(self, servicer, timers) -> None:
         """Hand the stored cells to the state servicer (restored as asked for); put the timers
@@ -152,38 +151,34 @@ class KeyedState:
         writer = staged_writer_for_task(
             spec.url, spec.pipeline, self.stage_id, spec.round_no, spec.max_key_groups
         )
-        staged = {}
-        for ns, before, after, changed in (
-            (self.state_ns, self.state_in, state_out, touched.keys()),
-            (self.timer_ns, self.timers_in, timers_out, self.timers_loaded | timers_out.keys()),
-        ):
-            changes: dict[bytes, bytes | None] = {}
-            held = len(before)  # keys of the range after this round: counted, not listed
-            for key in changed:
-                blob = after.get(key)
-                old = before.get(key)
-                if blob is None:
-                    if old is not None:
-                        writer.delete(ns, key)
-                        changes[key] = None
-                        held -= 1
-                    continue
-                self._check_owned(key)
-                if old != blob:
-                    writer.put(ns, key, blob)
-                    changes[key] = blob
-                    held += old is None
-            stage_range(writer, spec, self.subtask, ns, before, changes, held)
-            staged[ns] = (changes, held)
-        yield CommitRecord(self.stage_id, writer.finish())
-        keys = self._keys_held(*staged[self.state_ns], staged[self.timer_ns][0])
-        release(self.state_in, self.timers_in)
+        self._change(self.state_range, state_out, touched.keys())
+        self._change(self.timer_range, timers_out, self.timers_loaded | timers_out.keys())
+        with_state = self.state_range.held()
+        keys = self._keys_held(with_state)  # before `finish` applies the changes to the reads
+        self.state_range.stage(writer, with_state)  # both in one writer: one commit message
+        self.timer_range.stage(writer)
+        yield CommitRecord(self.stage_id, finish(writer, self.state_range, self.timer_range))
         next_ms = None if next_micros == _NO_TIME else next_micros / 1000.0
         yield KeyedStateReport(self.stage_id, self.subtask, keys, count, hold, next_ms)
 
-    def _keys_held(self, state_changes: dict, with_state: int, timer_changes: dict) -> int:
+    def _change(self, task_range: TaskRange, after: dict[bytes, bytes], changed) -> None:
+        """Put or delete each ``changed`` key whose value differs from the one stored."""
+        stored = task_range.stored
+        for key in changed:
+            blob = after.get(key)
+            old = stored.get(key)
+            if blob is None:
+                if old is not None:
+                    task_range.delete(key)
+                continue
+            self._check_owned(key)
+            if old != blob:
+                task_range.put(key, blob)
+
+    def _keys_held(self, with_state: int) -> int:
         """Keys with state or timers after the round: those with state (counted) and those
         with timers only. Reads the timer keys, not the range's state (it may be on disk)."""
+        state_changes, timer_changes = self.state_range.changes, self.timer_range.changes
 
         def has_state(key: bytes) -> bool:
             if key in state_changes:

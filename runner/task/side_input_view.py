@@ -31,16 +31,17 @@ input whole, every pane, as Beam's FnApiRunner does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.task.range_staging import stage_range, staged_writer_for_task
+from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.side_input_files import commit_stage, window_end
-from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
+from sparkbeam.runner.task.staged_state import StateRound
+from sparkbeam.runner.task.task_range import TaskRange, finish
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 
 WINDOW_KEY = b"window/"  # a view entry's key: this, then the encoded window
@@ -132,25 +133,16 @@ def keeping_view(
         writer = staged_writer_for_task(
             spec.url, spec.pipeline, stage, spec.round_no, spec.max_key_groups
         )
-    stored: Mapping[bytes, bytes] = {}
-    if spec.checkpoint_id is not None:
-        stored = read_task_state(spec, subtask, namespace)
+    view = TaskRange(spec, subtask, namespace)
     ends = _WindowEnds(coder.window_coder)
-    changes: dict[bytes, bytes | None] = {
-        key: state_layout.encode_side_view(chunk, ends(key))
-        for key, chunk in chunks.items()
-        if horizon is None or ends(key) > horizon
-    }
-    gone = [] if horizon is None else [k for k in stored if ends(k) <= horizon]
-    changes.update((key, None) for key in gone)
-    writer.write_all(namespace, changes)
-    added = sum(1 for key, change in changes.items() if change is not None and key not in stored)
-    keys = len(stored) + added - len(gone)
-    stage_range(writer, spec, subtask, namespace, stored, changes, keys)
-    staged = writer.finish()
-    if spec.checkpoint_id is not None:  # what it staged is the next round's read
-        keep_staged(spec, subtask, namespace, stored, changes, staged.files)
-    release(stored)
+    for key, chunk in chunks.items():
+        if horizon is None or ends(key) > horizon:
+            view.put(key, state_layout.encode_side_view(chunk, ends(key)))
+    if horizon is not None:
+        for key in [k for k in view.stored if ends(k) <= horizon]:
+            view.delete(key)
+    view.stage(writer)
+    staged = finish(writer, view)  # what it staged is the next round's read
     yield CommitRecord(stage, staged)
 
 

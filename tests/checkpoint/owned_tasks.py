@@ -1,11 +1,10 @@
 """The task side of task-owned keyed state, run in this process as a Spark task runs it.
 
 A GroupByKey task (`runner/streaming/group.py` `GroupTask.finish`) and a stateful DoFn task
-(`runner/streaming/stateful.py` `KeyedState.finish`) read their key groups' state as of a
-checkpoint (`staged_state.read_task_state`), stage the round's changes with a real
-`StagedWriter`, and report their range's size and a snapshot when one is due
-(`range_staging.stage_range`: written in the round, or by a background thread that a later
-round's task reports); the GroupByKey task keeps its read with its changes (`keep_staged`).
+(`runner/streaming/stateful.py` `KeyedState.finish`) each hold a `task_range.TaskRange` per
+namespace: read as of a checkpoint, its changes staged with a real `StagedWriter` with the
+range's size and a snapshot when one is due (written in the round, or by a background thread
+that a later round's task reports), then kept with its changes as the next round's read.
 Only Spark's TaskContext is left out: the test names the partition and attempt, and where
 the task runs (`Executors`: which executor's local directory, which Python worker's state).
 `damage` does to a task's file what a disk, a cleaner or a partial copy would.
@@ -17,13 +16,12 @@ import os
 import shutil
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint.staging import CommitMessage, StagedWriter
 from sparkbeam.runner.task import held_state, shared_reads, staged_state
-from sparkbeam.runner.task.range_staging import stage_range
-from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
+from sparkbeam.runner.task.staged_state import StateRound
+from sparkbeam.runner.task.task_range import TaskRange, finish
 
 Changes = dict[bytes, bytes | None]  # None: deleted
 
@@ -59,26 +57,16 @@ class Attempt:
             max_key_groups=self.max_key_groups, flush_bytes=self.flush_bytes,
         )  # fmt: skip
 
-    def read(self, namespace: str) -> Mapping[bytes, bytes]:
-        if self.checkpoint_id is None:
-            return {}
-        return read_task_state(self.spec, self.subtask, namespace)
 
-
-def _effective(before: Mapping[bytes, bytes], wanted: Changes) -> Changes:
-    """What a task stages of ``wanted``: a delete only of a key it holds, a put only of a
-    new value (as the GroupByKey and stateful tasks do)."""
-    return {
-        k: v
-        for k, v in wanted.items()
-        if (v is None and k in before) or (v is not None and before.get(k) != v)
-    }
-
-
-def _held(before: Mapping[bytes, bytes], changes: Changes) -> int:
-    """The keys the range holds after ``changes``: counted, as the tasks count them."""
-    added = sum(1 for k, v in changes.items() if v is not None and k not in before)
-    return len(before) + added - sum(1 for v in changes.values() if v is None)
+def _change(task_range: TaskRange, wanted: Changes) -> None:
+    """Stage of ``wanted`` what the tasks would: a delete only of a key the range holds, a put
+    only of a new value (as the GroupByKey and stateful tasks do)."""
+    for key, value in wanted.items():
+        old = task_range.stored.get(key)
+        if value is None and old is not None:
+            task_range.delete(key)
+        elif value is not None and old != value:
+            task_range.put(key, value)
 
 
 def gbk_task(
@@ -86,48 +74,31 @@ def gbk_task(
 ) -> tuple[dict[bytes, bytes], CommitMessage | None]:
     """``GroupTask.finish``: the task's read (a copy) and its commit message; ``dies``: the
     task dies after staging its changes' segments, before its report (no message)."""
-    writer = attempt.writer()
-    stored = attempt.read(namespace)
-    read = dict(stored)
-    changes = _effective(stored, wanted)
-    writer.write_all(namespace, changes)
-    if dies:
-        release(stored)
-        return read, None
-    stage_range(writer, attempt.spec, attempt.subtask, namespace, stored, changes,
-                _held(stored, changes))  # fmt: skip
-    staged = writer.finish()
-    if attempt.checkpoint_id is not None:
-        keep_staged(attempt.spec, attempt.subtask, namespace, stored, changes, staged.files)
-    release(stored)
-    return read, staged
+    reads, staged = stateful_task(attempt, {namespace: wanted}, dies)
+    return reads[namespace], staged
 
 
 def stateful_task(
     attempt: Attempt, wanted: dict[str, Changes], dies: bool = False
 ) -> tuple[dict[str, dict[bytes, bytes]], CommitMessage | None]:
-    """``KeyedState.finish``: one writer for the stage's namespaces (cells and timers), a put
-    or delete per changed key, then each namespace's ``stage_range``; per namespace the
-    task's read (a copy), and its commit message (None: it died after staging)."""
-    before = {ns: attempt.read(ns) for ns in wanted}
-    reads = {ns: dict(state) for ns, state in before.items()}
+    """``KeyedState.finish``: one writer for the stage's namespaces (cells and timers), each
+    a `TaskRange` that stages its changes and is kept with them after the writer finished;
+    per namespace the task's read (a copy), and its commit message (None: it died after
+    staging its segments)."""
+    ranges = [TaskRange(attempt.spec, attempt.subtask, ns) for ns in wanted]
+    reads = {r.namespace: dict(r.stored) for r in ranges}
     writer = attempt.writer()
-    for ns, changes in ((ns, _effective(before[ns], w)) for ns, w in wanted.items()):
-        for key, value in changes.items():
-            if value is None:
-                writer.delete(ns, key)
-            else:
-                writer.put(ns, key, value)
-        if dies:
-            continue
-        stage_range(writer, attempt.spec, attempt.subtask, ns, before[ns], changes,
-                    _held(before[ns], changes))  # fmt: skip
-    if dies:  # what it flushed so far stays, named by no commit
-        release(*before.values())
+    for task_range in ranges:
+        _change(task_range, wanted[task_range.namespace])
+        if dies:  # what it flushed so far stays, named by no commit
+            writer.write_all(task_range.namespace, task_range.changes)
+        else:
+            task_range.stage(writer)
+    if dies:
+        for task_range in ranges:
+            task_range.release()
         return reads, None
-    staged = writer.finish()
-    release(*before.values())
-    return reads, staged
+    return reads, finish(writer, *ranges)
 
 
 def join_background_snapshots(timeout_s: float = 30.0) -> None:

@@ -17,13 +17,20 @@ from apache_beam.portability.api import beam_fn_api_pb2
 from apache_beam.runners.worker.bundle_processor import DATA_OUTPUT_URN
 from apache_beam.transforms.core import RestrictionProvider
 
-from sparkbeam.checkpoint import Startpoint, StartpointKind, open_staged_writer, open_store
-from sparkbeam.checkpoint.keygroups import KeyGroupRange
+from sparkbeam.checkpoint import (
+    Startpoint,
+    StartpointKind,
+    open_staged_writer,
+    open_store,
+    state_layout,
+)
 from sparkbeam.runner.rounds.edges import ENCODED_IMPULSE_VALUE
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.records import OutputRecord
-from sparkbeam.runner.task.residual_state import RangeResiduals, commit_stage
+from sparkbeam.runner.task.residual_state import commit_stage
+from sparkbeam.runner.task.staged_state import StateRound
+from sparkbeam.runner.task.task_range import TaskRange
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.sdf import OffsetRangeProvider
 from sparkbeam.sdf.checkpoint_handler import StateAndTimerBundleCheckpointHandler
@@ -326,10 +333,12 @@ def test_restore_fans_out_to_pending_residuals_and_deletes_the_transform_level_e
         read = real.sdf.inputs[0][0]
         # The stage's task keeps its residuals: staged in its key groups, then committed.
         writer = open_staged_writer(store.storage, PID, commit_stage(real.sdf.id), 0, 0, 0)
-        handler = StateAndTimerBundleCheckpointHandler(
-            RangeResiduals({}, KeyGroupRange(0, writer.max_key_groups), writer.max_key_groups),
-            real.sdf.id,
-        )
+        spec = StateRound(
+            pipeline=PID, url=str(tmp_path), checkpoint_id=None, round_no=0, parallelism=1,
+            max_key_groups=writer.max_key_groups,
+        )  # fmt: skip
+        residuals = TaskRange(spec, 0, state_layout.sdf_residual(real.sdf.id), {})
+        handler = StateAndTimerBundleCheckpointHandler(residuals, real.sdf.id)
         handler.add(ResidualRecord(real.sdf.id, read, e, 0.0, 0.0, 0) for e in real.elements())
         writer.write_all(handler.namespace, handler.state.changes)
         state.checkpoint(commit_messages=[writer.finish()])

@@ -20,9 +20,19 @@ from sparkbeam.checkpoint.keygroups import (
     subtask_for_key_group,
 )
 from sparkbeam.checkpoint.pipeline import PipelineStore
-from sparkbeam.runner.task.residual_state import RangeResiduals
+from sparkbeam.runner.task.staged_state import StateRound
+from sparkbeam.runner.task.task_range import TaskRange
 from tests.streaming.streaming_pipelines import expected_counts, windowed_counts
 from tests.streaming.test_streaming import _options
+
+
+def _residuals(subtask: int, parallelism: int, m: int, stored: dict) -> TaskRange:
+    """A task's range of residuals over ``stored`` (no store: as of no checkpoint)."""
+    spec = StateRound(
+        pipeline="p", url="memory://unused", checkpoint_id=None, round_no=0,
+        parallelism=parallelism, max_key_groups=m,
+    )  # fmt: skip
+    return TaskRange(spec, subtask, state_layout.sdf_residual("s"), stored)
 
 
 @pytest.mark.parametrize("parallelism", [1, 2, 3, 7, 200])
@@ -30,7 +40,7 @@ def test_a_new_residual_key_lands_in_the_key_groups_of_its_task(parallelism):
     m = default_max_key_groups(parallelism)
     for subtask in {0, parallelism // 2, parallelism - 1}:
         groups = key_group_range(subtask, parallelism, m)
-        state = RangeResiduals({}, groups, m)
+        state = _residuals(subtask, parallelism, m, {})
         keys = [state.new_key(b"element-%d" % i) for i in range(50)]
         assert len(set(keys)) == 50
         assert all(key_group(k, m) in groups for k in keys)
@@ -38,7 +48,7 @@ def test_a_new_residual_key_lands_in_the_key_groups_of_its_task(parallelism):
 
 
 def test_a_residual_put_and_fed_in_one_round_stages_nothing():
-    state = RangeResiduals({b"old": b"v"}, key_group_range(0, 1, 128), 128)
+    state = _residuals(0, 1, 128, {b"old": b"v"})
     key = state.new_key(b"e")
     state.put(key, b"x")
     state.delete(key)
