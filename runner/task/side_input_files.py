@@ -19,7 +19,9 @@ files (`SideInputFiles.horizon`). Every row carries its windows' latest end
 ended by the horizon from what it holds and merges, and a keeping task leaves them out of its
 range's snapshot (``task.kept_rows`` `RowExpiry`), which it writes once they are a quarter of
 its range's rows. The global window never ends: a global-window side input without a trigger
-keeps every chunk (bounded only by its input).
+keeps every chunk (bounded only by its input). A keeping task reports the latest end of what
+it kept (`SideInputHeld`), so the driver knows when what a side input no stage writes any more
+has expired (``task.side_input_expiry`` then drops it).
 
 Leaves which buffers are kept how, and the handles, to the driver
 (``streaming.side_input_store``); serving the chunks to the SDK to ``task.side_input_state``.
