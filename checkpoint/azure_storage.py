@@ -60,6 +60,14 @@ def _code(error: Exception) -> str | None:
     return getattr(code, "value", code)  # a StorageErrorCode is an enum of the code
 
 
+def _foreign(error: Exception) -> bool:
+    """An HTTP error without ``x-ms-request-id``, which Azure Storage puts on every answer:
+    another service answered (a wrong port or host)."""
+    response = getattr(error, "response", None)
+    headers = getattr(response, "headers", None)
+    return headers is not None and "x-ms-request-id" not in headers
+
+
 class AzureStorage(ObjectStorage):
     """``azfs://account/container/prefix``; see the module docstring for what each call costs.
     A wrong endpoint, account, key or container, or a refused request raise `StoreAccessError`
@@ -182,6 +190,11 @@ class AzureStorage(ObjectStorage):
                 f"{self.account!r}; create it, or fix the container in --checkpoint_dir"
             )
         status = getattr(error, "status_code", None)
+        if _foreign(error) and not isinstance(error, ClientAuthenticationError):  # identity's
+            return (
+                f"got an answer that is not Azure Blob Storage's (HTTP {status} without "
+                f"x-ms-request-id): another service listens there; fix {_ENDPOINT_FLAGS}"
+            )
         if isinstance(error, ClientAuthenticationError) and status is None:
             first = (str(error).strip().splitlines() or [type(error).__name__])[0]
             return (

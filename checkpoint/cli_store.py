@@ -62,18 +62,34 @@ def input_error(command: str, error: Exception) -> int:
     return 2
 
 
+_CLIENT_MODULES = ("botocore", "boto3", "google", "azure", "requests", "urllib3", "apache_beam.io")
+"""Where the errors of the filesystems' clients come from (S3, GCS, Azure, Beam's own)."""
+
+_FLAGS_BY_SCHEME = {
+    "s3": "the filesystem flags (--s3_endpoint_url, --s3_access_key_id, ...) or the environment "
+    "(AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...)",
+    "gs": "the credentials (GOOGLE_APPLICATION_CREDENTIALS, --impersonate_service_account), "
+    "--project, and STORAGE_EMULATOR_HOST (only for an emulator)",
+    "azfs": "--azure_connection_string (or AZURE_STORAGE_CONNECTION_STRING), or "
+    "--blob_service_endpoint with --azure_managed_identity_client_id",
+    "hdfs": "--hdfs_host, --hdfs_port and --hdfs_user",
+}
+
+
 def unreachable(args: argparse.Namespace, error: Exception) -> int:
-    """One line for a store the filesystem client cannot reach; other errors propagate."""
+    """One line for a store the filesystem client cannot reach, naming the flags of its
+    scheme; other errors propagate."""
     if isinstance(error, StoreAccessError):  # already says what to set
         print(f"error: cannot reach the checkpoint store: {error}", file=sys.stderr)
         return 2
-    if not type(error).__module__.startswith(("botocore", "boto3", "apache_beam.io")):
+    if not type(error).__module__.startswith(_CLIENT_MODULES):
         raise error
-    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    scheme = args.checkpoint_dir.split("://", 1)[0]
+    flags = _FLAGS_BY_SCHEME.get(scheme, "the filesystem flags of its scheme")
     print(
-        f"error: cannot reach the checkpoint store {args.checkpoint_dir!r}: {first}. Check the "
-        "filesystem flags (--s3_endpoint_url, --s3_access_key_id, ...) or the environment "
-        "(AWS_ENDPOINT_URL_S3, AWS_ACCESS_KEY_ID, ...).",
+        f"error: cannot reach the checkpoint store {args.checkpoint_dir!r}: {first}. Check "
+        f"{flags}.",
         file=sys.stderr,
     )
     return 2

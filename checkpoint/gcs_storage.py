@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from sparkbeam.checkpoint.errors import StoreAccessError
 from sparkbeam.checkpoint.object_storage import ObjectStorage, client_for, connection_failure
@@ -64,6 +65,18 @@ def _retry(first_contact: bool):
         return retry
     retries = retry._predicate  # google-cloud-storage's: connection errors, 429, 5xx, ...
     return retry.with_predicate(lambda e: retries(e) and connection_failure(e) is None)
+
+
+def _foreign(error: BaseException) -> str | None:
+    """The status and content type of an HTTP error whose body is no JSON: GCS answers every
+    error in JSON, so another service answered (a wrong port or host); else None."""
+    from google.api_core.exceptions import GoogleAPICallError
+
+    response: Any = getattr(error, "response", None)
+    if not isinstance(error, GoogleAPICallError) or response is None:
+        return None
+    kind = response.headers.get("Content-Type") or "no content type"
+    return None if "json" in kind else f"HTTP {response.status_code}, {kind}"
 
 
 class GcsStorage(ObjectStorage):
@@ -109,7 +122,9 @@ class GcsStorage(ObjectStorage):
             )
         except PreconditionFailed:  # it exists (or a concurrent create won)
             return False
-        except NotFound:
+        except NotFound as e:
+            if _foreign(e):
+                raise
             raise self._missing_bucket() from None
         return True
 
@@ -119,7 +134,9 @@ class GcsStorage(ObjectStorage):
         blobs = gcs_client().list_blobs(self.bucket, prefix=prefix, **self._calls())
         try:
             yield from (b.name for b in blobs)
-        except NotFound:
+        except NotFound as e:
+            if _foreign(e):
+                raise
             raise self._missing_bucket() from None
 
     def _remove(self, key: str) -> None:
@@ -148,6 +165,12 @@ class GcsStorage(ObjectStorage):
         from google.auth.exceptions import GoogleAuthError
 
         cause = error.cause if isinstance(error, RetryError) and error.cause else error
+        answer = _foreign(cause)
+        if answer:
+            return (
+                f"got an answer that is not GCS's ({answer}): another service listens there; "
+                "check STORAGE_EMULATOR_HOST (set it only for an emulator)"
+            )
         if isinstance(cause, requests.exceptions.ConnectionError):
             why = connection_failure(cause)
             return (

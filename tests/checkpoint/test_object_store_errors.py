@@ -177,3 +177,37 @@ def test_the_cli_on_a_wrong_endpoint_is_one_line_within_seconds(cloud):
     assert line.startswith("error: cannot reach the checkpoint store: Checkpoint store"), line
     assert "endpoint (connection refused); " in line and there in line, line
     assert ("STORAGE_EMULATOR_HOST" if cloud.name == "gcs" else "--azure_connection_string") in line
+
+
+def test_an_endpoint_where_another_service_answers(gcs_server, azure_server, monkeypatch):
+    """A wrong port where something else listens (here: the other cloud's emulator) is named
+    as such, not as a missing bucket or a raw client error."""
+    monkeypatch.setenv("STORAGE_EMULATOR_HOST", azure_server.endpoint_url.rsplit("/", 1)[0])
+    _refused(
+        gcs_server.url("ckpt"),
+        r"\) got an answer that is not GCS's \(HTTP 400, .*\): another service listens there; "
+        r"check STORAGE_EMULATOR_HOST",
+    )
+    monkeypatch.undo()
+    _use(
+        "--azure_connection_string="
+        + azure_server.connection_string().replace(
+            azure_server.endpoint_url, f"{gcs_server.endpoint_url}/devstoreaccount1"
+        )
+    )
+    _refused(
+        azure_server.url("ckpt"),
+        r"\) got an answer that is not Azure Blob Storage's \(HTTP 404 without x-ms-request-id\): "
+        r"another service listens there; fix --azure_connection_string",
+    )
+
+
+def test_a_client_error_the_store_does_not_explain_names_the_flags_of_its_scheme(capsys):
+    """Beam's HDFS filesystem cannot be built here (no ``hdfs`` package): one line naming the
+    HDFS flags, not S3's."""
+    from sparkbeam.runner.cli import main
+
+    assert main(["checkpoints", "list", "--checkpoint_dir=hdfs://ckpt/x"]) == 2
+    line = capsys.readouterr().err.strip()
+    assert line.startswith("error: cannot reach the checkpoint store 'hdfs://ckpt/x': "), line
+    assert line.endswith("Check --hdfs_host, --hdfs_port and --hdfs_user."), line
