@@ -98,7 +98,8 @@ def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[b
     parallelism, as of its checkpoint: a dict, or a `SpilledState` past the memory budget.
 
     The caller must not change it (but may hand it to ``keep_staged``): this process keeps it
-    for the next round's read. ``release`` it when the stage is done with it. A damaged or
+    for the next round's read. ``release`` it when the stage is done with it (a task's
+    `task_range.TaskRange` does both). A damaged or
     missing file of the checkpoint raises `TaskStateDamagedError`, naming it and the
     checkpoint: the driver then falls back to a sound checkpoint."""
     try:

@@ -11,7 +11,8 @@ from sparkbeam.checkpoint import commit, open_staged_writer, open_store, task_st
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.task_state import Due, NamespaceState
-from sparkbeam.runner.task import background_snapshots, range_staging, staged_state
+from sparkbeam.runner.task import background_snapshots, staged_state
+from sparkbeam.runner.task.task_range import TaskRange, finish
 from tests.runner.test_task_state_reads import NS, _spec, _value
 
 
@@ -27,17 +28,16 @@ def store(tmp_path, executor_dir, monkeypatch):
 def _run_round(store, cid, round_no: int, changes: dict, attempt: int = 0, stage=True):
     """One task of a keyed round as the runner runs it: read, stage, maybe snapshot, keep."""
     root = store.storage.root
-    spec = _spec(root, cid)
-    state = staged_state.read_task_state(spec, 0, NS) if cid is not None else {}
+    task_range = TaskRange(_spec(root, cid), 0, NS)
     writer = open_staged_writer(root, "p", "gbk:x", round_no, 0, attempt)
-    writer.write_all(NS, changes)
-    keys = len({**state, **changes})
+    keys = len({**task_range.stored, **changes})
+    for key, value in changes.items():
+        task_range.put(key, value)
     if stage:
-        range_staging.stage_range(writer, spec, 0, NS, state, changes, keys)
-    message = writer.finish()
-    if cid is not None:
-        staged_state.keep_staged(spec, 0, NS, state, changes, message.files)
-    return message
+        task_range.stage(writer, keys)
+    else:  # its segment only: no count, no snapshot reported
+        writer.write_all(NS, changes)
+    return finish(writer, task_range)
 
 
 def _commit(store, message) -> int:
