@@ -43,7 +43,7 @@ class TaskRange:
             stored = read_task_state(spec, subtask, namespace) if self._read else {}
         self.stored: Mapping[bytes, bytes] = stored  # read-only: the worker keeps it
         self.changes: dict[bytes, bytes | None] = {}
-        self._ids: Iterator[int] | None = None
+        self._ids: Iterator[bytes] | None = None
 
     def get(self, key: bytes) -> bytes | None:
         if key in self.changes:
@@ -56,9 +56,9 @@ class TaskRange:
         for key, value in self.stored.items():
             if key not in changes:
                 yield key, value
-        for key, value in changes.items():
-            if value is not None:
-                yield key, value
+        for key, change in changes.items():
+            if change is not None:
+                yield key, change
 
     def put(self, key: bytes, value: bytes) -> None:
         self.changes[key] = value
