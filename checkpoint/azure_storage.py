@@ -6,8 +6,9 @@ filesystem builds (``apache_beam.io.azure.blobstorageio.BlobStorageIO``: from
 ``--azure_connection_string`` or ``AZURE_STORAGE_CONNECTION_STRING``, else
 ``--blob_service_endpoint`` with ``DefaultAzureCredential`` and
 ``--azure_managed_identity_client_id``), from the same options as Beam's ``FileSystems`` in
-this process. Leaves to others: the file formats and the commit protocol (the store), and the
-options (``filesystem_options``).
+this process, with the client's retry policy (at first contact without connect retries,
+`ObjectStorage.first_contact`). Leaves to others: the file formats and the commit protocol
+(the store), and the options (``filesystem_options``).
 
 Beam's client serves one account, whatever a URL names: a URL of another account than the
 client's is refused here (Beam's filesystem would write to the client's). Why not Beam's

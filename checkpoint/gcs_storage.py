@@ -4,7 +4,8 @@ Owns: `GcsStorage`, the `ObjectStorage` for ``gs://bucket/prefix`` URLs. It talk
 through the google-cloud-storage client Beam's own GCS filesystem builds
 (``apache_beam.io.gcp.gcsio.create_storage_client``: Application Default Credentials,
 ``--impersonate_service_account``, ``--project``), from the same options as Beam's
-``FileSystems`` in this process, with Beam's retry policy (``gcsio_retry``). The client honours
+``FileSystems`` in this process, with Beam's retry policy (``gcsio_retry``; at first contact
+without its retries of a refused connection, `ObjectStorage.first_contact`). The client honours
 ``STORAGE_EMULATOR_HOST`` (an emulator's address). Leaves to others: the file formats and the
 commit protocol (the store), and the options (``filesystem_options``).
 
