@@ -41,14 +41,16 @@ class Gate:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
 
-    def shut(self, seconds: float) -> None:
+    def shut(self, seconds: float | None = None) -> None:
+        """Refuse connections, for ``seconds`` (None: for good)."""
         for s in [self.server, *self.connections]:  # shutdown: wakes the threads in accept/recv
             try:
                 s.shutdown(socket.SHUT_RDWR)
             except OSError:
                 pass
             s.close()
-        threading.Timer(seconds, self._listen).start()
+        if seconds is not None:
+            threading.Timer(seconds, self._listen).start()
 
 
 def _pipe(source: socket.socket, sink: socket.socket) -> None:
@@ -74,9 +76,12 @@ def test_a_refused_connection_is_retried(cloud, monkeypatch):
     monkeypatch.setattr(cloud, "endpoint_url", cloud.endpoint_url.replace(here, there))
     point_beam_at(cloud)
     storage = open_storage(cloud.url(f"gate-{gate.port}"))
-    gate.shut(1.0)
-    storage.write("a", b"first contact")
-    gate.shut(5.0)
-    started = time.monotonic()
-    assert storage.read("a") == b"first contact"
-    assert time.monotonic() - started >= 4.0  # it did meet the shut gate
+    try:
+        gate.shut(1.0)
+        storage.write("a", b"first contact")
+        gate.shut(5.0)
+        started = time.monotonic()
+        assert storage.read("a") == b"first contact"
+        assert time.monotonic() - started >= 4.0  # it did meet the shut gate
+    finally:
+        gate.shut()
