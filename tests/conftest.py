@@ -6,6 +6,7 @@ import glob
 import os
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,28 @@ TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 for _name in ("SPARK_SUBMIT_OPTS", "SPARK_DAEMON_JAVA_OPTS"):
     if TEST_JVM_OPTIONS not in os.environ.get(_name, ""):
         os.environ[_name] = f"{os.environ.get(_name, '')} {TEST_JVM_OPTIONS}".strip()
+
+
+def pytest_configure(config):
+    """The test run's driver JVMs (spark-submit: sessions, drivers, the Connect server) share
+    one class-data archive (``tests/jvm_cds.py``) kept in the venv beside its pyspark, built
+    once by the first process (xdist's controller, before its workers start: they inherit the
+    options). The standalone daemons' class path starts with their own conf dir: not for them."""
+    if hasattr(config, "workerinput") or "SharedArchiveFile" in _submit_opts():
+        return
+    from tests.jvm_cds import ensure_archive, use_options
+
+    archive, config._jvm_cds = ensure_archive(Path(sys.prefix) / "jvm-cds", TEST_JVM_OPTIONS)
+    if archive is not None:
+        os.environ["SPARK_SUBMIT_OPTS"] = f"{_submit_opts()} {use_options(archive)}".strip()
+
+
+def _submit_opts() -> str:
+    return os.environ.get("SPARK_SUBMIT_OPTS", "")
+
+
+def pytest_report_header(config):
+    return f"JVM class-data archive: {getattr(config, '_jvm_cds', 'not used')}"
 
 
 @pytest.hookimpl(trylast=True)
