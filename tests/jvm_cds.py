@@ -3,8 +3,9 @@
 A test's JVM spends most of its start-up loading and verifying some 10,000 classes from
 pyspark's jars. A dynamic archive dumped once by a driver JVM at its exit (Java 13+,
 ``-XX:ArchiveClassesAtExit``) lets every later JVM with the same class path map ~8,000 of them
-(measured on 2 busy cores, medians of 3: a bare local session + job + stop 36.6 -> 17.9 s wall,
-21.5 -> 12.0 CPU-s; a streaming kill-and-resume driver run 41.7 -> 31.6 s, 24.2 -> 20.1 CPU-s).
+(2 cores busy with a test run, medians of 3: a fresh local session + two tiny jobs 35.4 -> 21.4 s
+wall, 20.2 -> 11.9 CPU-s; a streaming kill-and-resume driver run 28.8 -> 22.0 s, 23.5 -> 18.3
+CPU-s, on a quieter machine 21.4 -> 18.5 s, 21.4 -> 18.0 CPU-s). Dumping it: ~60 s, ~150 MB.
 
 Owns: the archive's key (the java binary, its module image, pyspark's jars and the driver's class
 path), building it once under a file lock, and the JVM options that use it. A JVM whose class
