@@ -353,11 +353,16 @@ def test_task_owned_commits_match_the_model(monkeypatch):
             max_examples=EXAMPLES,
             stateful_step_count=STEPS,
             deadline=None,
+            # The same examples every run: whether they take each path below must not be luck
+            # (random draws took no fallback, or no background snapshot, in 2 of 5 runs).
+            # Explore other draws with derandomize=False and --hypothesis-seed.
+            derandomize=True,
             report_multiple_bugs=False,  # one counterexample, shrunk in minutes, not several
             suppress_health_check=[HealthCheck.too_slow],
         ),
     )
-    if EXAMPLES >= 200:  # the paths the model is there for were taken (tens of times each)
+    print(f"paths taken: {dict(SEEN)}")
+    if EXAMPLES >= 200:  # the paths the model is there for were taken
         paths = ("snapshot in the round", "background snapshot", "fallback", "rescale")
         assert all(SEEN[p] for p in paths), SEEN
 
