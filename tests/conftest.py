@@ -28,8 +28,11 @@ def pytest_configure(config):
     """The test run's driver JVMs (spark-submit: sessions, drivers, the Connect server) share
     one class-data archive (``tests/jvm_cds.py``) kept in the venv beside its pyspark, built
     once by the first process (xdist's controller, before its workers start: they inherit the
-    options). The standalone daemons' class path starts with their own conf dir: not for them."""
+    options). The standalone daemons' class path starts with their own conf dir: not for them.
+    ``SPARKBEAM_TEST_JVM_ARCHIVE=0`` goes without (a few tests do not repay its minute)."""
     if hasattr(config, "workerinput") or "SharedArchiveFile" in _submit_opts():
+        return
+    if os.environ.get("SPARKBEAM_TEST_JVM_ARCHIVE") == "0":
         return
     from tests.jvm_cds import ensure_archive, use_options
 
