@@ -70,10 +70,10 @@ def default_conf(parallelism: int | None) -> dict[str, str]:
     }
 
 
-# A streaming job runs a Spark job or more a round, forever. Spark's UI keeps the last 1,000 jobs,
-# 1,000 stages and 100,000 tasks: the driver's JVM grows until it holds that many (20 minutes
-# or more of rounds); these keep the last few minutes. The cleaner's periodic GC frees the shuffle files
-# and broadcasts of finished rounds every 5 minutes instead of 30.
+# A streaming job runs a Spark job or more a round, forever. Spark's UI keeps the last 1,000
+# jobs, 1,000 stages and 100,000 tasks: the driver's JVM grows until it holds that many (20
+# minutes or more of rounds); these keep the last few minutes. The cleaner's periodic GC frees
+# the shuffle files and broadcasts of finished rounds every 5 minutes instead of 30.
 BOUNDED_HISTORY = {
     "spark.ui.retainedJobs": "200",
     "spark.ui.retainedStages": "400",
