@@ -292,7 +292,9 @@ class _Chain:
         from pyspark import TaskContext
 
         from sparkbeam.checkpoint.filesystem_options import apply
+        from sparkbeam.runner.spark.daemon import settle_worker
 
+        settle_worker()
         apply(self.filesystem_options)
         if self.targets is None:
             index = TaskContext.get().partitionId()

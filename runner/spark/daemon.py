@@ -18,6 +18,9 @@ the stock worker's last flush then raised ``BrokenPipeError`` and the daemon pri
 traceback after the run's last line (in a few runs of ten). A worker whose JVM end is gone
 has no one to report to: ``worker`` lets it go quietly.
 
+Where PySpark's stock daemon forked the worker instead (a Spark Connect server that does not have
+sparkbeam installed), sparkbeam's first task in it does the same (``settle_worker``).
+
 On a local master the imports happen while the JVM starts, in a ``zygote`` the driver started,
 which then forks the daemon for the JVM; elsewhere, here.
 """
@@ -46,6 +49,17 @@ def preload() -> None:
     zip_caches.install()
     gc.collect()
     gc.freeze()
+
+
+def settle_worker() -> None:
+    """``preload`` once in this worker, if its daemon did not (idempotent, cheap after).
+
+    A Spark Connect server that does not have sparkbeam installed forks workers from PySpark's
+    stock daemon, and pyspark and sparkbeam come from zips there: each task's zip re-reads
+    took 0.2-0.4 s on Python 3.11 and each reused worker's full collection walked all of Beam.
+    sparkbeam's tasks call this first (``plane.frames``), so a reused worker pays once."""
+    if _stock_worker is None:
+        preload()
 
 
 def worker(sock, authenticated):

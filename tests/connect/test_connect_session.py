@@ -113,6 +113,41 @@ def _plus_one(n: int) -> int:
     return n + 1
 
 
+def _worker_state(_):
+    """How the Python worker that runs this task spends its per-task overhead."""
+    import gc
+    import importlib
+    import zipimport
+
+    zips = [i for i in sys.path_importer_cache.values() if isinstance(i, zipimport.zipimporter)]
+    started = time.perf_counter()
+    importlib.invalidate_caches()  # what PySpark's worker does before every task
+    return (len(zips), time.perf_counter() - started, gc.get_freeze_count())
+
+
+@pytest.mark.spark
+@pytest.mark.slow
+@pytest.mark.connect
+def test_tasks_on_a_server_without_sparkbeam_settle_their_worker_once(connect_server):
+    """The server's stock daemon forks workers that import pyspark and sparkbeam from zips.
+    On Python 3.11 PySpark's per-task ``importlib.invalidate_caches()`` then re-read every zip
+    once per cached importer: 0.2-0.4 s per task, most of a small stage's time over Connect.
+    sparkbeam's first task in a worker does what its own daemon does before forking."""
+    from sparkbeam.runner.plane.frames import FramePlane
+    from sparkbeam.runner.spark import zip_caches
+
+    spark = get_or_create_session(remote_options(connect_server.url))
+    ship_user_code(spark, remote_options(connect_server.url))
+    plane = FramePlane(spark, connect=True)
+    plane.parallelize(list(range(4)), 2).map(_plus_one).collect()  # every worker settled
+    states = plane.parallelize(list(range(4)), 2).map(_worker_state).collect()
+    assert all(zips > 0 for zips, _, _ in states), states  # pyspark and sparkbeam from zips
+    if zip_caches.needed():
+        assert all(seconds < 0.05 for _, seconds, _ in states), states
+    assert all(frozen > 100_000 for _, _, frozen in states), states
+    stop_connect_sessions(connect_server.url)  # later tests ship to a session of their own
+
+
 def _files_added(server) -> int:
     return server.log_path.read_text(errors="replace").count("INFO SparkContext: Added file")
 
