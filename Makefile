@@ -74,7 +74,7 @@ test: $(STAMP) $(AZURITE_STAMP) java-check
 
 # Smoke subset (batch, SDF resume, streaming kill-and-resume) on the newest supported pyspark.
 test-newest-spark: $(NEWEST_STAMP) java-check
-	SPARKBEAM_TEST_JVM_ARCHIVE=0 $(NEWEST_PY) -m pytest $(SMOKE_TESTS)
+	SPARKBEAM_TEST_JVM_ARCHIVE=0 $(NEWEST_PY) -m pytest $(XDIST) $(SMOKE_TESTS)
 
 test-fast: $(STAMP) $(AZURITE_STAMP) java-check
 	$(PY) -m pytest -m "not slow and not cluster" $(PYTEST_ARGS)
