@@ -318,6 +318,7 @@ def main(argv=None) -> int:
         args.sample_s = min(10.0, max(2.0, args.minutes * 60 / 180))
     from tests.servers import start_kafka_broker, stop_process_group
 
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     work = Path(tempfile.mkdtemp(prefix="sparkbeam-soak-"))
     broker = start_kafka_broker(work)
     try:
@@ -332,6 +333,12 @@ def main(argv=None) -> int:
     else:
         print(f"store, output and logs kept in {work}")
     return 0 if result["exact"]["ok"] else 1
+
+
+def _exit_on_sigterm(signum, _frame) -> None:
+    """A SIGTERM to the soak stops it as an error does: its driver and broker stop too (they
+    kept running after the soak process was gone)."""
+    raise SystemExit(128 + signum)
 
 
 if __name__ == "__main__":
