@@ -77,6 +77,34 @@ def test_the_summary_says_pass_miss_and_scaling():
 
 
 @pytest.mark.spark
+def _soak_of(run_s: float, mb_per_s: float, tmp_path):
+    """A finished soak of one driver run of ``run_s`` seconds whose memory grew ``mb_per_s``."""
+    minutes = run_s / 60
+    args = SimpleNamespace(minutes=minutes, rate=1000, partitions=4, keys=100, window_s=10,
+                           lateness_s=10, side_input_kb=0)  # fmt: skip
+    t = [float(x) for x in range(0, int(run_s) + 1, 10)]
+    samples = [{"run": 1, "t": x, "driver_mb": 200 + mb_per_s * x, "tree_mb": 900 + mb_per_s * x,
+                "store_mb": 1.0, "store_files": 3, "output_lag_s": 5.0} for x in t]  # fmt: skip
+    run = {"run": 1, "parallelism": 2, "start": 0.0, "end": run_s, "how": "SIGTERM",
+           "returncode": 0, "left_behind": 0}  # fmt: skip
+    soak = SimpleNamespace(out=str(tmp_path), runs=[run], samples=samples, t0=0.0, at_stop={},
+                           failure="", side_start=None)  # fmt: skip
+    producer = SimpleNamespace(expected=Counter(), sent=0, failed=0, unacked=0, errors={})
+    return soak_report.analyse(args, soak, producer, run_s, [])
+
+
+def test_growth_goals_are_judged_on_fits_of_ten_minutes_or_more(tmp_path):
+    """A 3-minute run's fit is its start-up extrapolated to an hour: printed, not judged."""
+    short = _soak_of(180, 0.01, tmp_path)  # 36 MB/h over 2.75 minutes after warm-up
+    assert short["growth"][0]["tree_mb_per_h"] == pytest.approx(36.0)
+    assert short["goals"]["tree_mb_per_h"]["value"] is None
+    assert "growth goals n/a" in soak_report.summary(short)
+    long = _soak_of(3600, 0.01, tmp_path)  # the same slope over 55 minutes
+    assert long["goals"]["tree_mb_per_h"] == {"value": pytest.approx(36.0), "bound": 50.0,
+                                              "ok": True}  # fmt: skip
+    assert _soak_of(3600, 0.1, tmp_path)["goals"]["tree_mb_per_h"]["ok"] is False  # 360 MB/h
+
+
 @pytest.mark.slow
 def test_a_three_minute_soak_with_a_kill_and_a_rescale_is_exact_and_bounded(tmp_path):
     out = tmp_path / "soak.json"
