@@ -182,12 +182,14 @@ class Soak:
         """Memory of the driver and of its process tree, the store, the output's lag."""
         tree = _harness.process_tree(self.driver.pid) if self.driver.poll() is None else {}
         own = tree.get(self.driver.pid)
+        jvm = [f for pid, f in tree.items() if _comm(pid) == "java"]
         size, files = store_size(self.store)
         newest, now = self.out_reader.newest_window(), time.time()
         return {
             "t": now - self.t0, "run": len(self.runs),
             "driver_mb": int(own[21]) * PAGE / 2**20 if own else None,
             "tree_mb": sum(int(f[21]) for f in tree.values()) * PAGE / 2**20 if tree else None,
+            "jvm_mb": sum(int(f[21]) for f in jvm) * PAGE / 2**20 if jvm else None,
             "processes": len(tree), "store_mb": size / 2**20, "store_files": files,
             "output_lag_s": None if newest is None else now - (newest + self.args.window_s),
         }  # fmt: skip
@@ -254,6 +256,14 @@ class Soak:
         return soak_report.analyse(
             a, self, producer, produced_s, soak_report.read_rounds(self.rounds)
         )
+
+
+def _comm(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/comm") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
 
 
 def _alive(tree: dict) -> list[int]:

@@ -138,6 +138,9 @@ def analyse(args, soak, producer, produced_s: float, rounds: list[dict]) -> dict
                 "run": run["run"],
                 "driver_mb_per_h": slope_per_h([(s["t"], s["driver_mb"]) for s in mine]),
                 "tree_mb_per_h": slope_per_h([(s["t"], s["tree_mb"]) for s in mine]),
+                "jvm_mb_per_h": slope_per_h(
+                    [(s["t"], s["jvm_mb"]) for s in mine if s.get("jvm_mb") is not None]
+                ),
                 "samples": len(mine),
                 "span_s": mine[-1]["t"] - mine[0]["t"] if mine else 0.0,
             }
@@ -174,7 +177,7 @@ def analyse(args, soak, producer, produced_s: float, rounds: list[dict]) -> dict
         "store": {"ref_mb": ref, "peak_after_mb": peak, "final_mb": samples[-1]["store_mb"],
                   "final_files": samples[-1]["store_files"]},
         "rounds": {"count": len(job), "p50_s": p50([d for _, d in job]), "early_p50_s": early,
-                   "late_p50_s": late},
+                   "late_p50_s": late, "each": [[round(t, 1), round(d, 3)] for t, d in job]},
         "lag": {"p50_s": p50(lags), "max_s": max(lags, default=None),
                 "at_end_s": lags[-1] if lags else None,
                 "complete_at_stop_s": _complete_lag(soak, produced_s, args.window_s)},
@@ -242,7 +245,7 @@ def summary(r: dict) -> str:
     )
     fits = ", ".join(
         f"run {x['run']} {_f(x['driver_mb_per_h'], '+.1f')}/{_f(x['tree_mb_per_h'], '+.1f')} "
-        f"({x['samples']})"
+        f"(JVM {_f(x.get('jvm_mb_per_h'), '+.1f')}; {x['samples']})"
         for x in r["growth"]
     )
     lines.append(f"growth after warm-up, driver/tree MB per hour (samples): {fits}")
