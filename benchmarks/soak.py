@@ -90,6 +90,34 @@ class PacedProducer(threading.Thread):
         self.unacked = producer.flush(60)
 
 
+class TailProbe:
+    """A bare consumer's time to read the newest ``n`` records of partition 0: what the broker
+    alone costs a read as the topic grows, beside the job's rounds (issue 43, 4: is a round-time
+    creep the broker's?). A new consumer each time (a kept one waited out its previous long
+    poll: 0.5 s). None when it did not get them within 10 s."""
+
+    def __init__(self, broker, topic: str, n: int = 1000) -> None:
+        self.broker, self.topic, self.n = broker, topic, n
+
+    def __call__(self) -> float | None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        started = time.perf_counter()
+        consumer = Consumer(
+            self.broker.config(**{"group.id": "soak-tail-probe", "enable.auto.commit": "false"})
+        )
+        try:
+            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, 0), 5)
+            start = max(low, high - self.n)
+            consumer.assign([TopicPartition(self.topic, 0, start)])
+            got = 0
+            while got < high - start and time.perf_counter() - started < 10:
+                got += sum(1 for m in consumer.consume(500, 0.5) if not m.error())
+            return time.perf_counter() - started if got >= high - start else None
+        finally:
+            consumer.close()
+
+
 class Output:
     """The sink's visible lines, read a new file at a time: the newest window with output."""
 
@@ -136,6 +164,7 @@ class Soak:
         self.t0 = time.time()
         self.failure = ""
         self.at_stop: dict = {}  # the output's check when the producer stopped
+        self.tail_probe: TailProbe | None = None
 
     def start_driver(self, parallelism: int) -> None:
         a = self.args
@@ -192,6 +221,7 @@ class Soak:
             "jvm_mb": sum(int(f[21]) for f in jvm) * PAGE / 2**20 if jvm else None,
             "processes": len(tree), "store_mb": size / 2**20, "store_files": files,
             "output_lag_s": None if newest is None else now - (newest + self.args.window_s),
+            "tail_read_s": self.tail_probe() if self.tail_probe else None,
         }  # fmt: skip
 
     def sample_until(self, t_end: float, done=None) -> None:
@@ -220,6 +250,7 @@ class Soak:
         seconds = a.minutes * 60
         self.broker.create_topic("soak", a.partitions)
         self.out_reader = Output(self.out)
+        self.tail_probe = TailProbe(self.broker, "soak")
         producer = PacedProducer(self.broker, "soak", a)
         self.t0 = time.time()
         self.side_start = int(self.t0 // a.window_s * a.window_s)

@@ -160,6 +160,9 @@ def analyse(args, soak, producer, produced_s: float, rounds: list[dict]) -> dict
     job = [(r["started"] - t0, r["job_s"] + r["commit_s"]) for r in rounds]
     early = p50([d for t, d in job if w["early"][0] <= t < w["early"][1]])
     late = p50([d for t, d in job if w["late"][0] <= t < w["late"][1]])
+    tails = [(s["t"], s["tail_read_s"]) for s in samples if s.get("tail_read_s") is not None]
+    tail_early = p50([d for t, d in tails if w["early"][0] <= t < w["early"][1]])
+    tail_late = p50([d for t, d in tails if w["late"][0] <= t < w["late"][1]])
     producing = [s for s in samples if s["t"] <= produced_s and s["output_lag_s"] is not None]
     lags = [s["output_lag_s"] for s in producing]
     judged = [g for g in growth if g["span_s"] >= MIN_FIT_S]
@@ -177,7 +180,9 @@ def analyse(args, soak, producer, produced_s: float, rounds: list[dict]) -> dict
         "store": {"ref_mb": ref, "peak_after_mb": peak, "final_mb": samples[-1]["store_mb"],
                   "final_files": samples[-1]["store_files"]},
         "rounds": {"count": len(job), "p50_s": p50([d for _, d in job]), "early_p50_s": early,
-                   "late_p50_s": late, "each": [[round(t, 1), round(d, 3)] for t, d in job]},
+                   "late_p50_s": late,
+                   "tail_read_early_p50_s": tail_early, "tail_read_late_p50_s": tail_late,
+                   "each": [[round(t, 1), round(d, 3)] for t, d in job]},
         "lag": {"p50_s": p50(lags), "max_s": max(lags, default=None),
                 "at_end_s": lags[-1] if lags else None,
                 "complete_at_stop_s": _complete_lag(soak, produced_s, args.window_s)},
@@ -272,6 +277,9 @@ def summary(r: dict) -> str:
             g["round_ratio"],
             ".2f",
         ),
+        f"a bare consumer's read of partition 0's newest 1,000 records, p50 early -> late: "
+        f"{_f(rd.get('tail_read_early_p50_s'), '.3f')} s -> "
+        f"{_f(rd.get('tail_read_late_p50_s'), '.3f')} s (the broker's share of a creep)",
         f"output lag (clock - newest window with output): p50 {_f(lag['p50_s'])} s, max "
         f"{_f(lag['max_s'])} s, when the producer stopped {_f(lag['at_end_s'])} s; then exact "
         f"up to a window that ended {_f(lag['complete_at_stop_s'])} s before",
