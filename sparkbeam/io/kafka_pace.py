@@ -156,6 +156,15 @@ class Hold:
         self.end_seen = max(self.end_seen, high)
         return high > self.position
 
+    def reached_end(self) -> bool:
+        """Whether the read has taken all that its consumer's newest fetch saw in the partition
+        (caught up as of that fetch). librdkafka's partition-EOF event comes only with a fetch
+        that found nothing new, which a partition written every few ms seldom answers: without
+        this, such a read went on until ``max_poll_s``, a round for every partition it read."""
+        _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
+        self.end_seen = max(self.end_seen, high)
+        return 0 <= high <= self.position
+
     def release(self) -> None:
         """Unassign the partition, noting the end offset seen (the backlog estimate)."""
         if self.consumer is None:

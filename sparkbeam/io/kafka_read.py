@@ -3,7 +3,8 @@
 Owns: the transform (Beam's ``apache_beam.io.kafka.ReadFromKafka`` argument names where they
 apply) and the read loop: assign one partition at its restriction's start, poll in batches,
 claim each batch at once (``kafka_restrictions.ClaimUpTo``), and, once the partition is caught
-up (librdkafka's partition-EOF event) or after ``max_poll_s``, defer the remainder -- with
+up (librdkafka's partition-EOF event, or all that the newest fetch saw is read,
+``Hold.reached_end``) or after ``max_poll_s``, defer the remainder -- with
 ``idle_resume_delay_s`` when caught up, or ``max_idle_resume_delay_s`` once the partition's
 reads have found nothing for that long (the streak travels in the restriction,
 ``KafkaOffsetRange``), ending on a multiple of the delay on the wall clock so that the
@@ -254,7 +255,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     return
                 if last is not None and last + 1 >= tracker.current_restriction().stop:
                     return  # the restriction is done: no empty residual to schedule
-                if caught_up:
+                if caught_up or (ours and hold.reached_end()):
                     watermark.advance_idle(Timestamp.now())
                     if _past(self.stop_read_time) or _past(until_ms):
                         tracker.try_claim(UNBOUNDED)

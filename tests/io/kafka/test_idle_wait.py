@@ -4,6 +4,7 @@ long only once its polls have found nothing for a while (real broker for the rea
 from __future__ import annotations
 
 import math
+import threading
 import time
 import uuid
 
@@ -94,3 +95,44 @@ def test_a_partition_backs_off_only_once_its_polls_have_found_nothing_for_a_whil
         assert delay <= 1.25
     finally:
         reader.teardown()
+
+
+def test_a_read_of_a_partition_written_every_few_ms_ends_once_it_has_taken_what_is_there(
+    kafka_broker,
+):
+    """librdkafka's EOF event needs a fetch that finds nothing new, which a partition written
+    every few ms seldom answers: such a read went on for its whole ``max_poll_s`` (issue 43's
+    soak: every round as long as that, a partition after another). It ends once it has read
+    what its newest fetch saw, and waits the resume delay as a caught-up read does."""
+    from confluent_kafka import Producer
+
+    topic = "busy-" + uuid.uuid4().hex[:8]
+    kafka_broker.create_topic(topic, 1)
+    producer = Producer(kafka_broker.config(**{"linger.ms": "0"}))
+    stop = threading.Event()
+
+    def write() -> None:
+        while not stop.is_set():
+            producer.produce(topic, key=b"k", value=b"v", partition=0)
+            producer.poll(0)
+            time.sleep(0.002)
+        producer.flush(10)
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    reader = ReadFromKafka(
+        kafka_broker.config(), [topic], idle_resume_delay_s=1.0, max_poll_s=20.0
+    ).reader
+    reader.setup()
+    try:
+        time.sleep(1.0)
+        started = time.monotonic()
+        residual, delay = _read_once(reader, topic, OffsetRange(0, UNBOUNDED))
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        writer.join(15)
+        reader.teardown()
+    assert residual.start > 50  # it read what was there
+    assert took < 5.0, f"the read went on for {took:.1f} s"
+    assert 0.25 <= delay <= 1.25  # caught up: the resume delay, on its grid
