@@ -10,7 +10,8 @@ the checkpoint's, and the ones this round staged.
 
 A window's side-input data is dropped once no reader can need it: the driver computes, per
 side input and round, the expiry horizon -- the lowest input watermark of the stages that
-read it, minus the side input's allowed lateness -- and passes it with the files (a number,
+read it, minus how long its data may still be read (the largest allowed lateness of the side
+input and of its readers' main inputs) -- and passes it with the files (a number,
 never data). Readers leave out what ended by it; the keeping tasks leave it out of their
 ranges' snapshots (``task.side_input_files``, ``task.side_input_view``). The horizon does
 not move at a watermark of +inf (a drain: elements may still come). A side input once given
@@ -31,7 +32,8 @@ import functools
 from collections import defaultdict
 from typing import Any
 
-from apache_beam.portability.api import beam_runner_api_pb2
+from apache_beam.portability import common_urns
+from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.errors import run_guarded
@@ -62,7 +64,7 @@ class StreamingSideInputs:
         for stage in stages:
             for si in stage.side_inputs:
                 self.readers[si.buffer].add(stage.id)
-        self.lateness = _allowed_lateness(ctx.plan, self.coders)
+        self.lateness = _retention(ctx.plan, stages)
         self._horizons: dict[str, int] = {}  # buffer -> the latest horizon (never goes back)
         self._round: dict[str, int | None] | None = None  # the running round's horizons
         self.values: dict[str, SideInputFiles] = {}
@@ -114,7 +116,7 @@ class StreamingSideInputs:
 
     def horizons(self, marks: watermarks.RoundWatermarks) -> dict[str, int | None]:
         """Per side input, the end (micros) by which its windows expired: the lowest input
-        watermark of its readers minus its allowed lateness (None: nothing yet). It does not
+        watermark of its readers minus its retention (`_retention`; None: nothing yet). It does not
         go back, nor move at a watermark of +inf (a drain, or the end: nothing is gained)."""
         out: dict[str, int | None] = {}
         for buffer, readers in self.readers.items():
@@ -201,14 +203,39 @@ class StreamingSideInputs:
         return SideInputFiles(self.ctx.url, self.pipeline_id, ns, parts, rows, view, seen=seen)
 
 
-def _allowed_lateness(plan, buffers) -> dict[str, int]:
-    """buffer -> the allowed lateness (micros) of its PCollection's windowing strategy."""
-    if not buffers:
-        return {}
+def _retention(plan, stages) -> dict[str, int]:
+    """buffer -> how long (micros) past a window's end its side-input data may still be read:
+    the largest allowed lateness of the side input's own windowing and of the main input of
+    each transform that reads it (a late main element, within its lateness, reads its
+    window's side input, as on Beam's own runners)."""
+    out: dict[str, int] = {}
+    if not any(stage.side_inputs for stage in stages):
+        return out
     components = beam_runner_api_pb2.Components.FromString(plan.components)
-    out = {}
-    for buffer in buffers:
-        pcollection = components.pcollections[plan.edge(buffer).pcollection]
-        strategy = components.windowing_strategies[pcollection.windowing_strategy_id]
-        out[buffer] = max(0, strategy.allowed_lateness) * 1000
+    for stage in stages:
+        if not stage.side_inputs:
+            continue
+        descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
+        for si in stage.side_inputs:
+            own = _lateness(components, plan.edge(si.buffer).pcollection)
+            mains = [_lateness(descriptor, pc) for pc in _main_inputs(descriptor, si)]
+            out[si.buffer] = max(out.get(si.buffer, 0), own, *mains)
     return out
+
+
+def _lateness(components, pcollection_id: str) -> int:
+    """The allowed lateness (micros) of a PCollection's windowing strategy."""
+    pcollection = components.pcollections[pcollection_id]
+    strategy = components.windowing_strategies[pcollection.windowing_strategy_id]
+    return max(0, strategy.allowed_lateness) * 1000
+
+
+def _main_inputs(descriptor, si) -> list[str]:
+    """The PCollections of ``si``'s reading transform (in its stage's descriptor) that are
+    not its side inputs."""
+    transform = descriptor.transforms[si.transform]
+    side_tags = set()
+    if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
+        payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+        side_tags = set(payload.side_inputs)
+    return [pc for tag, pc in transform.inputs.items() if tag not in side_tags]

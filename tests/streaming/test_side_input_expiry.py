@@ -112,3 +112,48 @@ def test_a_side_input_that_stops_getting_data_leaves_the_store(tmp_path):
     assert sorted(ns.split("/")[0] for ns in kept) == ["side-rows", "side-view"]
     for ns, held in kept.items():
         assert held == (0, set(), 0, 0), (ns, held)
+
+
+def test_a_late_main_element_within_its_allowed_lateness_still_reads_its_window(tmp_path):
+    """A reader's main input may still bring a window's elements until its watermark passed
+    the window's end plus the main input's allowed lateness: the side input's window stays
+    until then. It had gone at its own (zero) lateness, so a late pane read it empty (the
+    soak's late panes: 25 lines of ``0`` side payloads out of 10)."""
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.transforms import window
+    from apache_beam.transforms.window import TimestampedValue
+
+    stream = (
+        TestStream()
+        .add_elements([TimestampedValue("s0", 1), TimestampedValue("m0", 5)])
+        .advance_watermark_to(10)
+        .add_elements([TimestampedValue("s1", 11), TimestampedValue("m1", 15)])
+        .advance_watermark_to(25)  # window 0 ended 15 s ago: late, within its 30 s
+        .add_elements([TimestampedValue("late0", 6)])
+        .advance_watermark_to(35)
+        .add_elements([TimestampedValue("late1", 16)])
+        .advance_watermark_to_infinity()
+    )
+    options = PipelineOptions(
+        spark_test_options(
+            "--streaming", f"--checkpoint_dir={tmp_path / 'ckpt'}", "--parallelism=2"
+        )
+    )
+    with beam.Pipeline(options=options) as p:
+        events = p | stream
+        side = (
+            events
+            | "Side" >> beam.Filter(lambda e: e.startswith("s"))
+            | "SideWindows" >> beam.WindowInto(window.FixedWindows(10))
+        )
+        read = (
+            events
+            | "Main" >> beam.Filter(lambda e: not e.startswith("s"))
+            | "MainWindows" >> beam.WindowInto(window.FixedWindows(10), allowed_lateness=30)
+            | "Read" >> beam.Map(lambda e, s: f"{e} {sorted(s)}", s=beam.pvalue.AsList(side))
+        )
+        assert_that(
+            read,
+            equal_to(["m0 ['s0']", "m1 ['s1']", "late0 ['s0']", "late1 ['s1']"]),
+        )
