@@ -177,6 +177,7 @@ class Soak:
             "--side-input-kb", str(a.side_input_kb), "--side-start", str(self.side_start),
         ]  # fmt: skip
         cmd += [f"--consumer={item}" for item in a.consumer]
+        cmd += [f"--spark_conf={item}" for item in a.spark_conf]
         log = open(self.work / f"driver-{n}.log", "w")  # noqa: SIM115 - closed in end_driver
         self.driver = subprocess.Popen(
             cmd, stdout=log, stderr=subprocess.STDOUT, cwd=_harness.REPO,
@@ -351,6 +352,10 @@ def main(argv=None) -> int:
         "--consumer", action="append", default=[], metavar="KEY=VALUE",
         help="a consumer config of the job's ReadFromKafka (repeatable), e.g. to compare "
         "fetch.wait.max.ms=500 with the source's default",
+    )  # fmt: skip
+    ap.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE",
+        help="a Spark setting of the job (repeatable; the runner's --spark_conf)",
     )  # fmt: skip
     ap.add_argument("--result", help="write the result as JSON here")
     ap.add_argument("--keep", action="store_true", help="keep the store, output and logs")

@@ -84,6 +84,7 @@ def run(args: argparse.Namespace) -> None:
     flags = [
         "--runner=SparkCheckpointRunner", "--streaming", f"--checkpoint_dir={args.store}",
         f"--parallelism={args.parallelism}", f"--spark_master_url={args.master}",
+        *(f"--spark_conf={item}" for item in args.spark_conf),
     ]  # fmt: skip
     p = beam.Pipeline(options=PipelineOptions(flags))
     build(p, args)
@@ -114,6 +115,7 @@ def main(argv=None) -> None:
     ap.add_argument("--lateness-s", type=int, default=10)
     ap.add_argument("--side-input-kb", type=int, default=0)
     ap.add_argument("--consumer", action="append", default=[], help="KEY=VALUE config")
+    ap.add_argument("--spark_conf", action="append", default=[], help="KEY=VALUE, the runner's")
     ap.add_argument("--side-start", type=float, default=0.0, help="epoch s of the first tick")
     run(ap.parse_args(argv))
 
