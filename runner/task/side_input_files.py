@@ -13,7 +13,8 @@ since the worker's last read: about one per writing subtask, and a range's snaps
 after it is written.
 
 A window's data is needed until the watermark of every stage that reads it has passed the
-window's end plus the side input's allowed lateness; the driver passes that horizon with the
+window's end plus the largest allowed lateness of the side input and of its readers' main
+inputs (a late main element reads its window); the driver passes that horizon with the
 files (`SideInputFiles.horizon`). Every row carries its windows' latest end
 (`state_layout.encode_side_row`, `encode_side_view`): a worker drops the chunks of rows that
 ended by the horizon from what it holds and merges, and a keeping task leaves them out of its
