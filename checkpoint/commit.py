@@ -189,6 +189,12 @@ class CheckpointChain:
                 self.files.extend(msg.files)
             self.committed_tasks[msg.task] = msg.attempt
             self.rounds_done[msg.stage] = max(msg.round, self.rounds_done.get(msg.stage, -1))
+        # Only each stage's newest round, as a restore knows (`adopt`): a job commits forever.
+        done = self.rounds_done
+        self.committed_tasks = {
+            task: attempt for task, attempt in self.committed_tasks.items()
+            if task[1] >= done.get(task[0], -1)
+        }  # fmt: skip
 
     def _take_handles(self, msg: CommitMessage, cid: int) -> None:
         """A task-owned message: its files appended to its namespaces' logs, then its

@@ -253,3 +253,31 @@ def test_materialization_interval_triggers_snapshots(tmp_path):
         st.put("n", b"more", b"v")
         m = store.load_manifest("p", st.checkpoint())
         assert len(m.changelog) == 1 and m.entries == 4
+
+
+def test_the_driver_remembers_only_each_stages_newest_round_of_committed_tasks(tmp_path):
+    """A streaming job commits a round a second, forever: the driver's record of committed
+    tasks (which refuses a second attempt of one) grew by every task of every round (a
+    tracemalloc diff of a broker-free streaming driver: 3,268 blocks in 6 minutes). A restore
+    already knew only its checkpoint's tasks; the running chain now keeps as much."""
+    root = str(tmp_path)
+    store = open_store(root)
+    st = store.pipeline("p")
+    last = {}
+    for rnd in range(40):
+        msgs = []
+        for stage in ("stage-a", "stage-b"):
+            for partition in range(3):
+                w = open_staged_writer(root, "p", stage, rnd, partition, 0)
+                w.put("s", b"%s-%d" % (stage.encode(), partition), b"%d" % rnd)
+                msgs.append(w.finish())
+        st.checkpoint(fingerprint="f", parallelism=3, commit_messages=msgs)
+        last = {(m.stage, m.partition): m for m in msgs}
+    assert len(st.chain.committed_tasks) == 6
+    # The newest round's messages keep their meaning: again is a no-op, another attempt fails.
+    st.checkpoint(fingerprint="f", commit_messages=[last[("stage-a", 0)]])
+    other = open_staged_writer(root, "p", "stage-a", 39, 0, 1)
+    other.put("s", b"x", b"y")
+    with pytest.raises(ValueError, match=r"Two attempts \[0, 1\] of stage 'stage-a' round 39"):
+        st.checkpoint(fingerprint="f", commit_messages=[other.finish()])
+    store.close()
