@@ -9,8 +9,8 @@ warns about an unconfigured pool.
 
 from __future__ import annotations
 
-import atexit
 import functools
+import hashlib
 import logging
 import os
 import socket
@@ -105,19 +105,17 @@ def _pyspark_version() -> tuple[int, int]:
 
 @functools.cache
 def allocation_file() -> str:
-    """A fair-scheduler file declaring ``POOL`` (read once, when the SparkContext starts)."""
-    fd, path = tempfile.mkstemp(prefix="sparkbeam-pools-", suffix=".xml")
-    with os.fdopen(fd, "w") as f:
-        f.write(_ALLOCATIONS)
-    atexit.register(_remove, path)
+    """A fair-scheduler file declaring ``POOL`` (read once, when the SparkContext starts): one
+    file per user and content, written once and never removed, so that drivers that are
+    killed (and cannot clean up) leave no new file each."""
+    digest = hashlib.sha256(_ALLOCATIONS.encode()).hexdigest()[:12]
+    path = os.path.join(tempfile.gettempdir(), f"sparkbeam-pools-{os.getuid()}-{digest}.xml")
+    if not os.path.exists(path):
+        fd, tmp = tempfile.mkstemp(prefix="sparkbeam-pools-", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(_ALLOCATIONS)
+        os.replace(tmp, path)  # whole or absent, for a driver starting beside this one
     return path
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass
 
 
 def scheduler_pool(sc) -> str | None:
