@@ -64,7 +64,7 @@ class StreamingSideInputs:
         for stage in stages:
             for si in stage.side_inputs:
                 self.readers[si.buffer].add(stage.id)
-        self.lateness = _retention(ctx.plan, stages)
+        self.retention = _retention(ctx.plan, stages)
         self._horizons: dict[str, int] = {}  # buffer -> the latest horizon (never goes back)
         self._round: dict[str, int | None] | None = None  # the running round's horizons
         self.values: dict[str, SideInputFiles] = {}
@@ -122,7 +122,7 @@ class StreamingSideInputs:
         for buffer, readers in self.readers.items():
             low = min(marks.stage_input.get(s, watermarks.MIN) for s in readers)
             if watermarks.MIN < low < watermarks.MAX:
-                now = low - self.lateness[buffer]
+                now = low - self.retention[buffer]
                 self._horizons[buffer] = max(self._horizons.get(buffer, now), now)
             out[buffer] = self._horizons.get(buffer)
         return out

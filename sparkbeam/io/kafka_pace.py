@@ -152,18 +152,21 @@ class Hold:
     def lags(self) -> bool:
         """Whether this consumer's fetches saw the partition end past the position (its own
         fetches: one just assigned elsewhere has not fetched it yet)."""
-        _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
-        self.end_seen = max(self.end_seen, high)
-        return high > self.position
+        return self._high() > self.position
 
     def reached_end(self) -> bool:
         """Whether the read has taken all that its consumer's newest fetch saw in the partition
         (caught up as of that fetch). librdkafka's partition-EOF event comes only with a fetch
         that found nothing new, which a partition written every few ms seldom answers: without
         this, such a read went on until ``max_poll_s``, a round for every partition it read."""
+        return 0 <= self._high() <= self.position
+
+    def _high(self) -> int:
+        """The partition's end as this consumer's newest fetch saw it (cached: no broker call;
+        -1 before any fetch), noted in ``end_seen``."""
         _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
         self.end_seen = max(self.end_seen, high)
-        return 0 <= high <= self.position
+        return high
 
     def release(self) -> None:
         """Unassign the partition, noting the end offset seen (the backlog estimate)."""
