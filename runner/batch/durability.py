@@ -6,7 +6,8 @@ What survives a driver kill (seed 000's "completed work is not redeployed"):
   the checkpoint handler);
 - the output chunks of its committed rounds, kept by the tasks that made
   them in their key groups (``stage-output/<stage>``,
-  ``runner.task.kept_rows``) and named by the round's checkpoint — the
+  ``runner.task.kept_rows``), staged with its residuals in one writer, and named by
+  the round's checkpoint — the
   two-phase commit of DESIGN.md: tasks stage, the driver commits exactly the
   successful attempts' handles, a killed round leaves only unnamed garbage.
 On restart a stage whose input is consumed skips round 0, its producers are
@@ -19,42 +20,33 @@ A job whose last checkpoint is finished is not run again by accident
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import functools
+from collections.abc import Callable, Iterable
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task.kept_rows import RowKeeper, reading_rows
-from sparkbeam.runner.task.range_staging import staged_writer_for_task
-from sparkbeam.runner.task.records import CommitRecord, OutputRecord
+from sparkbeam.runner.task.records import OutputRecord
+from sparkbeam.runner.task.residual_state import KeepAlso
 from sparkbeam.runner.task.staged_state import StateRound
 
 FINISHED = state_layout.FINISHED
 input_marker = state_layout.input_marker
 
 
-def stage_outputs(records: Iterable, spec: StateRound, stage: str) -> Iterator:
-    """Task side: pass ``records`` through, keeping every output chunk in this task's key
-    groups (``task.kept_rows``); end with the commit message."""
-    from pyspark import TaskContext
-
-    context = TaskContext.get()
-    if context is None:
-        raise RuntimeError("stage_outputs runs inside a Spark task only")
-    subtask = context.partitionId()  # one task per subtask (``as_subtasks``)
-    writer = staged_writer_for_task(
-        spec.url, spec.pipeline, stage, spec.round_no, spec.max_key_groups
-    )
-    yield from keep_outputs(records, spec, stage, subtask, writer)
+def keeping_outputs(spec: StateRound, stage: str) -> KeepAlso:
+    """What a durable SDF task keeps besides its residuals (``residual_state.keep_residuals``):
+    every output chunk, in its key groups (``task.kept_rows``), staged with its residuals'
+    writer, so the task sends one commit message a round."""
+    return functools.partial(_keep_outputs, spec, stage)
 
 
-def keep_outputs(records: Iterable, spec: StateRound, stage: str, subtask: int, writer):
-    """`stage_outputs` as ``subtask``, staging with ``writer``."""
+def _keep_outputs(spec: StateRound, stage: str, records: Iterable, subtask: int, writer):
     keeper = RowKeeper(spec, state_layout.stage_output(stage), subtask, writer)
     for record in records:
         if isinstance(record, OutputRecord):
             keeper.add(record.buffer, record.data)
         yield record
     keeper.finish()
-    yield CommitRecord(stage, writer.finish())
 
 
 def reading_outputs(spec: StateRound, stage: str) -> Callable:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 
-from sparkbeam.runner.batch.durability import reading_outputs, stage_outputs
+from sparkbeam.runner.batch.durability import keeping_outputs, reading_outputs
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.progress import ElementCounter
 from sparkbeam.runner.rounds.carry import split_carried
@@ -56,9 +56,12 @@ class StageRdds:
         ``clock_ms`` (``task.residual_state``)."""
         if self.ctx.durable and stage.is_sdf_process:
             spec = self.residual_round(stage, round_no, clock_ms)
-            body = self.task_body(stage, side_bc, round_no, spec)
+            body = self.task_body(stage, side_bc, round_no)
+            outputs = keeping_outputs(spec, stage.id)
             subtasks = self.ctx.plane.as_subtasks(input_rdd, self.ctx.parallelism)
-            rdd = subtasks.mapPartitionsWithIndex(keeping_residuals(spec, stage.id, body))
+            rdd = subtasks.mapPartitionsWithIndex(
+                keeping_residuals(spec, stage.id, body, also=outputs)
+            )
         else:
             rdd = input_rdd.mapPartitions(self.task_body(stage, side_bc, round_no))
         if not cache:
@@ -84,21 +87,16 @@ class StageRdds:
             limit=residual_limit(ctx.parallelism),
         )
 
-    def task_body(
-        self, stage: StagePlan, side_bc, round_no: int, outputs: ResidualRound | None = None
-    ) -> _StageRun:
+    def task_body(self, stage: StagePlan, side_bc, round_no: int) -> _StageRun:
         """What one task of the stage's run does with its rows (also run on the driver:
-        ``driver_stages``); ``outputs``: the round whose checkpoint keeps its output chunks
-        (a durable SDF stage, ``durability``)."""
+        ``driver_stages``)."""
         ctx = self.ctx
         task = StageTask(
             ctx.plan_key, stage, residual_budget_s=self.residual_budget_s, splits=self.split_policy
         )
         session = self.startpoints.get(stage.pipeline)
         assignment = session.assignment(stage.id) if session is not None else None
-        return _StageRun(
-            task, ctx.components, side_bc, assignment, round_no, outputs, self.elements
-        )
+        return _StageRun(task, ctx.components, side_bc, assignment, round_no, self.elements)
 
     def restored_outputs(self, stage: StagePlan, round_no: int):
         """The (persisted) output chunks of a resumed stage's committed rounds: one task per
@@ -125,10 +123,9 @@ class StageRdds:
 class _StageRun:
     """The task body of one stage run (picklable: what crosses to the executors)."""
 
-    def __init__(self, task, components, side_bc, assignment, round_no, outputs, elements):
+    def __init__(self, task, components, side_bc, assignment, round_no, elements):
         self.task, self.components, self.side_bc = task, components, side_bc
         self.assignment, self.round_no = assignment, round_no
-        self.outputs = outputs  # a durable SDF stage's round: its tasks keep its output chunks
         self.elements = elements  # the run's ElementCounter (None: not counted)
 
     def __call__(self, rows):
@@ -139,8 +136,6 @@ class _StageRun:
         records = collect_sink_files(records, stage.id, self.round_no)
         if self.elements is not None:
             records = self.elements.counting(records)
-        if self.outputs is not None:
-            records = stage_outputs(records, self.outputs, stage.id)
         yield from records
         yield from carried
 

@@ -44,38 +44,45 @@ def residual_limit(parallelism: int) -> int:
     return max(1, MAX_RESIDUALS_PER_ROUND // parallelism)
 
 
-def keeping_residuals(spec: ResidualRound, stage: str, run: Callable) -> Callable:
+KeepAlso = Callable[[Iterator, int, object], Iterator]
+"""``(records, subtask, writer)``: the records passed on, keeping more of the task's output
+in the same staged writer (a durable batch SDF stage's output chunks: ``batch.durability``)."""
+
+
+def keeping_residuals(
+    spec: ResidualRound, stage: str, run: Callable, also: KeepAlso | None = None
+) -> Callable:
     """The task body ``(subtask, rows)`` of an SDF stage whose tasks keep its residuals."""
-    return functools.partial(_keeping, spec, stage, run)
+    return functools.partial(_keeping, spec, stage, run, also)
 
 
-def _keeping(spec: ResidualRound, stage: str, run: Callable, subtask: int, rows) -> Iterator:
-    return keep_residuals(spec, stage, subtask, rows, run)
+def _keeping(spec, stage: str, run: Callable, also, subtask: int, rows) -> Iterator:
+    return keep_residuals(spec, stage, subtask, rows, run, also)
 
 
 def commit_stage(stage: str) -> str:
-    """The staged writer's stage name of ``stage``'s residuals (apart from its outputs)."""
+    """The staged writer's stage name of what an SDF stage's task keeps: its residuals, and
+    in batch its output chunks (one writer, one commit message a task and round)."""
     return f"residuals:{stage}"
 
 
 def keep_residuals(
-    spec: ResidualRound, stage: str, subtask: int, rows: Iterable, run: Callable
-) -> Iterator:
+    spec: ResidualRound, stage: str, subtask: int, rows: Iterable, run: Callable,
+    also: KeepAlso | None = None,
+) -> Iterator:  # fmt: skip
     """Run the stage (``run(rows)``) over ``rows`` then the due residuals of ``subtask``'s key
-    groups; keep the residuals it returns; stage the changes; report the range."""
+    groups; keep the residuals it returns (and what ``also`` keeps of its other output);
+    stage the changes; report the range."""
     state = TaskRange(spec, subtask, state_layout.sdf_residual(stage))
     handler = StateAndTimerBundleCheckpointHandler(state, stage)
     handler.restore()
     due = handler.pop_due(spec.clock_ms, spec.limit)
     fed = itertools.chain(rows, ((d.transform, d.element) for d in due))
-    for record in run(fed):
-        if isinstance(record, ResidualRecord) and record.stage == stage:
-            handler.add((record,))
-        else:
-            yield record
     writer = staged_writer_for_task(
         spec.url, spec.pipeline, commit_stage(stage), spec.round_no, spec.max_key_groups
     )
+    records = _taking_residuals(run(fed), handler, stage)
+    yield from records if also is None else also(records, subtask, writer)
     state.stage(writer, handler.pending())
     staged = finish(writer, state)
     yield CommitRecord(commit_stage(stage), staged)
@@ -83,3 +90,12 @@ def keep_residuals(
         stage, subtask, handler.pending(), handler.next_fire_ms(),
         handler.watermark_hold_micros(), len(due),
     )  # fmt: skip
+
+
+def _taking_residuals(records: Iterable, handler, stage: str) -> Iterator:
+    """``records`` without the stage's residuals, which ``handler`` keeps."""
+    for record in records:
+        if isinstance(record, ResidualRecord) and record.stage == stage:
+            handler.add((record,))
+        else:
+            yield record

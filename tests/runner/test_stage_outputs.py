@@ -16,7 +16,7 @@ from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout, t
 from sparkbeam.checkpoint.keygroups import key_group_range
 from sparkbeam.runner.batch import durability
 from sparkbeam.runner.task import kept_rows
-from sparkbeam.runner.task.records import CommitRecord, OutputRecord
+from sparkbeam.runner.task.records import OutputRecord
 from sparkbeam.runner.task.staged_state import StateRound
 from tests.checkpoint.test_task_owned_state import Reads
 
@@ -43,13 +43,10 @@ def _round(store, cid, round_no: int, parallelism: int, per_task: int = 3):
     for sub in range(parallelism):
         writer = open_staged_writer(root, "p", STAGE, round_no, sub, 0, max_key_groups=M)
         spec = _spec(root, cid, round_no, parallelism)
-        out = list(
-            durability.keep_outputs(_chunks(round_no, sub, per_task), spec, STAGE, sub, writer)
-        )
-        assert out[:-1] == _chunks(round_no, sub, per_task)  # passed through, in order
-        (commit,) = out[-1:]
-        assert isinstance(commit, CommitRecord)
-        messages.append(commit.message)
+        keep = durability.keeping_outputs(spec, STAGE)
+        out = list(keep(iter(_chunks(round_no, sub, per_task)), sub, writer))
+        assert out == _chunks(round_no, sub, per_task)  # passed through, in order
+        messages.append(writer.finish())
     pipeline = store.pipeline("p")
     return pipeline.checkpoint(
         fingerprint="f", parallelism=parallelism, metadata=LAYOUT, commit_messages=messages
@@ -132,3 +129,37 @@ def test_a_chunk_of_another_layout_is_refused_naming_its_namespace(tmp_path, exe
         root = store.storage.root
     with pytest.raises(state_layout.StateLayoutError, match="stage-output/stage-3"):
         _read(root, cid, 1)
+
+
+@pytest.mark.spark
+def test_a_durable_sdf_task_commits_its_residuals_and_output_chunks_as_one_message(spark, tmp_path):
+    """Each task of a durable SDF round stages its residuals and its output chunks with one
+    writer: one commit message a task and round (issue 44: it sent two)."""
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import PipelineOptions
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from tests.conftest import spark_test_options
+    from tests.sdf.sdfs import ChunkedWithDelay
+
+    url = str(tmp_path / "ckpt")
+    flags = [f"--checkpoint_dir={url}", "--parallelism=2", "--checkpoint_interval_s=0.01"]
+    with beam.Pipeline(options=PipelineOptions(spark_test_options(*flags))) as p:
+        got = (
+            p
+            | beam.Create([("a", 7), ("b", 5)])
+            | beam.ParDo(ChunkedWithDelay(per_call=3, delay_s=0.01))
+            | beam.MapTuple(lambda name, pos, _: f"{name}{pos}")
+        )
+        assert_that(got, equal_to([f"a{i}" for i in range(7)] + [f"b{i}" for i in range(5)]))
+    with open_store(url, read_only=True) as store:
+        (pipeline,) = store.list_pipelines()
+        manifests = [
+            store.load_manifest(pipeline, info.checkpoint_id).commits
+            for info in store.list_checkpoints(pipeline)
+        ]
+    for commits in manifests:  # a task's message per round it ran: one
+        per_task = Counter((round_no, task) for _, round_no, task, _ in commits)
+        assert not per_task or max(per_task.values()) == 1, commits
+    stages = {stage for commits in manifests for stage, *_ in commits}
+    assert stages and all(s.startswith("residuals:") for s in stages), stages
