@@ -78,6 +78,10 @@ def check_policy(policy: str) -> str:
     return policy
 
 
+class PolledBatch(list):
+    """A polled batch's records as ``WindowedValue``s: the read's one element a batch."""
+
+
 def _stamps(batch: list):
     return (message.timestamp() for message in batch)
 
@@ -94,16 +98,15 @@ class RecordMaker:
         self.policy, self.with_metadata = policy, with_metadata
         self._as_they_are = key_fn is _identity and value_fn is _identity and not with_metadata
 
-    def windowed(self, batch: list, now: Timestamp, watermark) -> list[WindowedValue]:
-        """``batch``'s records in the global window (the read's input is globally windowed,
-        checked in its expand: a ``WindowedValue`` skips Beam's per-record window assignment),
-        once ``watermark`` has observed the batch's largest timestamp. A record's event time
-        under the policy: ``now`` (when the batch was polled: one clock read a batch) for
-        ``ProcessingTime`` and for records without a timestamp, else the record's. Built from
-        int micros (Beam's ``windowed_value.create``): a ``Timestamp`` a record cost 4 of the
-        4.5 us this took."""
-        if not batch:
-            return []
+    def windowed_batch(self, batch: list, now: Timestamp, watermark) -> WindowedValue:
+        """A non-empty ``batch``'s records in the global window (the read's input is globally
+        windowed, checked in its expand: a ``WindowedValue`` skips Beam's per-record window
+        assignment), as one element of the list of them stamped with the earliest of their
+        timestamps (``ReadFromKafka`` hands them on one by one), once ``watermark`` has
+        observed the batch's largest timestamp. A record's event time under the policy:
+        ``now`` (when the batch was polled: one clock read a batch) for ``ProcessingTime`` and
+        for records without a timestamp, else the record's. Built from int micros (Beam's
+        ``windowed_value.create``): a ``Timestamp`` a record cost 4 of the 4.5 us this took."""
         now_micros, create = now.micros, windowed_value.create
         if self.policy == PROCESSING_TIME:
             micros = [now_micros] * len(batch)
@@ -112,7 +115,7 @@ class RecordMaker:
         element = _key_value if self._as_they_are else self.element
         out = [create(element(m), t, GLOBAL_WINDOWS) for m, t in zip(batch, micros)]
         watermark.observe_batch(Timestamp(micros=max(micros)))
-        return out
+        return create(PolledBatch(out), min(micros), GLOBAL_WINDOWS)
 
     def element(self, message) -> Any:
         if self._as_they_are:
