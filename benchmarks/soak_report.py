@@ -156,6 +156,12 @@ def analyse(args, soak, producer, produced_s: float, rounds: list[dict]) -> dict
     after_ref = [s for s in samples if s["t"] >= w["store_ref_s"]]
     ref = after_ref[0]["store_mb"] if after_ref else None
     peak = max((s["store_mb"] for s in after_ref), default=None)
+    # The store is a sawtooth (range snapshots written, older files swept): its envelope in
+    # minutes 5-15 against the highest it reaches after them says whether it grows.
+    early_peak = max(
+        (s["store_mb"] for s in samples if w["early"][0] <= s["t"] < w["early"][1]), default=None
+    )
+    late_peak = max((s["store_mb"] for s in samples if s["t"] >= w["early"][1]), default=None)
     t0 = soak.t0
     job = [(r["started"] - t0, r["job_s"] + r["commit_s"]) for r in rounds]
     early = p50([d for t, d in job if w["early"][0] <= t < w["early"][1]])
@@ -177,7 +183,8 @@ def analyse(args, soak, producer, produced_s: float, rounds: list[dict]) -> dict
             "errors": dict(producer.errors),
         },
         "exact": exact, "growth": growth,
-        "store": {"ref_mb": ref, "peak_after_mb": peak, "final_mb": samples[-1]["store_mb"],
+        "store": {"ref_mb": ref, "peak_after_mb": peak, "early_peak_mb": early_peak,
+                  "later_peak_mb": late_peak, "final_mb": samples[-1]["store_mb"],
                   "final_files": samples[-1]["store_files"]},
         "rounds": {"count": len(job), "p50_s": p50([d for _, d in job]), "early_p50_s": early,
                    "late_p50_s": late,
@@ -202,6 +209,10 @@ def _complete_lag(soak, produced_s: float, window_s: int) -> float | None:
     output was exact (None: no window was)."""
     last = soak.at_stop.get("last_window_complete")
     return None if last is None else soak.t0 + produced_s - (last + window_s)
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
 
 
 def _goal(value: float | None, bound: float) -> dict:
@@ -277,6 +288,9 @@ def summary(r: dict) -> str:
             g["round_ratio"],
             ".2f",
         ),
+        f"store envelope: highest after minute 15 scaled / highest in minutes 5-15 scaled: "
+        f"{_f(s.get('later_peak_mb'))} / {_f(s.get('early_peak_mb'))} MB = "
+        f"{_f(_ratio(s.get('later_peak_mb'), s.get('early_peak_mb')), '.2f')}",
         f"a bare consumer's read of partition 0's newest 1,000 records, p50 early -> late: "
         f"{_f(rd.get('tail_read_early_p50_s'), '.3f')} s -> "
         f"{_f(rd.get('tail_read_late_p50_s'), '.3f')} s (the broker's share of a creep)",
