@@ -118,7 +118,8 @@ def cpu_by_kind(driver: int, broker: int | None) -> dict[str, float]:
             continue
         kind = "driver" if pid == driver else ("jvm" if comm == "java" else "python workers")
         out[kind] += (int(f[11]) + int(f[12])) / ticks
-        if kind == "python workers":  # librdkafka's own threads (rdk:main, rdk:broker<n>)
+        if kind == "python workers":  # the kernel's share; librdkafka's threads (rdk:*)
+            out["  of which in the kernel"] += int(f[12]) / ticks
             out["  of which librdkafka threads"] += _threads_cpu(pid, "rdk:") / ticks
     if broker is not None:
         with open(f"/proc/{broker}/stat") as s:
