@@ -5,9 +5,9 @@ Before, a side input without a trigger kept every chunk it ever received
 the store and every reading worker grew with the job's age. Now a window's data goes once
 the watermark of every stage that reads it has passed the window's end plus the largest
 allowed lateness of the side input and of its readers' main inputs: readers leave it out at
-once, and the range's next snapshot leaves it out of the store. A run that fails after windows expired resumes exactly. A side input that stops
-getting data while its readers go on is dropped too, once its last window expired: no new data
-need come for the store to shed it.
+once, and the range's next snapshot leaves it out of the store. A run that fails after windows
+expired resumes exactly. A side input that stops getting data while its readers go on is
+dropped too, once its last window expired: no new data need come for the store to shed it.
 """
 
 from __future__ import annotations
