@@ -94,13 +94,14 @@ class TailProbe:
     """A bare consumer's time to read the newest ``n`` records of partition 0: what the broker
     alone costs a read as the topic grows, beside the job's rounds (issue 43, 4: is a round-time
     creep the broker's?). A new consumer each time (a kept one waited out its previous long
-    poll: 0.5 s). None when it did not get them within 10 s."""
+    poll: 0.5 s). None when it did not get them within 10 s, or the broker did not answer
+    (a busy broker timed the offsets query out and ended a soak after 17 minutes)."""
 
     def __init__(self, broker, topic: str, n: int = 1000) -> None:
         self.broker, self.topic, self.n = broker, topic, n
 
     def __call__(self) -> float | None:
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         started = time.perf_counter()
         consumer = Consumer(
@@ -114,6 +115,8 @@ class TailProbe:
             while got < high - start and time.perf_counter() - started < 10:
                 got += sum(1 for m in consumer.consume(500, 0.5) if not m.error())
             return time.perf_counter() - started if got >= high - start else None
+        except KafkaException:
+            return None
         finally:
             consumer.close()
 

@@ -189,6 +189,7 @@ def analyse(args, soak, producer, produced_s: float, rounds: list[dict]) -> dict
         "rounds": {"count": len(job), "p50_s": p50([d for _, d in job]), "early_p50_s": early,
                    "late_p50_s": late,
                    "tail_read_early_p50_s": tail_early, "tail_read_late_p50_s": tail_late,
+                   "tail_reads_failed": sum(1 for s in samples if s.get("tail_read_s") is None),
                    "each": [[round(t, 1), round(d, 3)] for t, d in job]},
         "lag": {"p50_s": p50(lags), "max_s": max(lags, default=None),
                 "at_end_s": lags[-1] if lags else None,
@@ -293,7 +294,8 @@ def summary(r: dict) -> str:
         f"{_f(_ratio(s.get('later_peak_mb'), s.get('early_peak_mb')), '.2f')}",
         f"a bare consumer's read of partition 0's newest 1,000 records, p50 early -> late: "
         f"{_f(rd.get('tail_read_early_p50_s'), '.3f')} s -> "
-        f"{_f(rd.get('tail_read_late_p50_s'), '.3f')} s (the broker's share of a creep)",
+        f"{_f(rd.get('tail_read_late_p50_s'), '.3f')} s (the broker's share of a creep; "
+        f"{rd.get('tail_reads_failed', 0)} reads got nothing within 10 s)",
         f"output lag (clock - newest window with output): p50 {_f(lag['p50_s'])} s, max "
         f"{_f(lag['max_s'])} s, when the producer stopped {_f(lag['at_end_s'])} s; then exact "
         f"up to a window that ended {_f(lag['complete_at_stop_s'])} s before",
