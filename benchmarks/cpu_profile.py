@@ -1,14 +1,17 @@
 """Where a record's CPU goes: py-spy over sparkbeam's whole process tree (issue 45, 1).
 
-Runs one workload on a warm session in this process, with ``py-spy record --native`` on this
-process (the driver) and on the Python workers (the zygote and everything it forks), and
-``/proc`` CPU times of the JVM and the broker around it. Each sample is charged to its
-*owner*: the innermost frame of a package we can name (sparkbeam's own code, Beam, PySpark
-and py4j, confluent-kafka/librdkafka, Python's standard library), walking out of the
-interpreter's and libc's own frames, so that time in a C call lands on the package that
-made it. Prints CPU microseconds per record by owner and process, and the functions that
-cost the most, against Beam's own per-element path (FnApiRunner, one core) for the same
-operations.
+Runs one workload on a warm session in this process, with py-spy on this process (the
+driver) and on the Python workers (the zygote and everything it forks), and ``/proc`` CPU
+times around it: the driver, the JVM, the workers (with their kernel time and librdkafka's own
+threads), the broker; each also net of a 100-record run's. By default py-spy samples the
+thread that holds the GIL (Python's CPU); ``--native`` samples C and Cython frames of every
+thread, leaving out those that wait (py-spy stops the process for each sample: slower). Each
+sample is charged to its *owner*: the innermost frame of a package we can name (sparkbeam's
+own code, Beam, PySpark and py4j, confluent-kafka/librdkafka, Python's standard library),
+walking out of the interpreter's and libc's own frames. Beam's Cython operators show no Python
+frame of their own: without ``--native`` their time lands on the Python frame that called
+them. Prints CPU microseconds per record by owner and process, and the functions that cost
+the most, against Beam's own per-element path (FnApiRunner, one core) for the same operations.
 
     python benchmarks/cpu_profile.py kafka --records 2000000
     python benchmarks/cpu_profile.py wordcount --size-mb 100
@@ -37,7 +40,8 @@ sys.path.insert(0, REPO)
 from benchmarks._harness import process_tree  # noqa: E402
 
 PY_SPY = os.path.join(os.path.dirname(sys.executable), "py-spy")
-OURS = tuple(f"{REPO}/{d}/" for d in ("runner", "sdf", "checkpoint", "translation", "sparkbeam"))
+PACKAGES = ("runner/", "sdf/", "checkpoint/", "translation/", "sparkbeam/")
+OURS = tuple(f"{REPO}/{d}" for d in PACKAGES) + PACKAGES  # absolute, or as a worker names them
 # A frame "name (file:line)" or "name (library.so)" of py-spy's raw output.
 _FRAME = re.compile(r"^(?P<name>.*?) \((?P<where>[^()]*)\)$")
 
@@ -60,9 +64,19 @@ def owner(where: str, name: str) -> str | None:
     return None
 
 
+# Where a thread waits: a ``--native`` sample whose innermost frame is one of these is idle.
+WAITS = (
+    "clock_nanosleep", "nanosleep", "futex", "pthread_cond", "cnd_timedwait", "epoll_wait",
+    "poll (libc", "select (libc", "__libc_recv", "recv (libc", "read (libc", "accept",
+)  # fmt: skip
+
+
 def charge(stack: str) -> tuple[str, str]:
-    """(owner, owning function) of one collapsed stack, innermost frame last."""
+    """(owner, owning function) of one collapsed stack, innermost frame last; ("idle", ...)
+    for a thread that waits (``--native`` samples every thread)."""
     frames = stack.split(";")
+    if any(frames[-1].startswith(w) or w in frames[-1] for w in WAITS):
+        return "idle", frames[-1][:100]
     for frame in reversed(frames):
         m = _FRAME.match(frame)
         if m is None:
@@ -275,7 +289,11 @@ def report(args, records: int, wall: float, before, after, fixed, spies, floor) 
         print(f"  {kind:30s} {used[kind] * us:7.2f} us  net {net:7.2f} us")
     for spy, what in zip(spies, ("driver", "python workers")):
         owners, functions = read_raw(spy.out)
+        idle = owners.pop("idle", 0)
+        functions = Counter({k: v for k, v in functions.items() if k[0] != "idle"})
         total = sum(owners.values())
+        if idle:
+            print(f"{what}: {idle} samples of waiting threads left out")
         print(f"{what}: {total} samples at {args.rate}/s, {total / args.rate * us:.2f} us/record")
         for who, n in owners.most_common():
             print(f"  {who:15s} {n / args.rate * us:7.2f} us  {100 * n / max(total, 1):5.1f}%")
