@@ -128,15 +128,15 @@ def progressed(pace: FetchPace) -> None:
 
 class Hold:
     """One read call's hold on its partition: the consumer assigned to it at ``position``
-    (the next offset to read), the largest end offset its consumers' fetches saw, and since
-    when (monotonic) the call has got nothing."""
+    (the next offset to read), the end offset its fetches saw when its first batch came and the
+    largest they saw, and since when (monotonic) the call has got nothing."""
 
     def __init__(self, topic: str, partition: int, position: int, consumer: Any) -> None:
         from confluent_kafka import TopicPartition
 
         self.topic, self.partition, self.name = topic, partition, f"{topic}-{partition}"
         self.tp = TopicPartition(topic, partition)
-        self.position, self.end_seen = position, -1
+        self.position, self.end_seen, self.first_end = position, -1, -1
         self.quiet_from = time.monotonic()
         self.consumer: Any = None
         self.take(consumer)
@@ -161,11 +161,23 @@ class Hold:
         this, such a read went on until ``max_poll_s``, a round for every partition it read."""
         return 0 <= self._high() <= self.position
 
+    def more_since_start(self, n: int) -> bool:
+        """Whether the call has taken all that the partition held when its first batch came
+        (as its consumer's fetches then saw it) and ``n`` or more records were written since:
+        those wait for the next call, so that a call reads the backlog it began with. A
+        partition written faster than its fetches come never looks caught up (every fetch
+        brings more), and its calls went on for ``max_poll_s``: a round took that long, and
+        its records waited for it."""
+        high = self._high()
+        return 0 <= self.first_end <= self.position and high - self.position >= n
+
     def _high(self) -> int:
         """The partition's end as this consumer's newest fetch saw it (cached: no broker call;
-        -1 before any fetch), noted in ``end_seen``."""
+        -1 before any fetch), noted in ``end_seen`` (and in ``first_end`` the first time)."""
         _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
         self.end_seen = max(self.end_seen, high)
+        if self.first_end < 0:
+            self.first_end = high
         return high
 
     def release(self) -> None:

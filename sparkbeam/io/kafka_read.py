@@ -4,7 +4,9 @@ Owns: the transform (Beam's ``apache_beam.io.kafka.ReadFromKafka`` argument name
 apply) and the read loop: assign one partition at its restriction's start, poll in batches,
 claim each batch at once (``kafka_restrictions.ClaimUpTo``), and, once the partition is caught
 up (librdkafka's partition-EOF event, or all that the newest fetch saw is read,
-``Hold.reached_end``) or after ``max_poll_s``, defer the remainder -- with
+``Hold.reached_end``), or once it has read all the partition held when it began while a batch
+or more came since (``Hold.more_since_start``: for the next round, at once), or after
+``max_poll_s``, defer the remainder -- with
 ``idle_resume_delay_s`` when caught up, or ``max_idle_resume_delay_s`` once the partition's
 reads have found nothing for that long (the streak travels in the restriction,
 ``KafkaOffsetRange``), ending on a multiple of the delay on the wall clock so that the
@@ -296,9 +298,10 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                         return
                     self._rest(tracker, last is not None, idle_since)
                     return
-                if time.monotonic() >= deadline:
+                more = ours and hold.more_since_start(self.batch_size)
+                if more or time.monotonic() >= deadline:
                     mark_idle_since(tracker, None)
-                    tracker.defer_remainder()
+                    tracker.defer_remainder()  # more has come: the next round reads it
                     return
         finally:
             hold.release()

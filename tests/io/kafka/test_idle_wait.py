@@ -136,3 +136,71 @@ def test_a_read_of_a_partition_written_every_few_ms_ends_once_it_has_taken_what_
     assert residual.start > 50  # it read what was there
     assert took < 5.0, f"the read went on for {took:.1f} s"
     assert 0.25 <= delay <= 1.25  # caught up: the resume delay, on its grid
+
+
+def test_a_read_of_a_partition_written_faster_than_it_is_fetched_ends_at_its_first_backlog(
+    kafka_broker,
+):
+    """Every fetch of a partition written at thousands of records a second brings more: the
+    read went on for its whole ``max_poll_s`` (a round as long, its records waiting for it),
+    or, caught up with a fetch for an instant, advanced the watermark to the clock and waited
+    the resume delay while records kept coming (the sustained-rate benchmark, issue 45). It
+    ends once it has read what the partition held when it began and a batch or more came
+    since: the rest is for the next round, at once, and the watermark stays at what was read
+    (the partition is not caught up)."""
+    from confluent_kafka import Producer
+
+    topic = "fast-" + uuid.uuid4().hex[:8]
+    kafka_broker.create_topic(topic, 1)
+    producer = Producer(kafka_broker.config(**{"linger.ms": "1"}))
+    stop = threading.Event()
+
+    def write() -> None:  # bursts of 2,000 records: more than a batch comes during a read
+        while not stop.is_set():
+            for _ in range(2000):
+                producer.produce(topic, key=b"k", value=b"v" * 100, partition=0)
+            producer.poll(0)
+            time.sleep(0.02)
+        producer.flush(10)
+
+    kafka_broker.produce(topic, [(b"k", b"v" * 100, None)] * 50_000, partition=0)
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    reader = ReadFromKafka(
+        kafka_broker.config(), [topic], idle_resume_delay_s=1.0, max_poll_s=20.0,
+        timestamp_policy=ReadFromKafka.create_time_policy,
+    ).reader  # fmt: skip
+    reader.setup()
+    try:
+        _wait_for_records(kafka_broker, topic, 54_000)
+        tracker = ThreadsafeRestrictionTracker(KafkaOffsetTracker(OffsetRange(0, UNBOUNDED)))
+        watermark = KafkaWatermarkEstimator(None)
+        started = time.monotonic()
+        element = (topic, 0, 0, UNBOUNDED)
+        batches = list(reader._read(element, RestrictionTrackerView(tracker), watermark))
+        took = time.monotonic() - started
+        residual, delay = tracker.deferred_status()
+    finally:
+        stop.set()
+        writer.join(15)
+        reader.teardown()
+    records = sum(len(batch.value) for batch in batches)
+    assert records >= 54_000 and residual.start == records  # it read a backlog, and stopped
+    assert took < 10.0, f"the read went on for {took:.1f} s"
+    assert delay.micros == 0  # more is there: the next round reads it at once
+    newest = max(r.timestamp_micros for batch in batches for r in batch.value)
+    assert watermark.current_watermark().micros == newest  # not advanced to the clock
+
+
+def _wait_for_records(kafka_broker, topic: str, n: int) -> None:
+    """Until partition 0 of ``topic`` holds ``n`` records (a minute at most)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(kafka_broker.config(**{"group.id": "count-" + topic}))
+    try:
+        deadline = time.monotonic() + 60
+        while consumer.get_watermark_offsets(TopicPartition(topic, 0), 5)[1] < n:
+            assert time.monotonic() < deadline, f"{topic} got fewer than {n} records in a minute"
+            time.sleep(0.1)
+    finally:
+        consumer.close()
