@@ -164,10 +164,10 @@ class Hold:
     def more_since_start(self, n: int) -> bool:
         """Whether the call has taken all that the partition held when its first batch came
         (as its consumer's fetches then saw it) and ``n`` or more records were written since:
-        those wait for the next call, so that a call reads the backlog it began with. A
-        partition written faster than its fetches come never looks caught up (every fetch
-        brings more), and its calls went on for ``max_poll_s``: a round took that long, and
-        its records waited for it."""
+        those wait for the next call, so that a call reads the backlog it began with. Every
+        fetch of a partition written faster than it is fetched brings more: its calls went on
+        for ``max_poll_s`` (a round as long), or, caught up with a fetch for an instant, took
+        the partition for idle and waited the resume delay while records kept coming."""
         high = self._high()
         return 0 <= self.first_end <= self.position and high - self.position >= n
 

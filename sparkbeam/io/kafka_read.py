@@ -282,7 +282,6 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                 ours = self._claim(batch, tracker)
                 if ours:
                     yield self.records.windowed_batch(batch[:ours], Timestamp.now(), watermark)
-                if ours:
                     last = batch[ours - 1].offset()
                     hold.position = last + 1
                     progressed(pace)
@@ -301,7 +300,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                 more = ours and hold.more_since_start(self.batch_size)
                 if more or time.monotonic() >= deadline:
                     mark_idle_since(tracker, None)
-                    tracker.defer_remainder()  # more has come: the next round reads it
+                    tracker.defer_remainder()  # not caught up: the next round reads on
                     return
         finally:
             hold.release()
