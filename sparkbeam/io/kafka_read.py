@@ -77,6 +77,10 @@ class ReadFromKafka(beam.PTransform):
     ``fetch.wait.max.ms``, 5 by default, while the partition lags and the broker answers
     nothing within the wait) and ``stall_warning_s`` (60: how long a lagging partition goes
     without a record before a ``KafkaReadStalledWarning`` names it, once a minute).
+    ``max_delay_s`` (``CreateTime`` only; 0 by default) is how much
+    earlier than the newest record a producer may stamp one that reaches the broker later:
+    the watermark stays that far behind the newest record, and a caught-up partition's
+    advances to its last poll's start less it (Beam Java's ``withCreateTime(maxDelay)``).
     """
 
     processing_time_policy = kafka_records.PROCESSING_TIME
@@ -107,6 +111,7 @@ class ReadFromKafka(beam.PTransform):
         max_idle_resume_delay_s: float | None = None,
         max_fetch_wait_ms: int = MAX_FETCH_WAIT_MS,
         stall_warning_s: float = 60.0,
+        max_delay_s: float = 0.0,
     ) -> None:
         super().__init__()
         if not idle_resume_delay_s > 0:
@@ -156,8 +161,9 @@ class ReadFromKafka(beam.PTransform):
             kafka_records.RecordMaker(
                 kafka_records.deserializer("key", key_deserializer),
                 kafka_records.deserializer("value", value_deserializer),
-                kafka_records.check_policy(timestamp_policy),
+                kafka_records.check_policy(timestamp_policy, max_delay_s),
                 with_metadata,
+                max_delay_s,
             ),
             commit_offset_in_finalize=commit_offset_in_finalize,
             poll_timeout_s=float(consumer_polling_timeout),
@@ -266,19 +272,22 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         last = None
         try:
             while True:
-                slice_s = self.pacing.slice_s(pace)
+                slice_s, polled_at = self.pacing.slice_s(pace), time.time()
                 messages = kafka_client.poll(hold.consumer, self.batch_size, slice_s)
                 if not messages:
                     if self._nothing(hold, pace, tracker, until_ms):
                         return
                     continue
                 hold.quiet_from = time.monotonic()
-                caught_up, batch = False, []
+                at_end, away, batch = False, False, []
                 for message in messages:
                     if message.error() is None:
                         batch.append(message)
+                        at_end = False  # a record after the end event: not the end any more
+                    elif self._at_end(message, hold):
+                        at_end = True
                     else:
-                        caught_up = caught_up or self._caught_up(message, hold)
+                        away = True
                 ours = self._claim(batch, tracker)
                 if ours:
                     yield self.records.windowed_batch(batch[:ours], Timestamp.now(), watermark)
@@ -290,8 +299,9 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     return
                 if last is not None and last + 1 >= tracker.current_restriction().stop:
                     return  # the restriction is done: no empty residual to schedule
-                if caught_up or (ours and hold.reached_end()):
-                    watermark.advance_idle(Timestamp.now())
+                if at_end or away or (ours and hold.reached_end()):
+                    if not away:  # a broker that is away may hold records: the watermark waits
+                        watermark.advance_idle(self.records.idle_watermark(polled_at))
                     if _past(self.stop_read_time) or _past(until_ms):
                         tracker.try_claim(UNBOUNDED)
                         return
@@ -363,10 +373,10 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
             return n
         return sum(1 for m in batch[:n] if m.offset() <= claim.claimed)
 
-    def _caught_up(self, message, hold: Hold) -> bool:
-        """Whether an event ends the call as caught up (the partition's end, or a broker that
-        is away: retried after the resume delay, nothing is lost); raises on an error no
-        retry can mend, and closes the consumer first on a fatal one (librdkafka: the
+    def _at_end(self, message, hold: Hold) -> bool:
+        """An event: True at the partition's end, False for a broker that is away (either
+        ends the call: retried after the resume delay, nothing is lost); raises on an error
+        no retry can mend, and closes the consumer first on a fatal one (librdkafka: the
         consumer cannot go on), the one error that calls for a new consumer."""
         from confluent_kafka import KafkaError
 
@@ -375,14 +385,14 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         if code == KafkaError._PARTITION_EOF:
             return True
         if code in (KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT):
-            return True  # the broker is away: retry after the resume delay, nothing is lost
+            return False
         if error.fatal() or not error.retriable():
             if error.fatal():
                 self._consumers.drop(hold.consumer)
                 hold.consumer = None
             bootstrap = kafka_client.bootstrap_of(self.config)
             raise KafkaBrokerUnreachableError(f"{bootstrap} ({hold.name})", error)
-        return True
+        return False  # a retriable error: no proof of the end either
 
 
 def _past(until_ms: int | None) -> bool:

@@ -108,3 +108,8 @@ def test_a_read_whose_credentials_are_refused_fails_instead_of_retrying(kafka_br
             list(reader._read(("t", 0, 0, UNBOUNDED), tracker, watermark))
     finally:
         reader.teardown()
+
+
+def test_max_delay_s_is_refused_for_a_policy_it_does_not_bound():
+    with pytest.raises(KafkaConfigError, match=r"max_delay_s=1 .* applies to .*CreateTime"):
+        ReadFromKafka({"bootstrap.servers": "h:1"}, ["t"], max_delay_s=1)
