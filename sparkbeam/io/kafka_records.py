@@ -113,10 +113,11 @@ class RecordMaker:
         windowed, checked in its expand: a ``WindowedValue`` skips Beam's per-record window
         assignment), as one element of the list of them stamped with the earliest of their
         timestamps (``ReadFromKafka`` hands them on one by one), once ``watermark`` has
-        observed the batch's largest timestamp (less ``max_delay_s``). A record's event time under the policy:
-        ``now`` (when the batch was polled: one clock read a batch) for ``ProcessingTime`` and
-        for records without a timestamp, else the record's. Built from int micros (Beam's
-        ``windowed_value.create``): a ``Timestamp`` a record cost 4 of the 4.5 us this took."""
+        observed the batch's largest timestamp (less ``max_delay_s``). A record's event time
+        under the policy: ``now`` (when the batch was polled: one clock read a batch) for
+        ``ProcessingTime`` and for records without a timestamp, else the record's. Built from
+        int micros (Beam's ``windowed_value.create``): a ``Timestamp`` a record cost 4 of the
+        4.5 us this took."""
         now_micros, create = now.micros, windowed_value.create
         if self.policy == PROCESSING_TIME:
             micros = [now_micros] * len(batch)

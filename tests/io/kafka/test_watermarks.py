@@ -64,8 +64,12 @@ def test_a_record_stamped_before_the_partition_went_idle_is_on_time_within_max_d
     _ = (
         p
         | ReadFromKafka(
-            config, [topic], timestamp_policy=ReadFromKafka.create_time_policy,
-            idle_resume_delay_s=0.1, max_delay_s=8, commit_offset_in_finalize=True,
+            config,
+            [topic],
+            timestamp_policy=ReadFromKafka.create_time_policy,
+            idle_resume_delay_s=0.1,
+            max_delay_s=8,
+            commit_offset_in_finalize=True,
         )  # fmt: skip
         | beam.WindowInto(window.FixedWindows(1))
         | beam.Map(lambda kv: ("n", 1))
@@ -81,7 +85,6 @@ def test_a_record_stamped_before_the_partition_went_idle_is_on_time_within_max_d
         wait_for_exactly(str(tmp_path / "out"), ["2"], run)
     finally:
         run.cancel()
-
 
 
 def _wait_until_committed(config: dict, topic: str, offset: int, timeout_s: float = 60) -> None:
