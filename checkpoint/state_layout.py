@@ -66,7 +66,7 @@ TASK_OWNED_PREFIXES = (
     PUSHBACK_PREFIX, SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX,
 )  # fmt: skip
 # Task-owned namespaces whose keys are put once and never deleted: a range's snapshot keeps its
-# base's files and adds one of its tail (`sparkbeam.runner.task.kept_rows`).
+# base's files and adds one of its tail (`sparkbeam.runner.task.task_range` `RowKeeper`).
 APPEND_ONLY_PREFIXES = (STAGE_OUTPUT_PREFIX, PUSHBACK_PREFIX, SIDE_ROWS_PREFIX)
 
 

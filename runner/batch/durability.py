@@ -6,7 +6,7 @@ What survives a driver kill (seed 000's "completed work is not redeployed"):
   the checkpoint handler);
 - the output chunks of its committed rounds, kept by the tasks that made
   them in their key groups (``stage-output/<stage>``,
-  ``runner.task.kept_rows``), staged with its residuals in one writer, and named by
+  ``runner.task.task_range``), staged with its residuals in one writer, and named by
   the round's checkpoint — the
   two-phase commit of DESIGN.md: tasks stage, the driver commits exactly the
   successful attempts' handles, a killed round leaves only unnamed garbage.
@@ -24,10 +24,10 @@ import functools
 from collections.abc import Callable, Iterable
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.task.kept_rows import RowKeeper, reading_rows
 from sparkbeam.runner.task.records import OutputRecord
 from sparkbeam.runner.task.residual_state import KeepAlso
 from sparkbeam.runner.task.staged_state import StateRound
+from sparkbeam.runner.task.task_range import RowKeeper, reading_rows
 
 FINISHED = state_layout.FINISHED
 input_marker = state_layout.input_marker
@@ -35,7 +35,7 @@ input_marker = state_layout.input_marker
 
 def keeping_outputs(spec: StateRound, stage: str) -> KeepAlso:
     """What a durable SDF task keeps besides its residuals (``residual_state.keep_residuals``):
-    every output chunk, in its key groups (``task.kept_rows``), staged with its residuals'
+    every output chunk, in its key groups (``task.task_range``), staged with its residuals'
     writer, so the task sends one commit message a round."""
     return functools.partial(_keep_outputs, spec, stage)
 

@@ -7,7 +7,7 @@ would finalize nothing. As in Beam's runners, a side input is *ready* once data 
 arrived for it or its watermark is at +infinity (nothing more can come); until every side
 input of a stage is ready, the stage's main input is pushed back: its tasks (one per
 subtask) keep the rows in their key groups in the round's checkpoint (namespace
-``pushback/<stage>``, task-owned and append-only: ``task.kept_rows``) instead of processing
+``pushback/<stage>``, task-owned and append-only: ``task.task_range``) instead of processing
 them. The round that finds the side inputs ready has one task per subtask read its key
 groups' rows back into the stage's input, and drops the namespace from its checkpoint: the
 driver holds the rows' handles, never the rows. While rows are pushed back the stage holds
@@ -20,10 +20,9 @@ from collections.abc import Iterable, Iterator
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming import watermarks
-from sparkbeam.runner.task.kept_rows import RowKeeper, reading_rows
-from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord, is_report
 from sparkbeam.runner.task.staged_state import StateRound
+from sparkbeam.runner.task.task_range import RowKeeper, reading_rows, staged_writer_for_task
 
 PREFIX = state_layout.PUSHBACK_PREFIX
 namespace = state_layout.pushback

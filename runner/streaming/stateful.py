@@ -30,10 +30,9 @@ from apache_beam.utils import timestamp
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task import clock
 from sparkbeam.runner.task.grouping import partition_for_key
-from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport
 from sparkbeam.runner.task.staged_state import StateRound
-from sparkbeam.runner.task.task_range import TaskRange, finish
+from sparkbeam.runner.task.task_range import TaskRange, finish, staged_writer_for_task
 from sparkbeam.runner.task.user_state import user_key
 
 _PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME

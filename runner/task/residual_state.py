@@ -23,10 +23,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord, ResidualReport
 from sparkbeam.runner.task.staged_state import StateRound
-from sparkbeam.runner.task.task_range import TaskRange, finish
+from sparkbeam.runner.task.task_range import TaskRange, finish, staged_writer_for_task
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.checkpoint_handler import MAX_RESIDUALS_PER_ROUND
 

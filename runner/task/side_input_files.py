@@ -4,7 +4,7 @@ A side input fills over rounds. Rather than collecting it on the driver and broa
 it each round, the round that first reads a side input has its tasks keep what its writers
 emitted, each in its own key groups, and the driver learns only the staged files' handles.
 Without a trigger, every chunk stays part of it (``side-rows/<buffer>``, task-owned and
-append-only: ``task.kept_rows``, one task per subtask, `keeping_side_input`); a triggered side
+append-only: ``task.task_range``, one task per subtask, `keeping_side_input`); a triggered side
 input is per window its latest firing (``side-view/<buffer>``: ``task.side_input_view``). A
 reading task gets `SideInputFiles` -- the checkpoint's files of the namespace and the ones this
 round staged, never a chunk -- and reads them (`side_input_chunks`). Each Python worker keeps
@@ -18,7 +18,7 @@ inputs (a late main element reads its window); the driver passes that horizon wi
 files (`SideInputFiles.horizon`). Every row carries its windows' latest end
 (`state_layout.encode_side_row`, `encode_side_view`): a worker drops the chunks of rows that
 ended by the horizon from what it holds and merges, and a keeping task leaves them out of its
-range's snapshot (``task.kept_rows`` `RowExpiry`), which it writes once they are a quarter of
+range's snapshot (``task.task_range`` `RowExpiry`), which it writes once they are a quarter of
 its range's rows. The global window never ends: a global-window side input without a trigger
 keeps every chunk (bounded only by its input). A keeping task reports the latest end of what
 it kept (`SideInputHeld`), so the driver knows when what a side input no stage writes any more
@@ -46,10 +46,9 @@ from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.materialization import read_materialization
 from sparkbeam.checkpoint.reader import namespace_files
 from sparkbeam.checkpoint.task_state import NamespaceState
-from sparkbeam.runner.task.kept_rows import RowExpiry, RowKeeper
-from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.staged_state import StateRound, task_store
+from sparkbeam.runner.task.task_range import RowExpiry, RowKeeper, staged_writer_for_task
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 
 COMMIT_PREFIX = "side:"  # the commit stage of a side input's keeping tasks: this, the buffer

@@ -37,11 +37,10 @@ from apache_beam.coders.coder_impl import create_InputStream, create_OutputStrea
 from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.task.range_staging import staged_writer_for_task
 from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.side_input_files import commit_stage, window_end
 from sparkbeam.runner.task.staged_state import StateRound
-from sparkbeam.runner.task.task_range import TaskRange, finish
+from sparkbeam.runner.task.task_range import TaskRange, finish, staged_writer_for_task
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
 
 WINDOW_KEY = b"window/"  # a view entry's key: this, then the encoded window

@@ -32,6 +32,7 @@ from sparkbeam.checkpoint.errors import CheckpointCorruptError, TaskStateDamaged
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.reader import may_hold, replay_changelog, replay_namespace
+from sparkbeam.checkpoint.task_state import NamespaceState
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
 from sparkbeam.runner.task import held_state, shared_reads
 
@@ -79,6 +80,14 @@ class _Read:
     staged: tuple[str, ...] | None = None
     """Files an attempt staged whose changes ``state`` already holds (``keep_staged``); they
     count as read once a manifest names them all after ``changelog``."""
+
+
+def namespace_chains(spec: StateRound, namespace: str) -> NamespaceState | None:
+    """``namespace``'s ranges in the checkpoint the round's state is as of (None: none yet)."""
+    if spec.checkpoint_id is None:
+        return None
+    manifest = task_store(spec.url).load_manifest(spec.pipeline, spec.checkpoint_id)
+    return manifest.task_state.namespaces.get(namespace) if manifest.task_state else None
 
 
 def range_slot(spec: StateRound, namespace: str, groups) -> tuple:
@@ -350,16 +359,18 @@ def keep_staged(
         read = _READS.pop(slot, None)
     if read is None or read.state is not state:
         return
+    held = read.state  # the dict this module read (a spilled one returned above): its own
+    assert isinstance(held, dict)
     size = read.size
     for key, value in changes.items():
-        old = state.pop(key, None)
+        old = held.pop(key, None)
         if old is not None:
             size -= len(key) + len(old)
         if value is not None:
-            state[key] = value
+            held[key] = value
             size += len(key) + len(value)
     if size <= spec.memory_bytes:
-        kept = _Read(read.materialization, read.changelog, state, size, _names(staged))
+        kept = _Read(read.materialization, read.changelog, held, size, _names(staged))
         _keep(slot, kept, spec.memory_bytes)
     if len(staged) == 1:  # for the worker that runs this slot next (a segment, one delta)
         shared_reads.save_delta(slot, staged[0].name, changes)

@@ -1,30 +1,76 @@
-"""One task's key-group range of one task-owned namespace in one round: read, change, stage.
+"""A task's key-group range of a task-owned namespace in one round: read, change, stage; or
+append rows to it.
 
 Every keyed task (a GroupByKey's buffers, a stateful DoFn's cells and timers, an SDF stage's
 residuals, a triggered side input's view) does the same with its range: read it as of the
 round's checkpoint (``staged_state.read_task_state``: kept by the worker between rounds, a
 dict or, past the memory budget, a RocksDB on the executor's disk), change some keys, stage
-the changes and the range's count or snapshot in the attempt's writer
-(``range_staging.stage_range``), and after the writer finished keep the read with the changes
-applied as the next round's read (``keep_staged``) and release it. `TaskRange` is that
-sequence; a task says only what is special to it. Several ranges (namespaces) may stage into
-one writer (a stateful stage's cells and timers): `finish` finishes it and keeps each.
+the changes and the range's count or snapshot in the attempt's writer (`TaskRange.stage`:
+when the range's tail has grown past its threshold it has the snapshot written in the
+background, ``background_snapshots``; when the commit asked for one, or the tail is overdue,
+it writes it in the round, streamed from the read so a range larger than memory is written in
+parts), and after the writer finished keep the read with the changes applied as the next
+round's read (``keep_staged``) and release it. `TaskRange` is that sequence; a task says only
+what is special to it. Several ranges (namespaces) may stage into one writer (a stateful
+stage's cells and timers): `finish` finishes it and keeps each.
 
-Leaves to others: how a read is kept and caught up (``staged_state``), when a range snapshots
-(``range_staging``, ``background_snapshots``), what the values mean (``state_layout``).
+Append-only rows (`RowKeeper`) are chunks a task keeps in its own key groups without reading
+the range.
+Two kinds of rows are kept this way (`state_layout.APPEND_ONLY_PREFIXES`), each a name and
+Beam-encoded bytes: a durable batch SDF stage's output chunks (``stage-output/<stage>``, read
+back when the stage resumes: ``runner.batch.durability``) and a streaming stage's main input
+pushed back until its side inputs are ready (``pushback/<stage>``, read back by the round
+that finds them ready, which drops them: ``runner.streaming.pushback``). A task keeps each
+under a key in its own key groups (round, partition and sequence number, and an id), in the
+round's checkpoint: two-phase, only the committed attempt's rows count. The driver holds the
+segments' handles, never the rows.
+
+When the task's range is due a snapshot (`task_state.Due`, as of the checkpoint the round
+reads), the task reads back what the range's tail added since its base and writes it, with
+this round's rows, into new files; the base's files stay part of the range's snapshot, so
+each row is rewritten about once. When the commit asked for a fallback (`Due.REQUESTED`) it
+rewrites the whole range instead: the next checkpoint then shares no file with the retained
+one. One task per subtask keeps rows (``as_subtasks``): two tasks snapshotting one range
+would each miss the other's rows.
+
+Rows that carry their windows' latest end (a streaming side input's, `RowExpiry`) are left
+out of the range's snapshot once every reader's watermark passed it: such a snapshot keeps
+only the base's files that hold no expired row and rewrites the rest, and it is due, too,
+once a quarter of the range's rows expired, so the store shrinks as windows expire.
+
+Reading back (`read_rows`), one task per subtask reads its key groups' rows, streamed a file
+at a time.
+
+Leaves to others: how a read is kept and caught up (``staged_state``), when a range is due a
+snapshot (``task_state.snapshot_due``), what the values mean (``state_layout``).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 
-from sparkbeam.checkpoint import key_group_range
-from sparkbeam.checkpoint.keygroups import key_in_groups
+from sparkbeam.checkpoint import key_group_range, open_staged_writer, state_layout
+from sparkbeam.checkpoint.ids import FileEntry
+from sparkbeam.checkpoint.keygroups import KeyGroupRange, key_in_groups
+from sparkbeam.checkpoint.layout import pipeline_dir
+from sparkbeam.checkpoint.reader import iter_appended, namespace_files
 from sparkbeam.checkpoint.staging import CommitMessage
-from sparkbeam.runner.task.range_staging import stage_range
-from sparkbeam.runner.task.staged_state import StateRound, keep_staged, read_task_state, release
+from sparkbeam.checkpoint.task_state import Due, NamespaceState
+from sparkbeam.runner.spark.filesystem_options import apply_in_task
+from sparkbeam.runner.task import background_snapshots
+from sparkbeam.runner.task.staged_state import (
+    StateRound,
+    keep_staged,
+    namespace_chains,
+    range_slot,
+    read_task_state,
+    release,
+    task_store,
+)
 
 
 class TaskRange:
@@ -85,12 +131,31 @@ class TaskRange:
         return len(stored) + added - sum(1 for v in self.changes.values() if v is None)
 
     def stage(self, writer, keys: int | None = None) -> None:
-        """Write the changes to ``writer``, with the range's count (``keys``, or `held`) or its
-        snapshot when one is due."""
+        """Write the changes to ``writer``, with the range's count (``keys``, or `held`) or,
+        when one is due, its snapshot: one written in the background by an earlier round, or
+        a new one, in the background when the tail has grown, else in the round (in files of
+        at most a quarter of the memory budget)."""
         writer.write_all(self.namespace, self.changes)
         held = self.held() if keys is None else keys
-        stage_range(writer, self.spec, self.subtask, self.namespace, self.stored, self.changes,
-                    held)  # fmt: skip
+        spec, groups, namespace = self.spec, self.groups, self.namespace
+        chains = namespace_chains(spec, namespace)
+        due = None
+        if chains is not None:
+            slot = range_slot(spec, namespace, groups)
+            due = chains.snapshot_due(groups)
+            if due is Due.GROWN and (
+                background_snapshots.report(writer, slot, chains, groups)  # or being written
+                or background_snapshots.start(
+                    writer, slot, chains, groups, namespace, self.stored, self.changes,
+                    spec.memory_bytes // 4,
+                )
+            ):  # fmt: skip
+                due = None
+        if due is None:
+            writer.count(namespace, groups.start, groups.stop, held)
+        else:  # streamed from the read: it may be on disk
+            writer.snapshot(namespace, groups.start, groups.stop, self.items(),
+                            spec.memory_bytes // 4)  # fmt: skip
 
     def keep(self, staged: CommitMessage) -> None:
         """After the writer finished as ``staged``: keep the read with the changes applied as
@@ -112,3 +177,175 @@ def finish(writer, *ranges: TaskRange) -> CommitMessage:
     for task_range in ranges:
         task_range.keep(staged)
     return staged
+
+
+def staged_writer_for_task(url: str, pipeline: str, stage: str, round_no: int, max_key_groups: int):
+    """A staged writer named by this Spark task's partition and attempt."""
+    from pyspark import TaskContext
+
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("staged_writer_for_task runs inside a Spark task only")
+    apply_in_task()
+    return open_staged_writer(
+        url,
+        pipeline,
+        stage,
+        round_no,
+        ctx.partitionId(),
+        ctx.attemptNumber(),
+        max_key_groups=max_key_groups,
+    )
+
+
+EXPIRED_SHARE = 4
+"""A range whose expired rows are this share of its rows (a quarter) snapshots without them."""
+
+
+@dataclass(frozen=True)
+class RowExpiry:
+    """Rows that carry their windows' latest end: those that ended by ``horizon`` go."""
+
+    horizon: int
+    rows: Callable[[FileEntry, bool, KeyGroupRange], list[tuple[bytes, int, bytes | None]]]
+    """(key, latest end, chunk or None) of a committed file's rows in the key groups (a
+    snapshot file or not): the worker's read (``task.side_input_files``)."""
+    value: Callable[[bytes, int], bytes]
+    """A row's value from its chunk and end."""
+
+
+class RowKeeper:
+    """The rows one task (``subtask``) keeps in ``namespace`` this round, staged by
+    ``writer``; `finish` before the writer does. With ``expiry``, rows carry an end."""
+
+    def __init__(
+        self, spec: StateRound, namespace: str, subtask: int, writer,
+        expiry: RowExpiry | None = None,
+    ) -> None:  # fmt: skip
+        self.spec, self.namespace, self.subtask, self.writer = spec, namespace, subtask, writer
+        self.groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
+        self.chains = namespace_chains(spec, namespace)
+        self.due = self.chains.snapshot_due(self.groups) if self.chains is not None else None
+        self.expiry = expiry
+        self.committed: list = []  # with expiry: per committed file of the range, its rows
+        self.expired = False  # enough rows expired: the range snapshots without them
+        if expiry is not None and self.chains is not None:
+            self.committed = [
+                (entry, snapshot, expiry.rows(entry, snapshot, sub))
+                for sub, entry, snapshot in namespace_files(self.chains, self.groups)
+            ]
+            rows = [end for _, _, held in self.committed for _, end, _ in held]
+            gone = sum(1 for end in rows if end <= expiry.horizon)
+            self.expired = gone > 0 and gone * EXPIRED_SHARE >= len(rows)
+        self.made: list[tuple[bytes, bytes]] = []  # this round's rows, kept only for a snapshot
+        self._ids = itertools.count()
+        self.rows = 0
+
+    def add(self, name: str, data: bytes, end: int | None = None) -> None:
+        """One row; ``end``: its windows' latest end (a side input's row, with expiry)."""
+        spec = self.spec
+        prefix = state_layout.row_key(spec.round_no, self.subtask, self.rows, round_width=8)
+        ids = (i.to_bytes(4, "big") for i in self._ids)
+        key = key_in_groups(prefix, ids, self.groups, spec.max_key_groups)
+        if end is None:
+            value = state_layout.encode_row(name, data)
+        else:
+            value = state_layout.encode_side_row(name, data, end)
+        self.writer.put(self.namespace, key, value)
+        if self.due is not None or self.expired:
+            self.made.append((key, value))
+        self.rows += 1
+
+    def finish(self) -> None:
+        """The range's snapshot when one is due, else its count."""
+        groups = self.groups
+        if self.expiry is not None and (self.due is not None or self.expired):
+            self._snapshot_unexpired()
+        elif self.due is not None:
+            self._snapshot()
+        elif self.rows:
+            known = _counted(self.chains, groups)
+            self.writer.count(self.namespace, groups.start, groups.stop, known + self.rows)
+
+    def _snapshot(self) -> None:
+        """As of this round: what the tail added and this round's rows, in new files beside
+        the base's; the whole range when asked for a fallback. Read a file at a time."""
+        spec, chains, groups = self.spec, self.chains, self.groups
+        assert chains is not None  # a range is due only as of a checkpoint's ranges
+        whole = self.due is Due.REQUESTED
+        committed = iter_appended(
+            task_store(spec.url).storage, pipeline_dir(spec.pipeline), self.namespace, chains,
+            groups, bases=whole,
+        )  # fmt: skip
+        keep: dict[str, FileEntry] = {}
+        for _, r, _ in () if whole else chains.plan(groups):
+            keep.update((f.name, f) for f in r.base)
+        kept = sum(f.records for f in keep.values() if _inside(f.kg_start, f.kg_stop, groups))
+        self.writer.snapshot(
+            self.namespace, groups.start, groups.stop, itertools.chain(committed, self.made),
+            spec.memory_bytes // 4, keep=tuple(keep.values()), kept_entries=kept,
+        )  # fmt: skip
+
+    def _snapshot_unexpired(self) -> None:
+        """As of this round, without the rows that expired: the base's files that hold none
+        stay part of it; the other files' rows that did not expire, and this round's, are
+        written anew (the whole range when asked for a fallback)."""
+        expiry, groups = self.expiry, self.groups
+        assert expiry is not None
+        horizon, whole = expiry.horizon, self.due is Due.REQUESTED
+        dirty = {
+            entry.name
+            for entry, snapshot, rows in self.committed
+            if whole or not snapshot or any(end <= horizon for _, end, _ in rows)
+        }
+        keep: dict[str, FileEntry] = {}
+        items: list[tuple[bytes, bytes]] = []
+        kept = 0
+        for entry, _, rows in self.committed:
+            if entry.name not in dirty:
+                keep[entry.name] = entry
+                kept += len(rows)
+                continue
+            for key, end, chunk in rows:
+                if end > horizon:
+                    if chunk is None:  # a worker drops a chunk only once it expired
+                        raise RuntimeError(f"{self.namespace}: row {key!r} held no chunk")
+                    items.append((key, expiry.value(chunk, end)))
+        items.extend(self.made)  # not expired: `add` was given only those
+        self.writer.snapshot(
+            self.namespace, groups.start, groups.stop, items, self.spec.memory_bytes // 4,
+            keep=tuple(keep.values()), kept_entries=kept,
+        )  # fmt: skip
+
+
+def _inside(start: int, stop: int, groups: KeyGroupRange) -> bool:
+    return groups.start <= start < stop <= groups.stop
+
+
+def _counted(chains: NamespaceState | None, groups: KeyGroupRange) -> int:
+    """Rows the ranges inside ``groups`` held, as their tasks last counted them."""
+    ranges = chains.plan(groups) if chains is not None else ()
+    return sum(r.entries for _, r, _ in ranges if _inside(r.start, r.stop, groups))
+
+
+def read_rows(spec: StateRound, namespace: str, subtask: int) -> Iterator[tuple[str, bytes]]:
+    """(name, data) of the rows in ``subtask``'s key groups, as of the round's checkpoint."""
+    store = task_store(spec.url)
+    manifest = store.load_manifest(spec.pipeline, spec.checkpoint_id)
+    groups = key_group_range(subtask, spec.parallelism, manifest.max_key_groups)
+    chains = manifest.task_state.namespaces.get(namespace)
+    if chains is None:
+        return
+    directory = pipeline_dir(spec.pipeline)
+    for _, value in iter_appended(store.storage, directory, namespace, chains, groups):
+        yield state_layout.decode_row(value, namespace)
+
+
+def reading_rows(spec: StateRound, namespace: str, as_record: Callable) -> Callable:
+    """The task body ``(subtask, rows)`` of a dataset of the kept rows, each ``as_record``."""
+    return functools.partial(_read, spec, namespace, as_record)
+
+
+def _read(spec: StateRound, namespace: str, as_record: Callable, subtask: int, _rows) -> Iterator:
+    for name, data in read_rows(spec, namespace, subtask):
+        yield as_record(name, data)

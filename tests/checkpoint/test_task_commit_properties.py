@@ -2,7 +2,7 @@
 
 Tasks of two keyed stages -- a GroupByKey (one namespace) and a stateful DoFn (cells and
 timers, staged by one writer) -- run the real task-side code (`owned_tasks`: read, stage,
-`stage_range`, `keep_staged`, background snapshots) against a real local store, on two
+`TaskRange.stage`, `keep_staged`, background snapshots) against a real local store, on two
 executors of two Python workers each, and the driver commits their messages
 (`CheckpointChain.commit`). Random sequences of rounds, killed attempts (staged, never
 committed), failed rounds, restarts at another parallelism and memory budget (past it a read

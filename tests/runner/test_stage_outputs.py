@@ -15,7 +15,7 @@ import pytest
 from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout, task_state
 from sparkbeam.checkpoint.keygroups import key_group_range
 from sparkbeam.runner.batch import durability
-from sparkbeam.runner.task import kept_rows
+from sparkbeam.runner.task import task_range
 from sparkbeam.runner.task.records import OutputRecord
 from sparkbeam.runner.task.staged_state import StateRound
 from tests.checkpoint.test_task_owned_state import Reads
@@ -56,7 +56,7 @@ def _round(store, cid, round_no: int, parallelism: int, per_task: int = 3):
 def _read(root: str, cid, parallelism: int) -> Counter:
     got: Counter = Counter()
     for sub in range(parallelism):
-        for _, data in kept_rows.read_rows(_spec(root, cid, 0, parallelism), NS, sub):
+        for _, data in task_range.read_rows(_spec(root, cid, 0, parallelism), NS, sub):
             got[data] += 1
     return got
 

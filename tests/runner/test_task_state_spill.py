@@ -13,7 +13,7 @@ import pytest
 
 from sparkbeam.checkpoint import open_store
 from sparkbeam.checkpoint.task_state import Due, NamespaceState
-from sparkbeam.runner.task import held_state, range_staging, shared_reads, staged_state
+from sparkbeam.runner.task import held_state, shared_reads, staged_state, task_range
 from tests.runner.test_task_state_reads import NS, _commit, _read, _spec, _stage, _value
 
 BUDGET = 2_000  # bytes: a few dozen of the test's entries
@@ -133,8 +133,9 @@ def test_a_range_past_the_budget_is_snapshotted_in_parts(tmp_path, executor_dir,
     monkeypatch.setattr(NamespaceState, "snapshot_due", lambda *args: Due.REQUESTED)
     writer = _writer(root)
     changes = {b"key-00004": None, b"extra": _value(9)}
-    writer.write_all(NS, changes)
-    range_staging.stage_range(writer, spec, 0, NS, state, changes, 300)
+    kept = task_range.TaskRange(spec, 0, NS, stored=state)
+    kept.changes = changes
+    kept.stage(writer, 300)
     message = writer.finish()
     staged_state.release()
     snapshot = store.pipeline("p").checkpoint(

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout
 from sparkbeam.runner.streaming import pushback
-from sparkbeam.runner.task import kept_rows
+from sparkbeam.runner.task import task_range
 from sparkbeam.runner.task.records import CommitRecord, WarningRecord
 from sparkbeam.runner.task.staged_state import StateRound
 from tests.checkpoint.test_task_owned_state import Reads
@@ -61,7 +61,7 @@ def test_held_rows_are_task_owned_found_by_handle_read_back_by_key_group_and_dro
             got = Counter(
                 row
                 for sub in range(parallelism)
-                for row in kept_rows.read_rows(
+                for row in task_range.read_rows(
                     _spec(root, cid, parallelism), pushback.namespace("held"), sub
                 )
             )
