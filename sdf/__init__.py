@@ -3,11 +3,11 @@
 from sparkbeam.sdf.checkpoint_handler import (
     DueResidual,
     MemoryResiduals,
+    ResidualTimerService,
     StateAndTimerBundleCheckpointHandler,
 )
 from sparkbeam.sdf.offset_range_provider import OffsetRangeProvider
 from sparkbeam.sdf.residuals import ResidualRecord
-from sparkbeam.sdf.timer_service import ResidualTimerService
 
 __all__ = [
     "DueResidual",

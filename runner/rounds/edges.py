@@ -136,7 +136,7 @@ class EdgeBuilder:
             )
         if edge.kind == EdgeKind.RESHUFFLE:
             read_coder = edge.read_coder or edge.write_coder
-            return (
+            shuffled = (
                 source.mapPartitionsWithIndex(
                     lambda i, items: carrying_pairs(
                         items,
@@ -147,13 +147,13 @@ class EdgeBuilder:
                 .partitionBy(self.parallelism)
                 .values()
                 .mapPartitions(lambda items: carrying(items, grouping.chunk))
-                .mapPartitions(
-                    lambda items: carrying(
-                        items,
-                        lambda blobs: _reencode(
-                            comps.value, key, edge.write_coder, read_coder, blobs
-                        ),
-                    )
+            )
+            if read_coder == edge.write_coder:  # the translation settles most on one coder
+                return shuffled
+            return shuffled.mapPartitions(
+                lambda items: carrying(
+                    items,
+                    lambda blobs: _reencode(comps.value, key, edge.write_coder, read_coder, blobs),
                 )
             )
         raise NotImplementedError(f"edge kind {edge.kind}")

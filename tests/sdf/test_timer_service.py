@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from sparkbeam.sdf.timer_service import ResidualTimerService
+from sparkbeam.sdf.checkpoint_handler import ResidualTimerService
 
 
 def test_random_sets_and_pops_match_a_dict_and_keep_no_cleared_entries():
