@@ -37,8 +37,6 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import kafka_peer_jobs
-
 REPO = Path(__file__).resolve().parents[1]
 PEERS = ("quix", "bytewax")
 PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
@@ -93,11 +91,13 @@ def check_windows(lines: list[str], expected: Counter) -> str:
     return f"MISMATCH: {missing} windows missing, {wrong} wrong counts, {twice} emitted twice"
 
 
-def window_pipeline(p, config: dict, topic: str, out: str, max_num_records: int | None):
+def window_pipeline(
+    p, config: dict, topic: str, out: str, max_num_records: int | None, max_delay_s: float = 0.0
+):
     """sparkbeam's windowed count: ``ReadFromKafka -> Map -> 10 s windows -> count per key ->
     WriteToFilesOnCheckpoint``, bounded by ``max_num_records`` or (None) streaming; streaming
-    waits for records still on their way as bytewax does (``max_delay_s``: the producer stamps a
-    record before it reaches the broker)."""
+    may wait ``max_delay_s`` for records still on their way, as bytewax waits `STREAM_WAIT_S`
+    (the producer stamps a record before it reaches the broker)."""
     import apache_beam as beam
 
     from sparkbeam.io import ReadFromKafka, WriteToFilesOnCheckpoint
@@ -110,7 +110,7 @@ def window_pipeline(p, config: dict, topic: str, out: str, max_num_records: int 
         | ReadFromKafka(
             config, [topic], max_num_records=max_num_records,
             timestamp_policy=ReadFromKafka.create_time_policy,
-            max_delay_s=0 if max_num_records else kafka_peer_jobs.STREAM_WAIT_S,
+            max_delay_s=max_delay_s,
         )
         | beam.MapTuple(lambda key, _value: key.decode())
         | beam.WindowInto(beam.window.FixedWindows(WINDOW_S))

@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import kafka_peer_jobs
 import kafka_peers
 
 WINDOW_MS = kafka_peers.WINDOW_S * 1000
@@ -53,6 +54,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--sustained-steps", type=int, default=6, help="steps per system")
     parser.add_argument("--sustained-p99-s", type=float, default=2.0)
     parser.add_argument("--sustained-keys", type=int, default=100)
+    parser.add_argument(
+        "--sustained-max-delay-s", type=float, default=0.0,
+        help="sparkbeam's ReadFromKafka max_delay_s (default 0, the default flags; "
+        f"{kafka_peer_jobs.STREAM_WAIT_S} waits for records on their way as bytewax does)",
+    )  # fmt: skip
 
 
 class SteadyProducer(threading.Thread):
@@ -128,7 +134,8 @@ def start_job(system: str, bootstrap: str, topic: str, tmp: str, args) -> tuple[
     """Start ``system``'s streaming window count; wait until it is ready. (processes, the
     output glob under ``tmp``)."""
     if system == "sparkbeam":
-        cmd = [sys.executable, __file__, "--bootstrap", bootstrap, "--topic", topic, "--tmp", tmp]
+        cmd = [sys.executable, __file__, "--bootstrap", bootstrap, "--topic", topic, "--tmp", tmp,
+               "--max-delay-s", str(args.sustained_max_delay_s)]  # fmt: skip
         procs = [subprocess.Popen(cmd, cwd=kafka_peers.REPO, start_new_session=True)]
         ready, pattern = [Path(tmp, "ready")], "out/out-*"
     else:
@@ -246,7 +253,7 @@ def sustained(broker, args) -> None:
             print(f"  sparkbeam / {peer} sustained: {rates['sparkbeam'] / rates[peer]:.2f}x")
 
 
-def sparkbeam_child(bootstrap: str, topic: str, tmp: str) -> None:
+def sparkbeam_child(bootstrap: str, topic: str, tmp: str, max_delay_s: float) -> None:
     """sparkbeam's streaming window count (default flags); ``<tmp>/ready`` once running,
     cancelled once ``<tmp>/stop`` exists."""
     import apache_beam as beam
@@ -255,7 +262,7 @@ def sparkbeam_child(bootstrap: str, topic: str, tmp: str) -> None:
     flags = ["--runner=SparkCheckpointRunner", "--streaming", f"--checkpoint_dir={tmp}/ckpt"]
     p = beam.Pipeline(options=PipelineOptions(flags))
     config = {"bootstrap.servers": bootstrap, "auto.offset.reset": "earliest"}
-    kafka_peers.window_pipeline(p, config, topic, f"{tmp}/out", None)
+    kafka_peers.window_pipeline(p, config, topic, f"{tmp}/out", None, max_delay_s)
     result = p.run()
     Path(tmp, "ready").touch()
     while not os.path.exists(f"{tmp}/stop"):
@@ -271,5 +278,6 @@ if __name__ == "__main__":
     ap.add_argument("--bootstrap", required=True)
     ap.add_argument("--topic", required=True)
     ap.add_argument("--tmp", required=True)
+    ap.add_argument("--max-delay-s", type=float, required=True)
     child = ap.parse_args()
-    sparkbeam_child(child.bootstrap, child.topic, child.tmp)
+    sparkbeam_child(child.bootstrap, child.topic, child.tmp, child.max_delay_s)
