@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from sparkbeam.checkpoint import open_working_store, restore
+from sparkbeam.checkpoint import open_working_store, restore, state_layout
 from sparkbeam.runner import progress
 from sparkbeam.runner.batch.build_order import build_waves
 from sparkbeam.runner.batch.driver_stages import DriverStages
-from sparkbeam.runner.batch.durability import FINISHED, input_marker
 from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.batch.stage_rounds import StageRounds
 from sparkbeam.runner.errors import DamagedStateError, run_guarded
@@ -145,7 +144,7 @@ class PlanExecutor:
         self._finalize_sink_files()
         if self.ctx.durable:
             for pipeline in self.plan.pipelines:
-                self._checkpoint(pipeline.id, {FINISHED: True})
+                self._checkpoint(pipeline.id, {state_layout.FINISHED: True})
 
     # --- checkpoints --------------------------------------------------------
 
@@ -243,7 +242,7 @@ class PlanExecutor:
         for stage in self.plan.stages:
             completed = self._state_for(stage.pipeline).completed()
             consumers = {c.id for b in stage.output_buffers for c in self.plan.consumers(b)}
-            if consumers and all(input_marker(c) in completed for c in consumers):
+            if consumers and all(state_layout.input_marker(c) in completed for c in consumers):
                 done.add(stage.id)
         return frozenset(done)
 
@@ -268,7 +267,7 @@ class PlanExecutor:
         state = self._state_for(stage.pipeline)
         completed = state.completed() if self.ctx.durable else frozenset()
         rdds = self._run_in_rounds(stage, side_bc, state, completed)
-        if input_marker(stage.id) not in completed:  # round 0 read (and ran) its input
+        if state_layout.input_marker(stage.id) not in completed:  # round 0 read (and ran) its input
             self._ran |= self.plan.upstream(stage.input_buffers)
         return rdds
 
@@ -284,7 +283,8 @@ class PlanExecutor:
 
     def _run_in_rounds(self, stage: StagePlan, side_bc, state, completed) -> list:
         """The stage's round loop, until nothing is pending; every round's output RDD."""
-        resume = input_marker(stage.id) in completed  # a committed round consumed the input
+        # a committed round consumed the input:
+        resume = state_layout.input_marker(stage.id) in completed
         job = StageRounds(
             self.ctx, self.rdds, stage, side_bc, state,
             input_rdd=None if resume else self.edges.stage_input(stage),

@@ -4,7 +4,7 @@ Every batch stage — an ordinary one once, an SDF process stage once per round 
 ``mapPartitions`` (persisted when its output is read more than once) whose tasks apply the
 pipeline's startpoints to the rows (``rounds.startpoints.with_startpoints``), run the stage
 (``task.bundle_executor``), collect the sink files they staged, for a durable SDF stage keep
-its output chunks in their key groups (``durability``), and pass on the reports
+its output chunks in their key groups (`keeping_outputs`), and pass on the reports
 upstream stages carried to them (``rounds.carry``). Nothing runs here until an action needs the RDD.
 
 Leaves to others: which input a run reads (``executor``, ``stage_rounds``) and what happens
@@ -13,9 +13,11 @@ to its reports (the round loop, or the executor's final job).
 
 from __future__ import annotations
 
+import functools
 import time
+from collections.abc import Callable, Iterable
 
-from sparkbeam.runner.batch.durability import keeping_outputs, reading_outputs
+from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.progress import ElementCounter
 from sparkbeam.runner.rounds.carry import split_carried
@@ -25,7 +27,15 @@ from sparkbeam.runner.rounds.startpoints import with_startpoints
 from sparkbeam.runner.spark.labels import job_group, stage_label
 from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
-from sparkbeam.runner.task.residual_state import ResidualRound, keeping_residuals, residual_limit
+from sparkbeam.runner.task.records import OutputRecord
+from sparkbeam.runner.task.residual_state import (
+    KeepAlso,
+    ResidualRound,
+    keeping_residuals,
+    residual_limit,
+)
+from sparkbeam.runner.task.staged_state import StateRound
+from sparkbeam.runner.task.task_range import RowKeeper, reading_rows
 from sparkbeam.sdf.startpoints.session import StartpointSession
 from sparkbeam.translation.plan import StagePlan
 
@@ -100,7 +110,7 @@ class StageRdds:
 
     def restored_outputs(self, stage: StagePlan, round_no: int):
         """The (persisted) output chunks of a resumed stage's committed rounds: one task per
-        subtask reads its key groups' from the store (``durability``), now, while
+        subtask reads its key groups' from the store (`reading_outputs`), now, while
         the restored checkpoint is the store's latest (a later commit's retention may delete
         the files it names)."""
         spec = self.residual_round(stage, round_no, None)
@@ -141,3 +151,24 @@ class _StageRun:
 
     def _run(self, rows):
         return run_stage_partition(self.task, self.components.value, self.side_bc.value, rows)
+
+
+def keeping_outputs(spec: StateRound, stage: str) -> KeepAlso:
+    """What a durable SDF task keeps besides its residuals (``residual_state.keep_residuals``):
+    every output chunk, in its key groups (``task.task_range``), staged with its residuals'
+    writer, so the task sends one commit message a round."""
+    return functools.partial(_keep_outputs, spec, stage)
+
+
+def _keep_outputs(spec: StateRound, stage: str, records: Iterable, subtask: int, writer):
+    keeper = RowKeeper(spec, state_layout.stage_output(stage), subtask, writer)
+    for record in records:
+        if isinstance(record, OutputRecord):
+            keeper.add(record.buffer, record.data)
+        yield record
+    keeper.finish()
+
+
+def reading_outputs(spec: StateRound, stage: str) -> Callable:
+    """The task body ``(subtask, rows)`` of a resumed stage's committed output chunks."""
+    return reading_rows(spec, state_layout.stage_output(stage), OutputRecord)

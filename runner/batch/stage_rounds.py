@@ -20,7 +20,6 @@ import time
 from typing import Any
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.batch.durability import input_marker
 from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.rounds import feed
@@ -104,7 +103,7 @@ class StageRounds:
         """The input is consumed; the metadata names the stage, its round and its residuals."""
         keeper = loop.residuals[self.stage.id]
         if self.ctx.durable:
-            self.state.mark_completed(input_marker(self.stage.id))
+            self.state.mark_completed(state_layout.input_marker(self.stage.id))
         return RoundMetadata(
             round_no=loop.round_no,
             pending_residuals=keeper.pending(),

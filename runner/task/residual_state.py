@@ -45,7 +45,7 @@ def residual_limit(parallelism: int) -> int:
 
 KeepAlso = Callable[[Iterator, int, object], Iterator]
 """``(records, subtask, writer)``: the records passed on, keeping more of the task's output
-in the same staged writer (a durable batch SDF stage's output chunks: ``batch.durability``)."""
+in the same staged writer (a durable batch SDF stage's output chunks: ``batch.stage_rdd``)."""
 
 
 def keeping_residuals(

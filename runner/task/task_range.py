@@ -18,7 +18,7 @@ Append-only rows (`RowKeeper`) are chunks a task keeps in its own key groups wit
 the range.
 Two kinds of rows are kept this way (`state_layout.APPEND_ONLY_PREFIXES`), each a name and
 Beam-encoded bytes: a durable batch SDF stage's output chunks (``stage-output/<stage>``, read
-back when the stage resumes: ``runner.batch.durability``) and a streaming stage's main input
+back when the stage resumes: ``runner.batch.stage_rdd``) and a streaming stage's main input
 pushed back until its side inputs are ready (``pushback/<stage>``, read back by the round
 that finds them ready, which drops them: ``runner.streaming.pushback``). A task keeps each
 under a key in its own key groups (round, partition and sequence number, and an id), in the
