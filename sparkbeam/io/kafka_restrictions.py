@@ -190,7 +190,8 @@ class KafkaRestrictionProvider(RestrictionProvider):
 
 class KafkaWatermarkEstimator(WatermarkEstimator):
     """The largest record timestamp seen, a polled batch at a time (``observe_batch``, before
-    the read outputs the batch); ``advance_idle(now)`` when caught up."""
+    the read outputs the batch); ``advance_idle(at)`` when caught up (``at``: when the poll
+    that found the end began, less ``max_delay_s``)."""
 
     def __init__(self, state: Timestamp | None) -> None:
         self._watermark = MIN_TIMESTAMP if state is None else state
@@ -202,11 +203,12 @@ class KafkaWatermarkEstimator(WatermarkEstimator):
         if largest > self._watermark:
             self._watermark = largest
 
-    def advance_idle(self, now: Timestamp) -> None:
-        """The partition has no record left: nothing older than ``now`` can come from it
-        (for event-time policies, bar producers whose clocks lag)."""
-        if now > self._watermark:
-            self._watermark = now
+    def advance_idle(self, at: Timestamp) -> None:
+        """The partition had no record left at ``at``: nothing older can come from it (under
+        ``CreateTime``, bar records stamped more than ``max_delay_s`` before they reached the
+        broker)."""
+        if at > self._watermark:
+            self._watermark = at
 
     def current_watermark(self) -> Timestamp:
         return self._watermark
