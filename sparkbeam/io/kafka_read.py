@@ -77,10 +77,10 @@ class ReadFromKafka(beam.PTransform):
     ``fetch.wait.max.ms``, 5 by default, while the partition lags and the broker answers
     nothing within the wait) and ``stall_warning_s`` (60: how long a lagging partition goes
     without a record before a ``KafkaReadStalledWarning`` names it, once a minute).
-    ``max_delay_s`` (``CreateTime`` only; 0 by default) is how much
-    earlier than the newest record a producer may stamp one that reaches the broker later:
-    the watermark stays that far behind the newest record, and a caught-up partition's
-    advances to its last poll's start less it (Beam Java's ``withCreateTime(maxDelay)``).
+    ``max_delay_s`` (``CreateTime`` only; 0 by default) is how much earlier than the newest
+    record a producer may stamp one that reaches the broker later: the watermark stays that far
+    behind the newest record, and a caught-up partition's advances to its last poll's start
+    less it (Beam Java's ``withCreateTime(maxDelay)``).
     """
 
     processing_time_policy = kafka_records.PROCESSING_TIME
