@@ -176,13 +176,7 @@ class ResidualTimerService:
 
     def next_fire_ms(self) -> int | None:
         """Fire time of the earliest live timer (lazily drops cleared ones)."""
-        while self._heap:
-            fire_at, key = self._heap[0]
-            live = self._timers.get(key)
-            if live is not None and live[0] == fire_at:
-                return fire_at
-            heapq.heappop(self._heap)
-        return None
+        return self._live_top(self._heap, 0)
 
     def pop_due(self, now_ms: float, limit: int) -> list[bytes]:
         """Keys of up to ``limit`` timers due at ``now_ms``, earliest first; they are cleared."""
@@ -199,12 +193,17 @@ class ResidualTimerService:
 
     def hold_micros(self) -> int | None:
         """Minimum output-timestamp hold over live timers (None when none pending)."""
-        while self._holds:
-            hold, key = self._holds[0]
+        return self._live_top(self._holds, 1)
+
+    def _live_top(self, heap: list[tuple[int, bytes]], field: int) -> int | None:
+        """The smallest value of ``heap`` that is still its key's live timer's ``field``
+        (0: fire time, 1: hold), popping those a clear or a reset left behind."""
+        while heap:
+            value, key = heap[0]
             live = self._timers.get(key)
-            if live is not None and live[1] == hold:
-                return hold
-            heapq.heappop(self._holds)
+            if live is not None and live[field] == value:
+                return value
+            heapq.heappop(heap)
         return None
 
     def restore(self, entries: Iterable[tuple[bytes, int, int]]) -> None:
