@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Sequence
+from collections.abc import Set as AbstractSet
 
 from apache_beam.utils import timestamp
 
@@ -48,7 +50,7 @@ def make_visible(level: str | None = None) -> None:
     logger.propagate = False
 
 
-def records(infos, pcollections: set[str]) -> int:
+def records(infos, pcollections: AbstractSet[str]) -> int:
     """Elements that crossed the given PCollections, from Beam's element-count metrics."""
     total = 0
     for info in infos:
@@ -112,7 +114,7 @@ class PipelineProgress:
         )  # fmt: skip
 
 
-def started(spark, store_url: str | None, outputs: list[str] = ()) -> None:
+def started(spark, store_url: str | None, outputs: Sequence[str] = ()) -> None:
     """One line once Spark is up: where the job runs, where its state and its files go."""
     try:
         if hasattr(spark, "sparkContext") and not _is_connect(spark):
@@ -143,17 +145,15 @@ class ElementCounter:
         self.pcollections = frozenset(pcollections)
         self.accumulator = None if _is_connect(spark) else spark.sparkContext.accumulator(0)
 
-    def counting(self, stream):
-        """Task side: the task's records as they are; its metrics added to the count."""
-        from apache_beam.portability.api import metrics_pb2
-
+    def count(self, record) -> None:
+        """Task side: add a task's metrics record to the count (other records: nothing)."""
         from sparkbeam.runner.task.records import MetricsRecord
 
-        for record in stream:
-            if self.accumulator is not None and isinstance(record, MetricsRecord):
-                infos = [metrics_pb2.MonitoringInfo.FromString(b) for b in record.monitoring_infos]
-                self.accumulator.add(records(infos, self.pcollections))
-            yield record
+        if self.accumulator is not None and isinstance(record, MetricsRecord):
+            from apache_beam.portability.api import metrics_pb2
+
+            infos = [metrics_pb2.MonitoringInfo.FromString(b) for b in record.monitoring_infos]
+            self.accumulator.add(records(infos, self.pcollections))
 
     def value(self) -> int | None:
         """Driver side: the count so far (None: not counted)."""

@@ -9,7 +9,7 @@ survives a driver kill (seed 000's "completed work is not redeployed"): a stage'
 input, as the completed-work marker ``<stage>:input``; its pending residuals and timers
 (``sdf-residual/<stage>`` state, written by the checkpoint handler); the output chunks of its
 committed rounds, kept by the tasks that made them in their key groups
-(``stage-output/<stage>``, ``stage_rdd.keeping_outputs``), staged with its residuals in one
+(``stage-output/<stage>``, ``rounds.task_body``), staged with its residuals in one
 writer and named by the round's checkpoint -- the two-phase commit of DESIGN.md: tasks stage,
 the driver commits exactly the successful attempts' handles, a killed round leaves only
 unnamed garbage. On restart a stage whose input is consumed skips round 0, its producers are

@@ -2,10 +2,10 @@
 
 Every batch stage — an ordinary one once, an SDF process stage once per round — is a lazy
 ``mapPartitions`` (persisted when its output is read more than once) whose tasks apply the
-pipeline's startpoints to the rows (``rounds.startpoints.with_startpoints``), run the stage
-(``task.bundle_executor``), collect the sink files they staged, for a durable SDF stage keep
-its output chunks in their key groups (`keeping_outputs`), and pass on the reports
-upstream stages carried to them (``rounds.carry``). Nothing runs here until an action needs the RDD.
+pipeline's startpoints to the rows, run the stage, collect the sink files they staged, for a
+durable SDF stage keep its residuals and output chunks in their key groups, and pass on the
+reports upstream stages carried to them: ``rounds.task_body``, in that order. Nothing runs
+here until an action needs the RDD.
 
 Leaves to others: which input a run reads (``executor``, ``stage_rounds``) and what happens
 to its reports (the round loop, or the executor's final job).
@@ -13,29 +13,21 @@ to its reports (the round loop, or the executor's final job).
 
 from __future__ import annotations
 
-import functools
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.progress import ElementCounter
-from sparkbeam.runner.rounds.carry import split_carried
 from sparkbeam.runner.rounds.context import RunContext
-from sparkbeam.runner.rounds.sink_files import collect_sink_files
-from sparkbeam.runner.rounds.startpoints import with_startpoints
+from sparkbeam.runner.rounds.task_body import TaskBody
 from sparkbeam.runner.spark.labels import job_group, stage_label
-from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
+from sparkbeam.runner.task.bundle_executor import StageTask
 from sparkbeam.runner.task.bundle_splits import SplitPolicy
 from sparkbeam.runner.task.records import OutputRecord
-from sparkbeam.runner.task.residual_state import (
-    KeepAlso,
-    ResidualRound,
-    keeping_residuals,
-    residual_limit,
-)
+from sparkbeam.runner.task.residual_state import ResidualRound, residual_limit
 from sparkbeam.runner.task.staged_state import StateRound
-from sparkbeam.runner.task.task_range import RowKeeper, reading_rows
+from sparkbeam.runner.task.task_range import reading_rows
 from sparkbeam.sdf.startpoints.session import StartpointSession
 from sparkbeam.translation.plan import StagePlan
 
@@ -66,12 +58,9 @@ class StageRdds:
         ``clock_ms`` (``task.residual_state``)."""
         if self.ctx.durable and stage.is_sdf_process:
             spec = self.residual_round(stage, round_no, clock_ms)
-            body = self.task_body(stage, side_bc, round_no)
-            outputs = keeping_outputs(spec, stage.id)
+            body = self.task_body(stage, side_bc, round_no, spec)
             subtasks = self.ctx.plane.as_subtasks(input_rdd, self.ctx.parallelism)
-            rdd = subtasks.mapPartitionsWithIndex(
-                keeping_residuals(spec, stage.id, body, also=outputs)
-            )
+            rdd = subtasks.mapPartitionsWithIndex(body.by_subtask)
         else:
             rdd = input_rdd.mapPartitions(self.task_body(stage, side_bc, round_no))
         if not cache:
@@ -97,16 +86,21 @@ class StageRdds:
             limit=residual_limit(ctx.parallelism),
         )
 
-    def task_body(self, stage: StagePlan, side_bc, round_no: int) -> _StageRun:
+    def task_body(
+        self, stage: StagePlan, side_bc, round_no: int, residuals: ResidualRound | None = None
+    ) -> TaskBody:
         """What one task of the stage's run does with its rows (also run on the driver:
-        ``driver_stages``)."""
+        ``driver_stages``); with ``residuals`` it keeps them and its output chunks."""
         ctx = self.ctx
         task = StageTask(
             ctx.plan_key, stage, residual_budget_s=self.residual_budget_s, splits=self.split_policy
         )
         session = self.startpoints.get(stage.pipeline)
         assignment = session.assignment(stage.id) if session is not None else None
-        return _StageRun(task, ctx.components, side_bc, assignment, round_no, self.elements)
+        return TaskBody(
+            task, ctx.components, side_bc, round_no, assignment,
+            residuals=residuals, keep_outputs=residuals is not None, elements=self.elements,
+        )  # fmt: skip
 
     def restored_outputs(self, stage: StagePlan, round_no: int):
         """The (persisted) output chunks of a resumed stage's committed rounds: one task per
@@ -128,45 +122,6 @@ class StageRdds:
         for rdd in self.persisted:
             rdd.unpersist(blocking=False)
         self.persisted.clear()
-
-
-class _StageRun:
-    """The task body of one stage run (picklable: what crosses to the executors)."""
-
-    def __init__(self, task, components, side_bc, assignment, round_no, elements):
-        self.task, self.components, self.side_bc = task, components, side_bc
-        self.assignment, self.round_no = assignment, round_no
-        self.elements = elements  # the run's ElementCounter (None: not counted)
-
-    def __call__(self, rows):
-        stage = self.task.stage
-        carried: list = []  # upstream stages' reports this stage passes on (``rounds.carry``)
-        rows = split_carried(rows, carried)
-        records = with_startpoints(stage, self.components.value, self.assignment, rows, self._run)
-        records = collect_sink_files(records, stage.id, self.round_no)
-        if self.elements is not None:
-            records = self.elements.counting(records)
-        yield from records
-        yield from carried
-
-    def _run(self, rows):
-        return run_stage_partition(self.task, self.components.value, self.side_bc.value, rows)
-
-
-def keeping_outputs(spec: StateRound, stage: str) -> KeepAlso:
-    """What a durable SDF task keeps besides its residuals (``residual_state.keep_residuals``):
-    every output chunk, in its key groups (``task.task_range``), staged with its residuals'
-    writer, so the task sends one commit message a round."""
-    return functools.partial(_keep_outputs, spec, stage)
-
-
-def _keep_outputs(spec: StateRound, stage: str, records: Iterable, subtask: int, writer):
-    keeper = RowKeeper(spec, state_layout.stage_output(stage), subtask, writer)
-    for record in records:
-        if isinstance(record, OutputRecord):
-            keeper.add(record.buffer, record.data)
-        yield record
-    keeper.finish()
 
 
 def reading_outputs(spec: StateRound, stage: str) -> Callable:

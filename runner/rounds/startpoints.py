@@ -6,8 +6,8 @@ checkpoint at each round's barrier (the lifecycle is `sparkbeam.sdf.startpoints.
 1. `check_startpoints` before Spark starts, so a bad startpoint (or one a run already failed to
    apply) fails the start in a second, not a thread; `open_session` per pipeline at start or
    restore (fan-out from the restored checkpoint).
-2. `with_startpoints` inside an SDF process stage's Spark task: apply the driver's assignment to
-   the task's input rows, run the stage, then report a `StartpointOutcome` per element met.
+2. Inside an SDF process stage's Spark task (``task_body``): a `StartpointApplier` applies the
+   driver's assignment to the task's input rows, then reports a `StartpointOutcome` per element met.
    A startpoint whose application raises fails the round with `StartpointFailedError`, which the
    loops do not restore from: `record_failure` marks it failed in the store first.
 3. `outcomes` picks those reports out of what the round's tasks returned.
@@ -21,7 +21,7 @@ Leaves to others: deciding what applies (`StartpointSession`), rewriting restric
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sparkbeam.checkpoint.startpoints import Startpoints
@@ -33,8 +33,6 @@ from sparkbeam.sdf.startpoints.errors import (
 from sparkbeam.sdf.startpoints.restrictions import check_supported
 from sparkbeam.sdf.startpoints.session import (
     DEFAULT_MAX_AGE_S,
-    StartpointApplier,
-    StartpointAssignment,
     StartpointOutcome,
     StartpointSession,
     check_pipelines,
@@ -49,7 +47,6 @@ __all__ = [
     "open_session",
     "outcomes",
     "record_failure",
-    "with_startpoints",
 ]
 
 T = TypeVar("T")
@@ -103,25 +100,6 @@ def open_session(
         restored_state=restored_state,
         max_age_s=DEFAULT_MAX_AGE_S if max_age_s is None else max_age_s,
     )
-
-
-def with_startpoints(
-    stage: Any,
-    components: bytes,
-    assignment: StartpointAssignment | None,
-    rows: Iterable[Any],
-    process: Callable[[Iterable[Any]], Iterable[Any]],
-) -> Iterator[Any]:
-    """Step 2, in the task: ``process`` sees the rewritten rows; the outcomes follow its records.
-
-    The outcomes come last because the applier meets each element only as ``process`` reads it.
-    """
-    if not assignment:
-        yield from process(rows)
-        return
-    applier = StartpointApplier(stage, components, assignment)
-    yield from process(applier.apply_rows(rows))
-    yield from applier.outcomes
 
 
 def outcomes(reports: Iterable[Any]) -> list[StartpointOutcome]:

@@ -24,16 +24,9 @@ from typing import Any
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
-from sparkbeam.runner.rounds import sink_files
-from sparkbeam.runner.rounds.carry import (
-    carrying,
-    carrying_pairs,
-    plan_carriers,
-    select,
-    split_carried,
-)
+from sparkbeam.runner.rounds.carry import carrying, carrying_pairs, plan_carriers, select
 from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread, _tag
-from sparkbeam.runner.rounds.startpoints import with_startpoints
+from sparkbeam.runner.rounds.task_body import TaskBody
 from sparkbeam.runner.spark.labels import stage_label
 from sparkbeam.runner.streaming import group as streaming_group
 from sparkbeam.runner.streaming import watermarks
@@ -41,9 +34,9 @@ from sparkbeam.runner.streaming.group import GroupRound
 from sparkbeam.runner.streaming.pushback import hold_rows, ready, take
 from sparkbeam.runner.streaming.stateful import KeyedState, StatefulRound, sdk_keyed
 from sparkbeam.runner.task import grouping
-from sparkbeam.runner.task.bundle_executor import StageTask, run_stage_partition
+from sparkbeam.runner.task.bundle_executor import StageTask
 from sparkbeam.runner.task.records import ReportKey, is_report
-from sparkbeam.runner.task.residual_state import ResidualRound, keeping_residuals, residual_limit
+from sparkbeam.runner.task.residual_state import ResidualRound, residual_limit
 from sparkbeam.runner.task.staged_state import StateRound
 from sparkbeam.runner.task.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan
@@ -159,7 +152,8 @@ class RoundBuilder:
                 input_watermark=self.marks.stage_input[stage.id],
                 clock_micros=inp.clock_micros,
             )
-            run = functools.partial(run_stateful, task, spec, components, side_bc)
+            body = TaskBody(task, components, side_bc, inp.round_no)
+            run = functools.partial(run_stateful, body, spec)
             return self._keyed_input(stage, spec).mapPartitionsWithIndex(run)
         inputs = [
             source.map(functools.partial(_tag, transform))
@@ -179,18 +173,17 @@ class RoundBuilder:
             subtasks = self.plane.as_subtasks(self._union(inputs) if inputs else None, self.par)
             return subtasks.mapPartitionsWithIndex(hold)
         assignment = inp.startpoints and inp.startpoints.assignment(stage.id)
-        run = functools.partial(
-            run_stage, task, inp.round_no, components, side_bc, assignment=assignment
-        )
         if not (stage.is_sdf_process and inp.url):
-            return self._union(inputs).mapPartitions(run)
+            body = TaskBody(task, components, side_bc, inp.round_no, assignment)
+            return self._union(inputs).mapPartitions(body)
         spec = ResidualRound(
             **self._state_fields(),
             clock_ms=due.clock_ms if due else inp.clock_ms,
             limit=residual_limit(self.par),
         )
+        body = TaskBody(task, components, side_bc, inp.round_no, assignment, residuals=spec)
         subtasks = self.plane.as_subtasks(self._union(inputs) if inputs else None, self.par)
-        return subtasks.mapPartitionsWithIndex(keeping_residuals(spec, stage.id, run))
+        return subtasks.mapPartitionsWithIndex(body.by_subtask)
 
     def _state_fields(self) -> dict:
         """What every task of this round needs to read and stage its task-owned state."""
@@ -366,20 +359,8 @@ def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, it
     return carrying_pairs(items, ReportKey(index), keyed)
 
 
-def run_stateful(task: StageTask, spec: StatefulRound, components, side_bc, index: int, pairs):
-    carried: list = []
+def run_stateful(body: TaskBody, spec: StatefulRound, index: int, pairs):
+    """A stateful stage's task: its user state and timers as of the round's checkpoint."""
+    task = body.task
     keyed = KeyedState.for_task(spec, task.plan_key, task.stage, index)
-    rows = split_carried((row for _, row in pairs), carried)
-    records = run_stage_partition(task, components.value, side_bc.value, rows, keyed_state=keyed)
-    yield from sink_files.collect_sink_files(records, task.stage.id, spec.round_no)
-    yield from carried
-
-
-def run_stage(task: StageTask, round_no: int, components, side_bc, rows, assignment=None):
-    carried: list = []
-    records = with_startpoints(
-        task.stage, components.value, assignment, split_carried(rows, carried),
-        lambda rows: run_stage_partition(task, components.value, side_bc.value, rows),
-    )  # fmt: skip
-    yield from sink_files.collect_sink_files(records, task.stage.id, round_no)
-    yield from carried
+    return body((row for _, row in pairs), keyed_state=keyed)

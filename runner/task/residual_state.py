@@ -17,15 +17,13 @@ staging and snapshots of a key-group range (``task_range``), scheduling rounds (
 
 from __future__ import annotations
 
-import functools
-import itertools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.runner.task.records import CommitRecord, ResidualReport
+from sparkbeam.runner.task.records import CommitRecord, OutputRecord, ResidualReport
 from sparkbeam.runner.task.staged_state import StateRound
-from sparkbeam.runner.task.task_range import TaskRange, finish, staged_writer_for_task
+from sparkbeam.runner.task.task_range import RowKeeper, TaskRange, finish, staged_writer_for_task
 from sparkbeam.sdf import ResidualRecord, StateAndTimerBundleCheckpointHandler
 from sparkbeam.sdf.checkpoint_handler import MAX_RESIDUALS_PER_ROUND
 
@@ -43,58 +41,53 @@ def residual_limit(parallelism: int) -> int:
     return max(1, MAX_RESIDUALS_PER_ROUND // parallelism)
 
 
-KeepAlso = Callable[[Iterator, int, object], Iterator]
-"""``(records, subtask, writer)``: the records passed on, keeping more of the task's output
-in the same staged writer (a durable batch SDF stage's output chunks: ``batch.stage_rdd``)."""
-
-
-def keeping_residuals(
-    spec: ResidualRound, stage: str, run: Callable, also: KeepAlso | None = None
-) -> Callable:
-    """The task body ``(subtask, rows)`` of an SDF stage whose tasks keep its residuals."""
-    return functools.partial(_keeping, spec, stage, run, also)
-
-
-def _keeping(spec, stage: str, run: Callable, also, subtask: int, rows) -> Iterator:
-    return keep_residuals(spec, stage, subtask, rows, run, also)
-
-
 def commit_stage(stage: str) -> str:
     """The staged writer's stage name of what an SDF stage's task keeps: its residuals, and
     in batch its output chunks (one writer, one commit message a task and round)."""
     return f"residuals:{stage}"
 
 
-def keep_residuals(
-    spec: ResidualRound, stage: str, subtask: int, rows: Iterable, run: Callable,
-    also: KeepAlso | None = None,
-) -> Iterator:  # fmt: skip
-    """Run the stage (``run(rows)``) over ``rows`` then the due residuals of ``subtask``'s key
-    groups; keep the residuals it returns (and what ``also`` keeps of its other output);
-    stage the changes; report the range."""
-    state = TaskRange(spec, subtask, state_layout.sdf_residual(stage))
-    handler = StateAndTimerBundleCheckpointHandler(state, stage)
-    handler.restore()
-    due = handler.pop_due(spec.clock_ms, spec.limit)
-    fed = itertools.chain(rows, ((d.transform, d.element) for d in due))
-    writer = staged_writer_for_task(
-        spec.url, spec.pipeline, commit_stage(stage), spec.round_no, spec.max_key_groups
-    )
-    records = _taking_residuals(run(fed), handler, stage)
-    yield from records if also is None else also(records, subtask, writer)
-    state.stage(writer, handler.pending())
-    staged = finish(writer, state)
-    yield CommitRecord(commit_stage(stage), staged)
-    yield ResidualReport(
-        stage, subtask, handler.pending(), handler.next_fire_ms(),
-        handler.watermark_hold_micros(), len(due),
-    )  # fmt: skip
+class TaskResiduals:
+    """One SDF task's residuals (``subtask``'s key groups of ``stage``) in one round, and with
+    ``keep_outputs`` (a durable batch stage) its output chunks: read, fed when due, kept, staged
+    with one writer, reported. The task's loop (``rounds.task_body``) calls it in that order."""
 
+    def __init__(self, spec: ResidualRound, stage: str, subtask: int, keep_outputs: bool) -> None:
+        self.stage, self.subtask = stage, subtask
+        self.state = TaskRange(spec, subtask, state_layout.sdf_residual(stage))
+        self.handler = StateAndTimerBundleCheckpointHandler(self.state, stage)
+        self.handler.restore()
+        self.due = self.handler.pop_due(spec.clock_ms, spec.limit)
+        self.writer = staged_writer_for_task(
+            spec.url, spec.pipeline, commit_stage(stage), spec.round_no, spec.max_key_groups
+        )
+        self.outputs = None
+        if keep_outputs:  # in the task's key groups (``task_range``), read back on a resume
+            ns = state_layout.stage_output(stage)
+            self.outputs = RowKeeper(spec, ns, subtask, self.writer)
 
-def _taking_residuals(records: Iterable, handler, stage: str) -> Iterator:
-    """``records`` without the stage's residuals, which ``handler`` keeps."""
-    for record in records:
-        if isinstance(record, ResidualRecord) and record.stage == stage:
-            handler.add((record,))
-        else:
-            yield record
+    def due_rows(self) -> Iterator[tuple[str, bytes]]:
+        """The residuals due this round, as input rows (after the task's input)."""
+        return ((d.transform, d.element) for d in self.due)
+
+    def keeps(self, record) -> bool:
+        """Keep a residual of the stage (True: not passed on); note an output chunk."""
+        if isinstance(record, ResidualRecord) and record.stage == self.stage:
+            self.handler.add((record,))
+            return True
+        if self.outputs is not None and isinstance(record, OutputRecord):
+            self.outputs.add(record.buffer, record.data)
+        return False
+
+    def finish(self) -> Iterator:
+        """Stage the round's changes; the task's commit message and its range's report."""
+        if self.outputs is not None:
+            self.outputs.finish()
+        handler = self.handler
+        self.state.stage(self.writer, handler.pending())
+        staged = finish(self.writer, self.state)
+        yield CommitRecord(commit_stage(self.stage), staged)
+        yield ResidualReport(
+            self.stage, self.subtask, handler.pending(), handler.next_fire_ms(),
+            handler.watermark_hold_micros(), len(self.due),
+        )  # fmt: skip

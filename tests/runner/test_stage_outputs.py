@@ -14,7 +14,6 @@ import pytest
 
 from sparkbeam.checkpoint import open_staged_writer, open_store, state_layout, task_state
 from sparkbeam.checkpoint.keygroups import key_group_range
-from sparkbeam.runner.batch import stage_rdd
 from sparkbeam.runner.task import task_range
 from sparkbeam.runner.task.records import OutputRecord
 from sparkbeam.runner.task.staged_state import StateRound
@@ -43,9 +42,10 @@ def _round(store, cid, round_no: int, parallelism: int, per_task: int = 3):
     for sub in range(parallelism):
         writer = open_staged_writer(root, "p", STAGE, round_no, sub, 0, max_key_groups=M)
         spec = _spec(root, cid, round_no, parallelism)
-        keep = stage_rdd.keeping_outputs(spec, STAGE)
-        out = list(keep(iter(_chunks(round_no, sub, per_task)), sub, writer))
-        assert out == _chunks(round_no, sub, per_task)  # passed through, in order
+        keeper = task_range.RowKeeper(spec, NS, sub, writer)  # as a durable SDF task keeps them
+        for chunk in _chunks(round_no, sub, per_task):
+            keeper.add(chunk.buffer, chunk.data)
+        keeper.finish()
         messages.append(writer.finish())
     pipeline = store.pipeline("p")
     return pipeline.checkpoint(
