@@ -67,6 +67,12 @@ class StateRound:
     max_key_groups: int
     memory_bytes: int = DEFAULT_MEMORY_BYTES  # --task_state_memory_mb of a worker
 
+    @property
+    def snapshot_file_bytes(self) -> int:
+        """A range's snapshot is written in files of at most this size (a quarter of the
+        memory budget: the writer holds one file's rows at a time)."""
+        return self.memory_bytes // 4
+
 
 @dataclass
 class _Read:

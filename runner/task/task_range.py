@@ -147,7 +147,7 @@ class TaskRange:
                 background_snapshots.report(writer, slot, chains, groups)  # or being written
                 or background_snapshots.start(
                     writer, slot, chains, groups, namespace, self.stored, self.changes,
-                    spec.memory_bytes // 4,
+                    spec.snapshot_file_bytes,
                 )
             ):  # fmt: skip
                 due = None
@@ -155,7 +155,7 @@ class TaskRange:
             writer.count(namespace, groups.start, groups.stop, held)
         else:  # streamed from the read: it may be on disk
             writer.snapshot(namespace, groups.start, groups.stop, self.items(),
-                            spec.memory_bytes // 4)  # fmt: skip
+                            spec.snapshot_file_bytes)  # fmt: skip
 
     def keep(self, staged: CommitMessage) -> None:
         """After the writer finished as ``staged``: keep the read with the changes applied as
@@ -283,7 +283,7 @@ class RowKeeper:
         kept = sum(f.records for f in keep.values() if _inside(f.kg_start, f.kg_stop, groups))
         self.writer.snapshot(
             self.namespace, groups.start, groups.stop, itertools.chain(committed, self.made),
-            spec.memory_bytes // 4, keep=tuple(keep.values()), kept_entries=kept,
+            spec.snapshot_file_bytes, keep=tuple(keep.values()), kept_entries=kept,
         )  # fmt: skip
 
     def _snapshot_unexpired(self) -> None:
@@ -313,7 +313,7 @@ class RowKeeper:
                     items.append((key, expiry.value(chunk, end)))
         items.extend(self.made)  # not expired: `add` was given only those
         self.writer.snapshot(
-            self.namespace, groups.start, groups.stop, items, self.spec.memory_bytes // 4,
+            self.namespace, groups.start, groups.stop, items, self.spec.snapshot_file_bytes,
             keep=tuple(keep.values()), kept_entries=kept,
         )  # fmt: skip
 
