@@ -110,39 +110,6 @@ class CheckpointInfo:
         )
 
 
-def open_store(
-    url: str | Storage,
-    *,
-    max_key_groups: int = DEFAULT_MAX_KEY_GROUPS,
-    state_backend: str = "memory",
-    retain: int = 3,
-    job_name: str = "sparkbeam",
-    materialization_interval_s: float | None = 600.0,
-    materialization_files: int = DEFAULT_FILES,
-    flush_bytes: int = DEFAULT_FLUSH_BYTES,
-    read_only: bool = False,
-    break_lock: bool = False,
-    changelog: bool = True,
-) -> CheckpointStore:
-    """Open (creating if needed) the store at ``url``; takes the write lock unless read-only.
-
-    ``changelog=False``: the driver records no changelog of its pipelines' changes, so their
-    checkpoints are refused (`NoChangelogError`); for state never committed nor restored."""
-    return CheckpointStore(
-        open_storage(url),
-        max_key_groups=max_key_groups,
-        state_backend=state_backend,
-        retain=retain,
-        job_name=job_name,
-        materialization_interval_s=materialization_interval_s,
-        materialization_files=materialization_files,
-        flush_bytes=flush_bytes,
-        read_only=read_only,
-        break_lock=break_lock,
-        changelog=changelog,
-    )
-
-
 def open_working_store() -> CheckpointStore:
     """The store of a run without ``--checkpoint_dir``: state in memory, never committed nor
     restored, so no changelog (one flushed into memory nothing ever cleaned held every change)."""
@@ -158,11 +125,16 @@ of its retained checkpoints (retention drops the others)."""
 
 
 class CheckpointStore:
-    """All pipelines' checkpoints under one root; see the module docstring."""
+    """All pipelines' checkpoints under one root; see the module docstring.
+
+    Opening it (`open_store`) creates the store at ``url`` if needed and takes the write lock
+    unless read-only. ``changelog=False``: the driver records no changelog of its pipelines'
+    changes, so their checkpoints are refused (`NoChangelogError`); for state never committed
+    nor restored."""
 
     def __init__(
         self,
-        storage: Storage,
+        url: str | Storage,
         *,
         max_key_groups: int = DEFAULT_MAX_KEY_GROUPS,
         state_backend: str = "memory",
@@ -183,7 +155,7 @@ class CheckpointStore:
             )
         if retain < 1:
             raise ValueError(f"retain={retain!r} must be at least 1 (checkpoints to keep).")
-        self.storage = storage
+        self.storage = storage = open_storage(url)
         self.url = storage.url
         self.max_key_groups = max_key_groups
         self.state_backend = state_backend
@@ -461,3 +433,7 @@ class CheckpointStore:
         if self._lock is not None:
             self._lock.release()
         self._closed = True
+
+
+open_store = CheckpointStore
+"""Open (creating if needed) the store at a URL or `Storage`; see `CheckpointStore`."""
