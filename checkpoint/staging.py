@@ -92,7 +92,8 @@ def check_key(namespace: str, key: bytes, value: bytes | None = None) -> None:
 
 
 class StagedWriter:
-    """Stages one task attempt's changes; see the module docstring."""
+    """Stages one task attempt's changes; see the module docstring. A task on an executor
+    opens one (`open_staged_writer`) with only the store URL, not the lock."""
 
     def __init__(
         self,
@@ -229,20 +230,7 @@ class StagedWriter:
         return self._message if self._finishing.wait(timeout_s) else None
 
 
-def open_staged_writer(
-    url: Storage | str,
-    pipeline_id: str,
-    stage: str,
-    round: int,
-    partition: int,
-    attempt: int,
-    *,
-    max_key_groups: int = DEFAULT_MAX_KEY_GROUPS,
-) -> StagedWriter:
-    """A `StagedWriter` for a task on an executor: needs only the store URL, not the lock."""
-    return StagedWriter(
-        url, pipeline_id, stage, round, partition, attempt, max_key_groups=max_key_groups
-    )
+open_staged_writer = StagedWriter
 
 
 def write_range_snapshot(
