@@ -41,7 +41,7 @@ from functools import cache
 import pyarrow as pa
 
 from sparkbeam.checkpoint.errors import CheckpointCorruptError, NoChangelogError
-from sparkbeam.checkpoint.filesystem import Storage, checksum
+from sparkbeam.checkpoint.filesystem import Storage, checksum, read_checked
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 
@@ -260,18 +260,8 @@ class NoChangelog:
         self.changes = 0
 
 
-def check_segment(data: bytes, path: str, expected: FileEntry | None = None) -> int:
+def check_segment(data: bytes, path: str) -> int:
     """Validate a segment's framing and checksums; returns its record count."""
-    if expected is not None:
-        if len(data) != expected.size:
-            raise CheckpointCorruptError(
-                path, f"size is {len(data)} bytes, the manifest says {expected.size}"
-            )
-        actual = checksum(data)
-        if actual != expected.checksum:
-            raise CheckpointCorruptError(
-                path, f"checksum {actual} does not match the manifest's {expected.checksum}"
-            )
     if len(data) < len(HEADER) + _FOOTER.size:
         raise CheckpointCorruptError(path, f"truncated changelog segment ({len(data)} bytes)")
     if data[:4] != HEADER[:4]:
@@ -361,9 +351,6 @@ def read_records(
 
 def read_segment(storage: Storage, path: str, expected: FileEntry | None = None) -> bytes:
     """Read and check one segment; raises `CheckpointCorruptError` naming ``path``."""
-    try:
-        data = storage.read(path)
-    except FileNotFoundError:
-        raise CheckpointCorruptError(path, "file is missing") from None
-    check_segment(data, path, expected)
+    data = read_checked(storage, path, expected)
+    check_segment(data, path)
     return data

@@ -317,22 +317,13 @@ class CheckpointChain:
     def materialize(self) -> None:
         """Write a full snapshot of the driver's state now; later checkpoints name it instead
         of the older changelog."""
-        subdir, entries = write_materialization(
-            self.store.storage,
-            f"{self.work.directory}/materializations",
-            self.work.table,
-            self.store.materialization_files,
-        )
         self.materialization = tuple(
-            FileEntry(
-                name=f"materializations/{e.name}",
-                size=e.size,
-                checksum=e.checksum,
-                records=e.records,
-                kg_start=e.kg_start,
-                kg_stop=e.kg_stop,
+            write_materialization(
+                self.store.storage,
+                self.work.directory,
+                self.work.table,
+                self.store.materialization_files,
             )
-            for e in entries
         )
         self._drop_uncommitted_files()
         self.files = []

@@ -28,6 +28,9 @@ import time
 import uuid
 from abc import ABC, abstractmethod
 
+from sparkbeam.checkpoint.errors import CheckpointCorruptError
+from sparkbeam.checkpoint.ids import FileEntry
+
 TMP_PREFIX = ".tmp-"
 
 
@@ -441,3 +444,23 @@ def checksum(data: bytes) -> str:
     import zlib
 
     return "crc32:%08x" % (zlib.crc32(data) & 0xFFFFFFFF)
+
+
+def read_checked(storage: Storage, path: str, expected: FileEntry | None = None) -> bytes:
+    """The bytes of ``path``, checked against the size and checksum of its entry ``expected``
+    (if given); raises `CheckpointCorruptError` naming ``path`` if it is missing or differs."""
+    try:
+        data = storage.read(path)
+    except FileNotFoundError:
+        raise CheckpointCorruptError(path, "file is missing") from None
+    if expected is not None:
+        if len(data) != expected.size:
+            raise CheckpointCorruptError(
+                path, f"size is {len(data)} bytes, the manifest says {expected.size}"
+            )
+        actual = checksum(data)
+        if actual != expected.checksum:
+            raise CheckpointCorruptError(
+                path, f"checksum {actual} does not match the manifest's {expected.checksum}"
+            )
+    return data

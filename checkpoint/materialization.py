@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from sparkbeam.checkpoint.errors import CheckpointCorruptError
-from sparkbeam.checkpoint.filesystem import Storage, checksum
+from sparkbeam.checkpoint.filesystem import Storage, checksum, read_checked
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange, key_group_range
-from sparkbeam.checkpoint.state_table import Entry, RocksDBStateTable, StateTable
+from sparkbeam.checkpoint.state_table import Entry, StateTable
 
 SCHEMA = pa.schema(
     [
@@ -43,25 +43,17 @@ def _ranges(max_key_groups: int, files: int) -> list[KeyGroupRange]:
 _COMPRESSED = pa.ipc.IpcWriteOptions(compression="zstd")
 
 
-def _encode(rows: tuple[list, list, list, list]) -> bytes:
-    kgs, nss, keys, values = rows
-    batch = pa.record_batch(
-        [
-            pa.array(kgs, pa.uint16()),
-            pa.array(nss, pa.string()),
-            pa.array(keys, pa.binary()),
-            pa.array(values, pa.binary()),
-        ],
-        schema=SCHEMA,
-    )
-    return _write_batch(batch)
-
-
-def _write_batch(batch: pa.RecordBatch) -> bytes:
+def _write(
+    storage: Storage, directory: str, name: str, batch: pa.RecordBatch, start: int, stop: int
+) -> FileEntry:
+    """Write ``batch``, rows of key groups ``[start, stop)``, as the Arrow IPC file
+    ``directory/name``; its entry names it relative to ``directory``."""
     sink = io.BytesIO()
     with pa.ipc.new_file(sink, SCHEMA, options=_COMPRESSED) as writer:
         writer.write_batch(batch)
-    return sink.getvalue()
+    data = sink.getvalue()
+    storage.write(f"{directory}/{name}", data)
+    return FileEntry(name, len(data), checksum(data), batch.num_rows, start, stop)
 
 
 def write_materialization(
@@ -69,42 +61,33 @@ def write_materialization(
     directory: str,
     table: StateTable,
     files: int = DEFAULT_FILES,
-) -> tuple[str, list[FileEntry]]:
-    """Write ``table`` under ``directory/mat-<random>/``; returns (subdir, file entries).
-
-    File names in the entries are relative to ``directory``.
-    """
+) -> list[FileEntry]:
+    """Write ``table`` under ``directory/materializations/mat-<random>/``, a file per key-group
+    range; the entries name the files relative to ``directory``."""
     ranges = _ranges(table.max_key_groups, files)
-    subdir = f"mat-{uuid.uuid4().hex[:12]}"
+    subdir = f"materializations/mat-{uuid.uuid4().hex[:12]}"
     buckets: list[tuple[list, list, list, list]] = [([], [], [], []) for _ in ranges]
-    if isinstance(table, RocksDBStateTable):
-        for i, r in enumerate(ranges):
-            _fill(buckets[i], table.snapshot(r))
-    else:
-        n = len(ranges)
-        m = table.max_key_groups
-        for kg, ns, key, value in table.snapshot():
-            b = buckets[kg * n // m]
-            b[0].append(kg)
-            b[1].append(ns)
-            b[2].append(key)
-            b[3].append(value)
+    n, m = len(ranges), table.max_key_groups
+    for kg, ns, key, value in table.snapshot():
+        b = buckets[kg * n // m]  # ``ranges[i]``, `key_group_range(i, n, m)`, holds kg
+        b[0].append(kg)
+        b[1].append(ns)
+        b[2].append(key)
+        b[3].append(value)
     entries = []
-    for r, rows in zip(ranges, buckets):
-        data = _encode(rows)
-        name = f"{subdir}/kg-{r.start:05d}-{r.stop:05d}.arrow"
-        storage.write(f"{directory}/{name}", data)
-        entries.append(
-            FileEntry(
-                name=name,
-                size=len(data),
-                checksum=checksum(data),
-                records=len(rows[0]),
-                kg_start=r.start,
-                kg_stop=r.stop,
-            )
+    for r, (kgs, nss, keys, values) in zip(ranges, buckets):
+        batch = pa.record_batch(
+            [
+                pa.array(kgs, pa.uint16()),
+                pa.array(nss, pa.string()),
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+            ],
+            schema=SCHEMA,
         )
-    return subdir, entries
+        name = f"{subdir}/kg-{r.start:05d}-{r.stop:05d}.arrow"
+        entries.append(_write(storage, directory, name, batch, r.start, r.stop))
+    return entries
 
 
 def write_snapshot(
@@ -129,37 +112,15 @@ def write_snapshot(
     )  # fmt: skip
     if len(kg) > 1:
         batch = batch.take(pc.sort_indices(kg))  # stable: equal key groups keep their order
-    data = _write_batch(batch)
     name = f"{prefix}snap-{uuid.uuid4().hex[:12]}-kg-{start:05d}-{stop:05d}.arrow"
-    storage.write(f"{directory}/{name}", data)
-    return FileEntry(name, len(data), checksum(data), len(kg), start, stop)
-
-
-def _fill(rows: tuple[list, list, list, list], entries: Iterator[Entry]) -> None:
-    for kg, ns, key, value in entries:
-        rows[0].append(kg)
-        rows[1].append(ns)
-        rows[2].append(key)
-        rows[3].append(value)
+    return _write(storage, directory, name, batch, start, stop)
 
 
 def read_materialization(
     storage: Storage, path: str, entry: FileEntry, key_groups: KeyGroupRange | None = None
 ) -> Iterator[Entry]:
     """Check one file against its manifest entry and yield its rows in ``key_groups``."""
-    try:
-        data = storage.read(path)
-    except FileNotFoundError:
-        raise CheckpointCorruptError(path, "file is missing") from None
-    if len(data) != entry.size:
-        raise CheckpointCorruptError(
-            path, f"size is {len(data)} bytes, the manifest says {entry.size}"
-        )
-    actual = checksum(data)
-    if actual != entry.checksum:
-        raise CheckpointCorruptError(
-            path, f"checksum {actual} does not match the manifest's {entry.checksum}"
-        )
+    data = read_checked(storage, path, entry)
     try:
         arrow = pa.ipc.open_file(pa.BufferReader(data)).read_all()
     except (pa.ArrowInvalid, OSError) as e:

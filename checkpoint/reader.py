@@ -18,7 +18,6 @@ from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.changelog import (
     RANGED_READ_MIN_BYTES,
     Op,
-    check_segment,
     iter_records,
     read_records,
     read_segment,
@@ -278,7 +277,7 @@ def verify_files(storage: Storage, directory: str, manifest: Manifest) -> Verifi
     for entry in segments.values():
         path = f"{directory}/{entry.name}"
         try:
-            check_segment(read_segment(storage, path, entry), path)
+            read_segment(storage, path, entry)  # checks size, checksum and framing
             nbytes += entry.size
         except CheckpointCorruptError as e:
             problems.append(f"{path}: {e.reason}")
