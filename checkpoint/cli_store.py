@@ -49,17 +49,13 @@ def run_store_command(
     try:
         return func(args)
     except StoreArgumentError as e:
-        return input_error(command, e)
+        print(f"sparkbeam {command}: error: {e}", file=sys.stderr)
+        return 2
     except errors as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     except Exception as e:
         return unreachable(args, e)
-
-
-def input_error(command: str, error: Exception) -> int:
-    print(f"sparkbeam {command}: error: {error}", file=sys.stderr)
-    return 2
 
 
 _CLIENT_MODULES = ("botocore", "boto3", "google", "azure", "requests", "urllib3", "apache_beam.io")

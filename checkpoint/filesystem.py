@@ -299,10 +299,6 @@ class MemoryStorage(Storage):
         except KeyError:
             raise FileNotFoundError(f"{self.url}/{path}") from None
 
-    def corrupt(self, path: str, data: bytes) -> None:
-        """Overwrite a file in place, keeping its mtime (tests only)."""
-        self._files[path] = (data, self._files[path][1])
-
 
 OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "azfs"})
 """Schemes without directories whose uploads appear whole: written in place, listed by prefix."""
@@ -378,8 +374,7 @@ class FileSystemsStorage(Storage):
     def create_exclusive(self, path: str, data: bytes) -> bool:
         if self.exists(path):
             return False
-        self._write(path, data)
-        self.bytes_written += len(data)
+        self.write(path, data)
         return True
 
     def list(self, prefix: str = "") -> list[str]:

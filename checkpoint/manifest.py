@@ -67,13 +67,9 @@ class Manifest:
     task_state: TaskState = field(default_factory=TaskState)
     """Handles of the task-owned namespaces."""
 
-    @property
-    def driver_files(self) -> tuple[FileEntry, ...]:
-        return self.materialization + self.changelog
-
     @cached_property
     def files(self) -> tuple[FileEntry, ...]:
-        return self.driver_files + self.task_state.files()
+        return self.materialization + self.changelog + self.task_state.files()
 
     @cached_property
     def file_names(self) -> frozenset[str]:

@@ -78,15 +78,11 @@ def committed(work: PipelineStore, checkpoint_id: CheckpointId) -> CheckpointId:
     """After a commit (before any output of it is published): record that the pipeline has
     committed, once per working state. Returns ``checkpoint_id``."""
     if not getattr(work, "_marked_committed", False):
-        _mark(work._store, work.pipeline_id)
+        store, path = work._store, f"{work.directory}/{COMMITTED_MARK}"
+        if not store.read_only and not store.storage.exists(path):
+            store.storage.write(path, b"{}")
         work._marked_committed = True
     return checkpoint_id
-
-
-def _mark(store: CheckpointStore, pipeline_id: str) -> None:
-    path = f"{pipeline_dir(pipeline_id)}/{COMMITTED_MARK}"
-    if not store.read_only and not store.storage.exists(path):
-        store.storage.write(path, b"{}")
 
 
 def restore(
