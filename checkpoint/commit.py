@@ -77,10 +77,8 @@ class CheckpointChain:
 
     def live_files(self) -> set[str]:
         """Names (relative to the pipeline dir) the next checkpoint will need."""
-        return self._driver_files() | {f.name for f in self.task_state.files()}
-
-    def _driver_files(self) -> set[str]:
-        return {f.name for f in self.materialization} | {f.name for f in self.files}
+        files = (*self.materialization, *self.files, *self.task_state.files())
+        return {f.name for f in files}
 
     # -- commit --------------------------------------------------------------------------------
     def commit(
@@ -120,7 +118,7 @@ class CheckpointChain:
             self.add(self.work.log.flush())  # Step 2.
             cid = CheckpointId(self.store._next_checkpoint_id(self.work.pipeline_id))
             self._apply_staged(staged, cid)  # Step 3.
-            self._truncate_logs()
+            self.task_state = self.task_state.map(NamespaceState.truncated)
             if self._materialization_due():  # Step 4.
                 self.materialize()
             elif self._needs_fallback(self.live_files()):
@@ -214,26 +212,16 @@ class CheckpointChain:
             spaces[ns] = of(ns).count(start, stop, entries)
         self.task_state = TaskState(spaces)
 
-    def _truncate_logs(self) -> None:
-        """After step 3: each log without the segments no range reads any more."""
-        spaces = self.task_state.namespaces
-        self.task_state = TaskState({ns: s.truncated() for ns, s in spaces.items()})
-
     def _give_fallback(self, cid: int) -> None:
         """Step 4: make the next checkpoint share no file with a retained one. While the
         task-owned files are shared with every retained checkpoint, the tasks are asked to
         snapshot their ranges in the next round (the driver cannot: it holds no task state);
         once they are not, the driver's state is compacted into new files."""
-        self.task_state = TaskState(
-            {ns: s.without_empty_bases(cid) for ns, s in self.task_state.namespaces.items()}
-        )
+        self.task_state = self.task_state.map(lambda s: s.without_empty_bases(cid))
         task_files = {f.name for f in self.task_state.files()}
         if task_files and self._needs_fallback(task_files):
-            self.task_state = TaskState(
-                {
-                    ns: s if s.snapshots_pending else s.request_snapshots(cid)
-                    for ns, s in self.task_state.namespaces.items()
-                }
+            self.task_state = self.task_state.map(
+                lambda s: s if s.snapshots_pending else s.request_snapshots(cid)
             )
             return
         self._compact()

@@ -28,7 +28,7 @@ Leaves to others: reading the files (`reader`, the runner's task-side reads), th
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from functools import cached_property
@@ -74,9 +74,6 @@ class RangeState:
     entries: int = 0
     checkpoint: int = -1
     """The checkpoint that committed ``base`` (-1: none)."""
-
-    def overlaps(self, start: int, stop: int) -> bool:
-        return self.start < stop and start < self.stop
 
     def to_json(self) -> dict:
         return {
@@ -248,7 +245,7 @@ class NamespaceState:
             tail = []
             for seq, f in self.log:
                 if seq > since:
-                    a, b = (f.kg_start, f.kg_stop) if f.kg_stop > f.kg_start else (0, m)
+                    a, b = _file_range(f, m)
                     if a < hi and lo < b:
                         tail.append(f)
             out.append((sub, r, tail))
@@ -324,6 +321,10 @@ class TaskState:
     @property
     def entries(self) -> int:
         return sum(s.entries for s in self.namespaces.values())
+
+    def map(self, change: Callable[[NamespaceState], NamespaceState]) -> TaskState:
+        """Every namespace's state changed by ``change``."""
+        return TaskState({ns: change(s) for ns, s in self.namespaces.items()})
 
     def to_json(self) -> dict:
         return {ns: s.to_json() for ns, s in sorted(self.namespaces.items())}
