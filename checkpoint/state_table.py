@@ -184,12 +184,15 @@ class RocksDBStateTable(StateTable):
             shutil.rmtree(self._dir, ignore_errors=True)
 
 
+def check_state_backend(backend: str) -> None:
+    """Refuse a ``backend`` that is not one of `STATE_BACKENDS`."""
+    if backend not in STATE_BACKENDS:
+        raise ValueError(
+            f"state_backend={backend!r} is not supported; use one of {', '.join(STATE_BACKENDS)}."
+        )
+
+
 def make_state_table(backend: str, max_key_groups: int) -> StateTable:
     """A new empty table of ``backend`` (one of `STATE_BACKENDS`)."""
-    if backend == "memory":
-        return MemoryStateTable(max_key_groups)
-    if backend == "rocksdb":
-        return RocksDBStateTable(max_key_groups)
-    raise ValueError(
-        f"state_backend={backend!r} is not supported; use one of {', '.join(STATE_BACKENDS)}."
-    )
+    check_state_backend(backend)
+    return (MemoryStateTable if backend == "memory" else RocksDBStateTable)(max_key_groups)

@@ -57,7 +57,7 @@ from sparkbeam.checkpoint.retention import needs_fallback, plan_retention, sweep
 from sparkbeam.checkpoint.staging import StagedWriter
 from sparkbeam.checkpoint.startpoints import Startpoints
 from sparkbeam.checkpoint.state_layout import check_restorable, layout_of
-from sparkbeam.checkpoint.state_table import STATE_BACKENDS
+from sparkbeam.checkpoint.state_table import check_state_backend
 
 log = logging.getLogger(__name__)
 
@@ -148,11 +148,7 @@ class CheckpointStore:
         changelog: bool = True,
     ):
         key_group_range(0, 1, max_key_groups)  # validates max_key_groups
-        if state_backend not in STATE_BACKENDS:
-            raise ValueError(
-                f"state_backend={state_backend!r} is not supported; use one of "
-                f"{', '.join(STATE_BACKENDS)}."
-            )
+        check_state_backend(state_backend)
         if retain < 1:
             raise ValueError(f"retain={retain!r} must be at least 1 (checkpoints to keep).")
         self.storage = storage = open_storage(url)
