@@ -34,7 +34,7 @@ import bisect
 import struct
 import uuid
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from enum import IntEnum
 from functools import cache
 
@@ -69,6 +69,19 @@ _OPS = {op.value: op for op in Op}  # a dict lookup: ``Op(value)`` costs ~0.6 us
 
 Record = tuple[Op, int, str, bytes, bytes]
 """(op, key group, namespace, key, value) -- value is ``b""`` for deletes."""
+
+
+def apply_records(
+    records: Iterable[Record],
+    put: Callable[[str, bytes, bytes, int], None],
+    delete: Callable[[str, bytes, int], None],
+) -> None:
+    """Each record in order as ``put(ns, key, value, kg)`` or ``delete(ns, key, kg)``."""
+    for op, kg, ns, key, value in records:
+        if op is Op.PUT:
+            put(ns, key, value, kg)
+        else:
+            delete(ns, key, kg)
 
 
 class SegmentBuffer:

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 from sparkbeam.checkpoint import restore as restore_protocol
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.checkpoint.changelog import ChangelogWriter, NoChangelog, Op, iter_records
+from sparkbeam.checkpoint.changelog import (
+    ChangelogWriter,
+    NoChangelog,
+    Op,
+    apply_records,
+    iter_records,
+)
 from sparkbeam.checkpoint.commit import CheckpointChain
 from sparkbeam.checkpoint.errors import StoreClosedError
 from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
@@ -123,13 +129,8 @@ class PipelineStore:
     def apply(self, msg: CommitMessage, segments: list[tuple[str, bytes]]) -> None:
         """A task attempt's staged changes to driver-owned namespaces (its verified
         segments), markers and positions (commit step 3)."""
-        put, delete = self.table.put, self.table.delete
         for path, data in segments:
-            for op, kg, ns, key, value in iter_records(data, path):
-                if op is Op.PUT:
-                    put(ns, key, value, kg)
-                else:
-                    delete(ns, key, kg)
+            apply_records(iter_records(data, path), self.table.put, self.table.delete)
         self.mark_positions(msg)
 
     def mark_positions(self, msg: CommitMessage) -> None:

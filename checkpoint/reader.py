@@ -18,6 +18,7 @@ from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.changelog import (
     RANGED_READ_MIN_BYTES,
     Op,
+    apply_records,
     iter_records,
     read_records,
     read_segment,
@@ -113,13 +114,8 @@ def replay_namespace(
 ) -> None:
     """Apply one task-owned namespace in ``key_groups``: per range, its base then its tail."""
     groups = key_groups or KeyGroupRange(0, state.max_key_groups)
-    for op, kg, key, value, _ in namespace_records(
-        storage, directory, namespace, state, groups, cache=cache
-    ):
-        if op is Op.PUT:
-            put(namespace, key, value, kg)
-        else:
-            delete(namespace, key, kg)
+    records = namespace_records(storage, directory, namespace, state, groups, cache=cache)
+    apply_records(((op, kg, namespace, k, v) for op, kg, k, v, _ in records), put, delete)
 
 
 def namespace_records(
@@ -217,11 +213,7 @@ def replay_changelog(
             continue  # another subtask's segment (a task's segment holds only its key groups)
         path = f"{directory}/{entry.name}"
         data = cache.read(storage, path, entry) if cache else read_segment(storage, path, entry)
-        for op, kg, ns, key, value in iter_records(data, path, key_groups):
-            if op is Op.PUT:
-                put(ns, key, value, kg)
-            else:
-                delete(ns, key, kg)
+        apply_records(iter_records(data, path, key_groups), put, delete)
 
 
 def read_state(
