@@ -84,27 +84,23 @@ def _explained(method):
     is tried again after each of `FIRST_CONTACT_PAUSES`."""
 
     @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        pauses = iter(FIRST_CONTACT_PAUSES)
-        while True:
-            try:
-                result = method(self, *args, **kwargs)
-            except (StoreAccessError, ImportError):
-                raise
-            except Exception as e:
-                if connection_failure(e) is None:
-                    self.answered()
-                elif self.first_contact() and (pause := next(pauses, None)) is not None:
-                    time.sleep(pause)
-                    continue
-                raise
-            self.answered()
-            return result
-
-    @functools.wraps(method)
     def explained(self, *args, **kwargs):
+        pauses = iter(FIRST_CONTACT_PAUSES)
         try:
-            return call(self, *args, **kwargs)
+            while True:
+                try:
+                    result = method(self, *args, **kwargs)
+                except (StoreAccessError, ImportError):
+                    raise
+                except Exception as e:
+                    if connection_failure(e) is None:
+                        self.answered()
+                    elif self.first_contact() and (pause := next(pauses, None)) is not None:
+                        time.sleep(pause)
+                        continue
+                    raise
+                self.answered()
+                return result
         except StoreAccessError:
             raise
         except ImportError as e:  # the cloud's client library
