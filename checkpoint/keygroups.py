@@ -41,9 +41,7 @@ def stable_hash(key: bytes) -> int:
 
 def key_group(key: bytes, max_key_groups: int) -> KeyGroup:
     """The key group of ``key``: ``stable_hash(key) % max_key_groups``."""
-    return KeyGroup(
-        int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % max_key_groups
-    )
+    return KeyGroup(stable_hash(key) % max_key_groups)
 
 
 @dataclass(frozen=True)

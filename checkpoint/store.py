@@ -147,13 +147,12 @@ class CheckpointStore:
         break_lock: bool = False,
         changelog: bool = True,
     ):
-        key_group_range(0, 1, max_key_groups)  # validates max_key_groups
+        self.use_max_key_groups(max_key_groups)
         check_state_backend(state_backend)
         if retain < 1:
             raise ValueError(f"retain={retain!r} must be at least 1 (checkpoints to keep).")
         self.storage = storage = open_storage(url)
         self.url = storage.url
-        self.max_key_groups = max_key_groups
         self.state_backend = state_backend
         self.retain = retain
         self.materialization_interval_s = materialization_interval_s
