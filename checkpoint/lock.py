@@ -101,10 +101,10 @@ class StoreLock:
                 holder.get("host"),
             )
             self.storage.delete(LOCK_FILE)
-        else:
-            raise StoreLockedError(self.storage.url, read_lock(self.storage) or {})
-        if (read_lock(self.storage) or {}).get("token") != self.holder["token"]:
-            raise StoreLockedError(self.storage.url, read_lock(self.storage) or {})
+        # Ours, unless every attempt failed or another job took it over meanwhile.
+        now = read_lock(self.storage) or {}
+        if now.get("token") != self.holder["token"]:
+            raise StoreLockedError(self.storage.url, now)
         self.held = True
 
     def _stale(self, holder: dict) -> bool:
