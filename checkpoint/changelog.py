@@ -69,13 +69,11 @@ _OPS = {op.value: op for op in Op}  # a dict lookup: ``Op(value)`` costs ~0.6 us
 
 Record = tuple[Op, int, str, bytes, bytes]
 """(op, key group, namespace, key, value) -- value is ``b""`` for deletes."""
+PutFn = Callable[[str, bytes, bytes, int], None]
+DeleteFn = Callable[[str, bytes, int], None]
 
 
-def apply_records(
-    records: Iterable[Record],
-    put: Callable[[str, bytes, bytes, int], None],
-    delete: Callable[[str, bytes, int], None],
-) -> None:
+def apply_records(records: Iterable[Record], put: PutFn, delete: DeleteFn) -> None:
     """Each record in order as ``put(ns, key, value, kg)`` or ``delete(ns, key, kg)``."""
     for op, kg, ns, key, value in records:
         if op is Op.PUT:

@@ -11,13 +11,15 @@ Leaves to others: choosing which checkpoint to read and falling back past damage
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.changelog import (
     RANGED_READ_MIN_BYTES,
+    DeleteFn,
     Op,
+    PutFn,
     apply_records,
     iter_records,
     read_records,
@@ -31,8 +33,6 @@ from sparkbeam.checkpoint.manifest import Manifest
 from sparkbeam.checkpoint.materialization import read_materialization
 from sparkbeam.checkpoint.task_state import NamespaceState
 
-PutFn = Callable[[str, bytes, bytes, int], None]
-DeleteFn = Callable[[str, bytes, int], None]
 DEFAULT_CACHE_BYTES = 64 << 20
 
 
