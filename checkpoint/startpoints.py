@@ -150,8 +150,7 @@ class Startpoints:
             PipelineId(pipeline_id), source, StartpointKind(kind), position, element_key,
             time.time(),
         )  # fmt: skip
-        items = [s for s in self._load(pipeline_id) if s.key != sp.key]
-        self._save(pipeline_id, [*items, sp])
+        self.update(pipeline_id, add=[sp])
         return sp
 
     def update(
