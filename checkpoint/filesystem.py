@@ -330,20 +330,13 @@ class FileSystemsStorage(Storage):
         return f"{self.url}/{path}" if path else self.url
 
     def read(self, path: str) -> bytes:
-        fs = self._fs()
-        full = self._path(path)
-        if not self.object_store and not fs.exists(full):
-            raise FileNotFoundError(full)
-        try:
-            with fs.open(full, compression_type="uncompressed") as f:
-                return f.read()
-        except Exception:
-            if self.object_store and not fs.exists(full):
-                raise FileNotFoundError(full) from None
-            raise
+        if not self.object_store and not self.exists(path):
+            raise FileNotFoundError(self._path(path))
+        return self.read_range(path, 0, -1)
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
-        """A seek on Beam's file (an object store's is a ranged GET)."""
+        """A seek on Beam's file (an object store's is a ranged GET); ``length`` -1: to the
+        end."""
         full = self._path(path)
         try:
             with self._fs().open(full, compression_type="uncompressed") as f:
