@@ -80,7 +80,7 @@ def replay(
     """
     driver_put, driver_delete = _driver_owned(put), _driver_owned(delete)
     for entry in manifest.materialization:
-        if key_groups is not None and not key_groups.overlaps(entry.kg_start, entry.kg_stop):
+        if not may_hold(entry, key_groups):
             continue
         path = f"{directory}/{entry.name}"
         for kg, ns, key, value in read_materialization(storage, path, entry, key_groups):
@@ -160,7 +160,7 @@ def namespace_files(
     tail. A part of a split snapshot of other key groups is left out."""
     for sub, r, tail in state.plan(groups):
         for entry in r.base if bases else ():
-            if entry.kg_stop <= entry.kg_start or sub.overlaps(entry.kg_start, entry.kg_stop):
+            if may_hold(entry, sub):
                 yield sub, entry, True
         for entry in tail:
             yield sub, entry, False
@@ -189,8 +189,8 @@ def iter_appended(
 
 
 def may_hold(entry: FileEntry, key_groups: KeyGroupRange | None) -> bool:
-    """Whether a changelog segment may hold records of ``key_groups`` (None: all of them);
-    a segment that did not record its range may hold any."""
+    """Whether a file (a changelog segment, a snapshot) may hold records of ``key_groups``
+    (None: all of them); a file that did not record its range may hold any."""
     return (
         key_groups is None
         or entry.kg_stop <= entry.kg_start

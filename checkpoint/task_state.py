@@ -241,13 +241,7 @@ class NamespaceState:
         out = []
         for r in self._overlapping(groups.start, groups.stop):
             sub = KeyGroupRange(max(r.start, groups.start), min(r.stop, groups.stop))
-            lo, hi, since = sub.start, sub.stop, r.since
-            tail = []
-            for seq, f in self.log:
-                if seq > since:
-                    a, b = _file_range(f, m)
-                    if a < hi and lo < b:
-                        tail.append(f)
+            tail = [f for seq, f in self.log if seq > r.since and sub.overlaps(*_file_range(f, m))]
             out.append((sub, r, tail))
         return out
 
