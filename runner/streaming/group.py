@@ -106,9 +106,7 @@ class _KeysOfOneTask:
             else TriggerPanes(windowing, codec, clock.trigger_clock(task.clock_micros))
         )
         self.ns = namespace(edge.id)
-        self.writer = staged_writer_for_task(
-            task.url, task.pipeline, commit_stage(edge.id), task.round_no, task.max_key_groups
-        )
+        self.writer = staged_writer_for_task(task, commit_stage(edge.id))
         self.watermark = timestamp.Timestamp(micros=task.input_watermark)
         self.previous = timestamp.Timestamp(micros=task.previous_watermark)
         self.now = clock.now_seconds(task.clock_micros)

@@ -64,9 +64,7 @@ def hold_rows(
     on."""
     commit_stage = f"hold:{stage_id}"
     if writer is None:
-        writer = staged_writer_for_task(
-            spec.url, spec.pipeline, commit_stage, spec.round_no, spec.max_key_groups
-        )
+        writer = staged_writer_for_task(spec, commit_stage)
     keeper = RowKeeper(spec, namespace(stage_id), subtask, writer)
     for row in rows:
         if not is_report(row):  # a data row: (transform, bytes)

@@ -271,15 +271,9 @@ class RoundBuilder:
         inp, par = self.inp, self.par
         max_kg = inp.max_key_groups
         task = GroupRound(
+            **self._state_fields(),
             plan_key=inp.plan_key,
             edge=edge,
-            pipeline=inp.pipeline,
-            url=inp.url,
-            checkpoint_id=inp.checkpoint_id,
-            round_no=inp.round_no,
-            parallelism=par,
-            max_key_groups=max_kg,
-            memory_bytes=inp.state_memory_bytes,
             input_watermark=self.marks.group_input.get(edge.id, watermarks.MAX),
             previous_watermark=inp.previous.get(edge.id, watermarks.MIN),
             clock_micros=inp.clock_micros,

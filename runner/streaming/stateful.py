@@ -147,9 +147,7 @@ class KeyedState:
         state_out = {k: state_layout.encode_user_state(c) for k, c in touched.items() if c}
         timers_out, (count, hold, next_micros) = self._pending_timers(timers)
         spec = self.spec
-        writer = staged_writer_for_task(
-            spec.url, spec.pipeline, self.stage_id, spec.round_no, spec.max_key_groups
-        )
+        writer = staged_writer_for_task(spec, self.stage_id)
         self._change(self.state_range, state_out, touched.keys())
         self._change(self.timer_range, timers_out, self.timers_loaded | timers_out.keys())
         with_state = self.state_range.held()

@@ -58,9 +58,7 @@ class TaskResiduals:
         self.handler = StateAndTimerBundleCheckpointHandler(self.state, stage)
         self.handler.restore()
         self.due = self.handler.pop_due(spec.clock_ms, spec.limit)
-        self.writer = staged_writer_for_task(
-            spec.url, spec.pipeline, commit_stage(stage), spec.round_no, spec.max_key_groups
-        )
+        self.writer = staged_writer_for_task(spec, commit_stage(stage))
         self.outputs = None
         if keep_outputs:  # in the task's key groups (``task_range``), read back on a resume
             ns = state_layout.stage_output(stage)

@@ -149,9 +149,7 @@ def keeping_side_input(
     buffer, files = keeping.buffer, keeping.files
     stage = commit_stage(buffer)
     if writer is None:
-        writer = staged_writer_for_task(
-            spec.url, spec.pipeline, stage, spec.round_no, spec.max_key_groups
-        )
+        writer = staged_writer_for_task(spec, stage)
     register_plan(keeping.plan_key, keeping.components.value)
     impl = plan_context(keeping.plan_key).coders[keeping.coder].get_impl()
     horizon = files.horizon

@@ -129,9 +129,7 @@ def keeping_view(
     chunks = {WINDOW_KEY + window: chunk for window, chunk in fired.items()}
     stage = commit_stage(buffer)
     if writer is None:
-        writer = staged_writer_for_task(
-            spec.url, spec.pipeline, stage, spec.round_no, spec.max_key_groups
-        )
+        writer = staged_writer_for_task(spec, stage)
     view = TaskRange(spec, subtask, namespace)
     ends = _WindowEnds(coder.window_coder)
     for key, chunk in chunks.items():

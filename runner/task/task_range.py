@@ -179,8 +179,8 @@ def finish(writer, *ranges: TaskRange) -> CommitMessage:
     return staged
 
 
-def staged_writer_for_task(url: str, pipeline: str, stage: str, round_no: int, max_key_groups: int):
-    """A staged writer named by this Spark task's partition and attempt."""
+def staged_writer_for_task(spec: StateRound, stage: str):
+    """The round's staged writer of ``stage``, named by this Spark task's partition and attempt."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -188,14 +188,9 @@ def staged_writer_for_task(url: str, pipeline: str, stage: str, round_no: int, m
         raise RuntimeError("staged_writer_for_task runs inside a Spark task only")
     apply_in_task()
     return open_staged_writer(
-        url,
-        pipeline,
-        stage,
-        round_no,
-        ctx.partitionId(),
-        ctx.attemptNumber(),
-        max_key_groups=max_key_groups,
-    )
+        spec.url, spec.pipeline, stage, spec.round_no, ctx.partitionId(), ctx.attemptNumber(),
+        max_key_groups=spec.max_key_groups,
+    )  # fmt: skip
 
 
 EXPIRED_SHARE = 4

@@ -86,9 +86,7 @@ def task(tmp_path, monkeypatch):
     monkeypatch.setattr(  # the writer a Spark task would name by its partition and attempt
         stateful,
         "staged_writer_for_task",
-        lambda url, pipeline, stage, round_no, groups: open_staged_writer(
-            url, pipeline, stage, round_no, 0, 0
-        ),
+        lambda spec, stage: open_staged_writer(spec.url, spec.pipeline, stage, spec.round_no, 0, 0),
     )
     keys = [f"k{i}" for i in range(50)]
     state_in = {
