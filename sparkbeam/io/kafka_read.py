@@ -259,9 +259,6 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         tracker=beam.DoFn.RestrictionParam(),
         watermark=beam.DoFn.WatermarkEstimatorParam(KafkaWatermarkEstimatorProvider()),
     ):
-        yield from self._read(element, tracker, watermark)
-
-    def _read(self, element, tracker, watermark):
         topic, partition = element[0], element[1]
         until_ms = element[4] if len(element) > 4 else None  # max_read_time's end, epoch ms
         restriction = tracker.current_restriction()
@@ -418,4 +415,4 @@ class _ReadUnboundedPartitions(_ReadPartitions):
         tracker=beam.DoFn.RestrictionParam(),
         watermark=beam.DoFn.WatermarkEstimatorParam(KafkaWatermarkEstimatorProvider()),
     ):
-        yield from self._read(element, tracker, watermark)
+        yield from super().process(element, tracker, watermark)
