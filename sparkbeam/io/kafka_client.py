@@ -189,7 +189,8 @@ def partitions_of(client: Any, topic: str, bootstrap: str) -> list[int]:
 
     metadata = _metadata(client, bootstrap, topic)
     found = metadata.topics.get(topic)
-    if found is None or (found.error is not None and found.error.code() in _MISSING):
+    missing = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC)
+    if found is None or (found.error is not None and found.error.code() in missing):
         raise KafkaTopicMissingError(topic, bootstrap)
     if found.error is not None and found.error.code() != KafkaError.NO_ERROR:
         raise KafkaBrokerUnreachableError(bootstrap, found.error)
@@ -200,21 +201,8 @@ def partitions_of(client: Any, topic: str, bootstrap: str) -> list[int]:
 
 def topic_names(client: Any, bootstrap: str) -> list[str]:
     """Every topic the broker lists (internal ones, ``__...``, left out)."""
-
     metadata = _metadata(client, bootstrap)
     return sorted(t for t in metadata.topics if not t.startswith("__"))
-
-
-def _missing_codes() -> set[int]:
-    try:
-        from confluent_kafka import KafkaError
-
-        return {KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC}
-    except ImportError:  # the kafka extra is not installed; nothing calls this then
-        return set()
-
-
-_MISSING = _missing_codes()
 
 
 def low_offset(client: Any, topic: str, partition: int) -> int:
@@ -276,7 +264,7 @@ def _timestamp(client: Any, topic: str, partition: int, offset: int) -> int:
 
 def _record_at(client: Any, topic: str, partition: int, offset: int):
     """The first record at or after ``offset`` (None if the partition ends before it)."""
-    from confluent_kafka import TopicPartition
+    from confluent_kafka import KafkaError, TopicPartition
 
     client.assign([TopicPartition(topic, partition, offset)])
     try:
@@ -287,7 +275,7 @@ def _record_at(client: Any, topic: str, partition: int, offset: int):
             record = records[0]
             if record.error() is None:
                 return record
-            if record.error().code() == _partition_eof():
+            if record.error().code() == KafkaError._PARTITION_EOF:
                 return None
             raise KafkaBrokerUnreachableError(f"{topic}-{partition}", record.error())
         _, high = client.get_watermark_offsets(TopicPartition(topic, partition), cached=True)
@@ -300,9 +288,3 @@ def _record_at(client: Any, topic: str, partition: int, offset: int):
         return None
     finally:
         client.unassign()
-
-
-def _partition_eof() -> int:
-    from confluent_kafka import KafkaError
-
-    return KafkaError._PARTITION_EOF
