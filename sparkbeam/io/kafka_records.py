@@ -89,10 +89,6 @@ class PolledBatch(list):
     """A polled batch's records as ``WindowedValue``s: the read's one element a batch."""
 
 
-def _stamps(batch: list):
-    return (message.timestamp() for message in batch)
-
-
 def _key_value(message) -> tuple:
     return (message.key(), message.value())
 
@@ -122,7 +118,8 @@ class RecordMaker:
         if self.policy == PROCESSING_TIME:
             micros = [now_micros] * len(batch)
         else:
-            micros = [m * 1000 if k and m >= 0 else now_micros for k, m in _stamps(batch)]
+            stamps = (message.timestamp() for message in batch)
+            micros = [m * 1000 if k and m >= 0 else now_micros for k, m in stamps]
         element = _key_value if self._as_they_are else self.element
         out = [create(element(m), t, GLOBAL_WINDOWS) for m, t in zip(batch, micros)]
         watermark.observe_batch(Timestamp(micros=max(micros) - self.max_delay_micros))
@@ -135,8 +132,6 @@ class RecordMaker:
         return Timestamp(micros=int(polled_at * 1e6) - self.max_delay_micros)
 
     def element(self, message) -> Any:
-        if self._as_they_are:
-            return (message.key(), message.value())
         key = self._deserialize("key", self.key_fn, message.key(), message)
         value = self._deserialize("value", self.value_fn, message.value(), message)
         if not self.with_metadata:

@@ -120,14 +120,10 @@ class KafkaOffsetTracker(OffsetRestrictionTracker):
     def current_progress(self) -> RestrictionProgress:
         if not self._unbounded():
             return super().current_progress()
-        position = self._position_now()
+        claimed = self._last_claim_attempt
+        position = self._range.start if claimed is None else claimed + 1
         remaining = max(1, self._backlog or 1)
         return RestrictionProgress(completed=position - self._range.start, remaining=remaining)
-
-    def _position_now(self) -> int:
-        if self._last_claim_attempt is None:
-            return self._range.start
-        return self._last_claim_attempt + 1
 
     def try_split(self, fraction_of_remainder):
         if self._unbounded():
@@ -151,8 +147,7 @@ class KafkaRestrictionProvider(RestrictionProvider):
         return self._client
 
     def initial_restriction(self, element) -> OffsetRange:
-        start, stop = element[2], element[3]
-        return KafkaOffsetRange(start, stop)
+        return KafkaOffsetRange(element[2], element[3])
 
     def create_tracker(self, restriction: OffsetRange) -> KafkaOffsetTracker:
         return KafkaOffsetTracker(restriction)
