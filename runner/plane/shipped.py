@@ -17,24 +17,15 @@ import hashlib
 import pickle
 import tempfile
 from collections import OrderedDict
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from sparkbeam.runner.plane import Inline
 
 INLINE_BYTES = 256 << 10  # below this a value rides inside the functions
 _KEPT = 8  # values a worker process keeps (one pipeline's components, its side inputs)
 _MISSING = object()
 _LOADED: OrderedDict[str, Any] = OrderedDict()  # per worker process, by artifact name
-
-
-@dataclass(frozen=True)
-class Captured:
-    """A small broadcast's stand-in: the value travels inside each function."""
-
-    value: Any
-
-    def unpersist(self, blocking: bool = False) -> None:
-        pass
 
 
 class ArtifactBroadcast:
@@ -71,7 +62,7 @@ class ArtifactBroadcaster:
 
         data = cloudpickle.dumps(value, pickle.HIGHEST_PROTOCOL)
         if len(data) < INLINE_BYTES:
-            return Captured(value)
+            return Inline(value)  # the value travels inside each function
         name = f"sparkbeam-broadcast-{hashlib.sha256(data).hexdigest()[:32]}.pkl"
         if name not in self._uploaded:
             with tempfile.TemporaryDirectory(prefix="sparkbeam-broadcast-") as work:
