@@ -50,11 +50,6 @@ def round_robin(index: int, items):
     return ((index + n, item) for n, item in enumerate(items))
 
 
-def int_key(key: int) -> int:
-    """The partitioner of `round_robin` keys (no ``PYTHONHASHSEED`` needed)."""
-    return key
-
-
 def plane_for(spark, name: str | None = None):
     """The plane a run uses: ``frames`` over Spark Connect, else ``name`` (default ``rdd``)."""
     from sparkbeam.runner.spark.session import is_connect

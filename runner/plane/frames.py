@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import itertools
+import operator
 import pickle
 import sys
 import zlib
@@ -61,13 +62,13 @@ class Frames:
         return Frames(self.plane, self.df, (*self.chain, (True, fn)), self.targets)
 
     def map(self, fn: Callable) -> Frames:
-        return self.mapPartitions(functools.partial(_map, fn))
+        return self.mapPartitions(functools.partial(map, fn))
 
     def filter(self, fn: Callable) -> Frames:
-        return self.mapPartitions(functools.partial(_filter, fn))
+        return self.mapPartitions(functools.partial(filter, fn))
 
     def values(self) -> Frames:
-        return self.map(_second)
+        return self.map(operator.itemgetter(1))
 
     # --- wide, cached, collected ------------------------------------------------------
 
@@ -344,15 +345,3 @@ def _batch(keys: list[int], blobs: list[bytes]) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(
         [pa.array(keys, pa.int32()), pa.array(blobs, pa.binary())], schema=_ARROW_SCHEMA
     )
-
-
-def _map(fn: Callable, items: Iterable) -> Iterator:
-    return map(fn, items)
-
-
-def _filter(fn: Callable, items: Iterable) -> Iterator:
-    return filter(fn, items)
-
-
-def _second(pair):
-    return pair[1]

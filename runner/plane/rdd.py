@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pyspark import StorageLevel
 
-from sparkbeam.runner.plane import NO_SIDE_INPUTS, int_key, release, round_robin
+from sparkbeam.runner.plane import NO_SIDE_INPUTS, release, round_robin
 from sparkbeam.runner.spark import labels, session_conf
 from sparkbeam.runner.spark.filesystem_options import use_in_jobs
 
@@ -49,7 +49,7 @@ class RddPlane:
         n = dataset.getNumPartitions()
         if n < partitions:
             keyed = dataset.mapPartitionsWithIndex(round_robin)
-            return keyed.partitionBy(partitions, int_key).values()
+            return keyed.partitionBy(partitions, int).values()  # no PYTHONHASHSEED needed
         return dataset.coalesce(partitions) if n > partitions else dataset
 
     def broadcast(self, value):
