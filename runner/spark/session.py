@@ -70,7 +70,7 @@ def get_or_create_session(
     if active is not None:
         source = "spark-submit" if _under_spark_submit() else "the active SparkSession"
         _check_same_master(explicit, active.sparkContext.master, source)
-        session_conf.configure_running(active)
+        session_conf.quiet_jvm(active.sparkContext)
         return active
     submitted = submitted_conf()
     if submitted is not None:
@@ -146,15 +146,14 @@ def server_master(url: str) -> str:
     its code shares, ``shared_url``: one Connect session per run keeps pyspark's notion of
     the active session right, see ``frames.local_checkpoint``)."""
     open_ = [s for t, s in _CONNECT_SESSIONS.items() if _on(t, url) and not s.is_stopped]
-    if open_:
-        return open_[0].conf.get("spark.master", "?")
-    session = connect_session(url)
-    if "session_id=" in url:  # the user's own session, which the run uses too: keep it
-        return session.conf.get("spark.master", "?")
+    session = open_[0] if open_ else connect_session(url)
     try:
         return session.conf.get("spark.master", "?")
     finally:
-        stop_connect_sessions(url)  # a released session id cannot be used again
+        # A released session id cannot be used again; one the URL names is the user's own,
+        # which the run uses too: kept.
+        if not open_ and "session_id=" not in url:
+            stop_connect_sessions(url)
 
 
 def stop_connect_sessions(url: str) -> None:
@@ -332,7 +331,7 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
 
         # A JVM about to start on this host forks its worker daemon from a warm zygote.
         warm = None
-        if SparkContext._gateway is None and warm_workers.wanted(master):
+        if SparkContext._gateway is None and session_conf.is_local_master(master):
             if settings.get("spark.python.daemon.module") == session_conf.DAEMON_MODULE:
                 warm = zygote.spawn()
         try:
@@ -345,17 +344,15 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
         finally:
             zygote.launched()
         session_conf.quiet_jvm(sc)  # a failed warm-up stays quiet too
-        if warm_workers.wanted(master):  # the Python daemon starts while the driver plans
+        if session_conf.is_local_master(master):  # the Python daemon starts while the driver plans
             warm_workers.start(sc)
         session = context_session.for_context(sc)  # the SQL session only when needed
     except Exception as e:  # noqa: BLE001 - py4j/JVM startup errors are opaque
         _LOG.debug("Spark start-up failed", exc_info=True)
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise SparkSessionError(
-            f"Could not start Spark with master {where!r}: {first.rstrip('.')}. "
+            f"Could not start Spark with master {where!r}: {_first_line(e).rstrip('.')}. "
             "Check that Java 17+ is on PATH and the master is reachable."
         ) from None
-    session_conf.configure_running(session)
     return session
 
 
@@ -364,7 +361,7 @@ def live_active_session():
     try:
         return _active()
     except Exception as e:  # noqa: BLE001 - py4j desync shows as Py4JError, KeyError, ...
-        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        reason = _first_line(e)
     _LOG.warning("The Spark session's py4j link is broken (%s); reconnecting", reason)
     _reset_thread_connection()
     try:

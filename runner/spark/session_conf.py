@@ -123,18 +123,9 @@ def scheduler_pool(sc) -> str | None:
     return POOL if sc.getConf().get("spark.scheduler.mode", "FIFO") == "FAIR" else None
 
 
-def debugging() -> bool:
-    return logging.getLogger("sparkbeam").isEnabledFor(logging.DEBUG)
-
-
-def configure_running(session) -> None:
-    """Quiet the JVM and py4j loggers that duplicate sparkbeam's reports (not at DEBUG)."""
-    quiet_jvm(session.sparkContext)
-
-
 def quiet_jvm(sc) -> None:
-    """``configure_running`` for a SparkContext whose session is not built yet."""
-    if debugging():
+    """Quiet the JVM and py4j loggers that duplicate sparkbeam's reports (not at DEBUG)."""
+    if logging.getLogger("sparkbeam").isEnabledFor(logging.DEBUG):
         return
     py4j = logging.getLogger("py4j")
     if py4j.level == logging.NOTSET:

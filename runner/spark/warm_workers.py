@@ -15,16 +15,11 @@ from __future__ import annotations
 import logging
 import threading
 
-from sparkbeam.runner.spark import labels, session_conf
+from sparkbeam.runner.spark import labels
 
 _LOG = logging.getLogger(__name__)
 GROUP = "sparkbeam-warm-up"  # its job's group in the Spark UI and status tracker
 DESCRIPTION = "sparkbeam: start the Python workers (Beam imported once per worker daemon)"
-
-
-def wanted(master: str | None) -> bool:
-    """Whether a session on ``master`` gets a warm-up job (``local``, ``local[N]``...)."""
-    return session_conf.is_local_master(master)
 
 
 def start(sc) -> threading.Thread:

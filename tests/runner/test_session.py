@@ -124,12 +124,12 @@ def test_pipeline_runs_after_an_interrupted_action():
 
 
 def test_only_local_masters_get_a_warm_up_job():
-    from sparkbeam.runner.spark import warm_workers
+    from sparkbeam.runner.spark.session_conf import is_local_master
 
-    assert warm_workers.wanted("local[2]") and warm_workers.wanted("local")
-    assert not warm_workers.wanted("spark://127.0.0.1:7077")
-    assert not warm_workers.wanted("local-cluster[2,1,1024]")
-    assert not warm_workers.wanted(None)
+    assert is_local_master("local[2]") and is_local_master("local")
+    assert not is_local_master("spark://127.0.0.1:7077")
+    assert not is_local_master("local-cluster[2,1,1024]")
+    assert not is_local_master(None)
 
 
 @pytest.fixture(scope="module")
