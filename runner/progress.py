@@ -14,11 +14,13 @@ import time
 from collections.abc import Sequence
 from collections.abc import Set as AbstractSet
 
+from apache_beam.metrics import monitoring_infos as mi
 from apache_beam.utils import timestamp
+
+from sparkbeam.runner.spark.session import is_connect
 
 EVERY_S = 5.0
 BATCH_EVERY_S = 10.0
-ELEMENT_COUNT = "beam:metric:element_count:v1"
 _LOG = logging.getLogger("sparkbeam.progress")
 _HANDLER_FLAG = "_sparkbeam_progress_handler"
 
@@ -54,19 +56,9 @@ def records(infos, pcollections: AbstractSet[str]) -> int:
     """Elements that crossed the given PCollections, from Beam's element-count metrics."""
     total = 0
     for info in infos:
-        if info.urn == ELEMENT_COUNT and info.labels.get("PCOLLECTION") in pcollections:
-            total += _varint(info.payload)
+        if info.urn == mi.ELEMENT_COUNT_URN and info.labels.get("PCOLLECTION") in pcollections:
+            total += mi.extract_counter_value(info)
     return total
-
-
-def _varint(payload: bytes) -> int:
-    value, shift = 0, 0
-    for byte in payload:
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            break
-    return value
 
 
 class PipelineProgress:
@@ -117,7 +109,7 @@ class PipelineProgress:
 def started(spark, store_url: str | None, outputs: Sequence[str] = ()) -> None:
     """One line once Spark is up: where the job runs, where its state and its files go."""
     try:
-        if hasattr(spark, "sparkContext") and not _is_connect(spark):
+        if hasattr(spark, "sparkContext") and not is_connect(spark):
             sc = spark.sparkContext
             master, app, name, ui = sc.master, sc.applicationId, sc.appName, sc.uiWebUrl
         else:
@@ -133,17 +125,13 @@ def started(spark, store_url: str | None, outputs: Sequence[str] = ()) -> None:
     )  # fmt: skip
 
 
-def _is_connect(spark) -> bool:
-    return type(spark).__module__.startswith("pyspark.sql.connect")
-
-
 class ElementCounter:
     """Elements a batch run's tasks moved between its stages so far (Beam's element-count
     metrics of each finished task): a Spark accumulator the tasks add to; none over Connect."""
 
     def __init__(self, spark, pcollections) -> None:
         self.pcollections = frozenset(pcollections)
-        self.accumulator = None if _is_connect(spark) else spark.sparkContext.accumulator(0)
+        self.accumulator = None if is_connect(spark) else spark.sparkContext.accumulator(0)
 
     def count(self, record) -> None:
         """Task side: add a task's metrics record to the count (other records: nothing)."""
@@ -171,7 +159,7 @@ class BatchTicker:
         self.thread: threading.Thread | None = None
 
     def __enter__(self) -> BatchTicker:
-        if not _is_connect(self.spark):
+        if not is_connect(self.spark):
             self.thread = threading.Thread(target=self._run, name="sparkbeam-progress", daemon=True)
             self.thread.start()
         return self
