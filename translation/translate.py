@@ -10,6 +10,7 @@ Spark here: the runner decides how edges become shuffles.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 
 from apache_beam.portability import common_urns
@@ -150,7 +151,7 @@ class _PlanBuilder:
         joined = [tuple(b for _, b in ts.outputs) for ts in self.test_streams]
         pipelines = _connected_components(plans, joined)
         pipeline_of = {sid: p.id for p in pipelines for sid in p.stages}
-        plans = [_with_pipeline(s, pipeline_of[s.id]) for s in plans]
+        plans = [dataclasses.replace(s, pipeline=pipeline_of[s.id]) for s in plans]
         components = self.components.SerializeToString(deterministic=True)
         return ExecutionPlan(
             stages=tuple(plans),
@@ -174,8 +175,7 @@ class _PlanBuilder:
             urn = transform.spec.urn
             if urn == bundle_processor.DATA_INPUT_URN:
                 pcoll = t.only_element(transform.outputs.values())
-                buffer = self._edge_for_read(transform.spec.payload, pcoll)
-                coder = self.context.data_channel_coders[pcoll]
+                buffer, coder = self._edge_for(transform.spec.payload, pcoll, "read")
                 inputs.append((transform.unique_name, buffer))
                 input_coders.append((transform.unique_name, self.safe(coder)))
                 if self.edges[buffer].kind == EdgeKind.TEXT:
@@ -184,8 +184,7 @@ class _PlanBuilder:
                 transform.spec.payload = _grpc_port(coder)
             elif urn == bundle_processor.DATA_OUTPUT_URN:
                 pcoll = t.only_element(transform.inputs.values())
-                buffer = self._edge_for_write(transform.spec.payload, pcoll)
-                coder = self.context.data_channel_coders[pcoll]
+                buffer, coder = self._edge_for(transform.spec.payload, pcoll, "write")
                 outputs.append((transform.unique_name, buffer))
                 transform.spec.payload = _grpc_port(coder)
             else:
@@ -221,26 +220,22 @@ class _PlanBuilder:
             transforms=tuple(names),
         )
 
-    def _edge_for_read(self, payload: bytes, pcoll: str) -> BufferId:
+    def _edge_for(self, payload: bytes, pcoll: str, side: str) -> tuple[BufferId, str]:
+        """The buffer a data input (``side`` "read") or output ("write") names, noting the
+        SDK coder of that side on its edge; and that coder."""
+        coder = self.context.data_channel_coders[pcoll]
         if payload == t.IMPULSE_BUFFER:
             self.edges.setdefault(IMPULSE_BUFFER, Edge(IMPULSE_BUFFER, EdgeKind.IMPULSE, pcoll))
-            return IMPULSE_BUFFER
+            return IMPULSE_BUFFER, coder
         buffer = BufferId(payload.decode("utf-8"))
         edge = self._edge(buffer, pcoll)
-        coder = self.context.data_channel_coders[pcoll]
-        self.sdk_coders[buffer, "read"] = coder
-        self.edges[buffer] = _replace(edge, read_coder=self.safe(coder))
-        if edge.kind == EdgeKind.TEST_STREAM:  # the runner writes what the SDK decodes
-            self.edges[buffer] = _replace(self.edges[buffer], write_coder=coder)
-        return buffer
-
-    def _edge_for_write(self, payload: bytes, pcoll: str) -> BufferId:
-        buffer = BufferId(payload.decode("utf-8"))
-        edge = self._edge(buffer, pcoll)
-        coder = self.context.data_channel_coders[pcoll]
-        self.sdk_coders[buffer, "write"] = coder
-        self.edges[buffer] = _replace(edge, write_coder=self.safe(coder))
-        return buffer
+        self.sdk_coders[buffer, side] = coder
+        edge = dataclasses.replace(edge, **{f"{side}_coder": self.safe(coder)})
+        if side == "read" and edge.kind == EdgeKind.TEST_STREAM:
+            # The runner writes what the SDK decodes.
+            edge = dataclasses.replace(edge, write_coder=coder)
+        self.edges[buffer] = edge
+        return buffer, coder
 
     def _settle_reshuffle_coders(self) -> None:
         """One coder per Reshuffle edge where both sides agree, else the SDK's two coders.
@@ -254,9 +249,9 @@ class _PlanBuilder:
             if edge.kind != EdgeKind.RESHUFFLE or write is None or read is None:
                 continue
             if same_coder(coders, write, read):
-                self.edges[buffer] = _replace(edge, read_coder=edge.write_coder)
+                self.edges[buffer] = dataclasses.replace(edge, read_coder=edge.write_coder)
             else:
-                self.edges[buffer] = _replace(edge, write_coder=write, read_coder=read)
+                self.edges[buffer] = dataclasses.replace(edge, write_coder=write, read_coder=read)
 
     def _edge(self, buffer: BufferId, pcoll: str) -> Edge:
         if buffer in self.edges:
@@ -342,16 +337,6 @@ def _grpc_port(coder_id: str) -> bytes:
     port = beam_fn_api_pb2.RemoteGrpcPort(coder_id=coder_id)
     port.api_service_descriptor.CopyFrom(_FAKE_ENDPOINT)
     return port.SerializeToString()
-
-
-def _replace(obj, **changes):
-    import dataclasses
-
-    return dataclasses.replace(obj, **changes)
-
-
-def _with_pipeline(stage: StagePlan, pipeline: PipelineId) -> StagePlan:
-    return _replace(stage, pipeline=pipeline)
 
 
 def _connected_components(
