@@ -109,33 +109,15 @@ class PipelineShape:
         if d.get("version") != SHAPE_VERSION:
             raise ValueError(f"pipeline shape version {d.get('version')!r} is not supported")
 
-        def pairs(items) -> tuple[tuple[str, str], ...]:
-            return tuple((str(a), str(b)) for a, b in items)
+        def tuples(value: Any) -> Any:  # JSON made the shape's tuples lists
+            if isinstance(value, dict):
+                return {k: tuples(v) for k, v in value.items()}
+            return tuple(map(tuples, value)) if isinstance(value, list) else value
 
         return cls(
             pipeline=str(d["pipeline"]),
-            stages=tuple(
-                StageShape(
-                    id=s["id"],
-                    kind=s["kind"],
-                    transform=s["transform"],
-                    input_coders=tuple(s["input_coders"]),
-                    output_coders=pairs(s["output_coders"]),
-                    state=pairs(s["state"]),
-                    timers=pairs(s["timers"]),
-                )
-                for s in d["stages"]
-            ),
-            groups=tuple(
-                GroupShape(
-                    buffer=g["buffer"],
-                    transform=g["transform"],
-                    input_coder=g["input_coder"],
-                    output_coder=g["output_coder"],
-                    windowing=pairs(g["windowing"]),
-                )
-                for g in d["groups"]
-            ),
+            stages=tuple(StageShape(**tuples(s)) for s in d["stages"]),
+            groups=tuple(GroupShape(**tuples(g)) for g in d["groups"]),
             side_inputs=tuple(SideInputShape(**s) for s in d["side_inputs"]),
         )
 
