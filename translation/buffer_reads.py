@@ -11,6 +11,13 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.runners.worker import bundle_processor
 
+from sparkbeam.translation.plan import BufferId, EdgeKind
+
+
+def buffer_of(kind: EdgeKind, name: str) -> BufferId:
+    """Beam's ``kind:name`` id of the buffer of a runner-fed edge."""
+    return BufferId(t.create_buffer_id(name, kind=kind.value).decode("utf-8"))
+
 
 def read_stage(
     name: str, outputs: dict, buffer: bytes, downstream_side_inputs, must_follow

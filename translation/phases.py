@@ -18,6 +18,7 @@ from apache_beam.runners.worker import bundle_processor
 
 from sparkbeam.translation.buffer_reads import read_stage
 from sparkbeam.translation.errors import UnsupportedFeatureError
+from sparkbeam.translation.plan import EdgeKind
 from sparkbeam.translation.test_stream import TEST_STREAM_URN, expand_test_stream
 from sparkbeam.translation.text_reads import TEXT_READ_URN, expand_text_reads
 
@@ -28,8 +29,6 @@ COMBINE_PER_KEY_URN = common_urns.composites.COMBINE_PER_KEY.urn
 
 KNOWN_RUNNER_URNS = frozenset([FLATTEN_URN, GBK_URN, RESHUFFLE_URN, TEST_STREAM_URN, TEXT_READ_URN])
 """Transforms the runner executes itself (Impulse is handled by impulse_to_input)."""
-
-RESHUFFLE_BUFFER_KIND = "reshuffle"
 
 SDF_PARDO_URNS = frozenset(
     [
@@ -51,7 +50,7 @@ def expand_reshuffle(stages, context):
         inputs = _data_input(transform, context)
         for pcoll_id in list(inputs.values()) + list(transform.outputs.values()):
             context.length_prefix_pcoll_coders(pcoll_id)
-        buffer_id = t.create_buffer_id(transform.unique_name, kind=RESHUFFLE_BUFFER_KIND)
+        buffer_id = t.create_buffer_id(transform.unique_name, kind=EdgeKind.RESHUFFLE.value)
         write = t.Stage(
             transform.unique_name + "/Write",
             [

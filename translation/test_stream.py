@@ -13,13 +13,11 @@ from dataclasses import dataclass
 
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
-from apache_beam.runners.portability.fn_api_runner import translations as t
 
-from sparkbeam.translation.buffer_reads import read_stage
-from sparkbeam.translation.plan import BufferId
+from sparkbeam.translation.buffer_reads import buffer_of, read_stage
+from sparkbeam.translation.plan import BufferId, EdgeKind
 
 TEST_STREAM_URN = common_urns.primitives.TEST_STREAM.urn
-BUFFER_KIND = "teststream"
 
 
 @dataclass(frozen=True)
@@ -31,10 +29,6 @@ class TestStreamSource:
     transform: str  # the user's name of the TestStream
     payload: bytes  # serialized beam_runner_api_pb2.TestStreamPayload
     outputs: tuple[tuple[str, BufferId], ...]  # (output tag, buffer)
-
-
-def buffer_of(pcollection: str) -> BufferId:
-    return BufferId(t.create_buffer_id(pcollection, kind=BUFFER_KIND).decode("utf-8"))
 
 
 def expand_test_stream(stages, context):
@@ -50,7 +44,7 @@ def expand_test_stream(stages, context):
             yield read_stage(
                 name,
                 {tag: pcoll},
-                buffer_of(pcoll).encode("utf-8"),
+                buffer_of(EdgeKind.TEST_STREAM, pcoll).encode("utf-8"),
                 stage.downstream_side_inputs,
                 stage.must_follow,
             )
@@ -62,7 +56,10 @@ def test_stream_sources(components: beam_runner_api_pb2.Components) -> tuple[Tes
     for tid, transform in sorted(components.transforms.items()):
         if transform.spec.urn != TEST_STREAM_URN:
             continue
-        outputs = tuple((tag, buffer_of(pc)) for tag, pc in sorted(transform.outputs.items()))
+        outputs = tuple(
+            (tag, buffer_of(EdgeKind.TEST_STREAM, pc))
+            for tag, pc in sorted(transform.outputs.items())
+        )
         sources.append(
             TestStreamSource(transform.unique_name or tid, transform.spec.payload, outputs)
         )

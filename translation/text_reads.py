@@ -26,14 +26,13 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import translations as t
 
-from sparkbeam.translation.buffer_reads import read_stage
-from sparkbeam.translation.plan import BufferId
+from sparkbeam.translation.buffer_reads import buffer_of, read_stage
+from sparkbeam.translation.plan import BufferId, EdgeKind
 
 TEXT_READ_URN = "sparkbeam:transform:text_read:v1"
 # The data input of a stage reading a ``text:`` buffer (``runner.task.text_lines``): its chunks
 # are lines, not encoded windowed values.
 TEXT_LINES_INPUT_URN = "sparkbeam:runner:text_lines_input:v1"
-BUFFER_KIND = "text"
 _READ_URN = common_urns.deprecated_primitives.READ.urn
 
 
@@ -45,10 +44,6 @@ class TextRead:
     pattern: str  # a Beam FileSystems pattern (any filesystem Beam knows)
     compression: str  # a Beam ``CompressionTypes`` value ("auto", "uncompressed", ...)
     buffer: BufferId
-
-
-def buffer_of(pcollection: str) -> BufferId:
-    return BufferId(t.create_buffer_id(pcollection, kind=BUFFER_KIND).decode("utf-8"))
 
 
 def mark_text_reads(pipeline: beam_runner_api_pb2.Pipeline) -> tuple[TextRead, ...]:
@@ -105,7 +100,7 @@ def _text_read(transform, context) -> TextRead | None:
         transform=transform.unique_name,
         pattern=cast(StaticValueProvider, pattern).get(),
         compression=settings["_compression_type"],
-        buffer=buffer_of(pcoll),
+        buffer=buffer_of(EdgeKind.TEXT, pcoll),
     )
 
 
@@ -130,7 +125,7 @@ def expand_text_reads(stages, context):
         yield read_stage(
             transform.unique_name,
             {tag: pcoll},
-            buffer_of(pcoll).encode("utf-8"),
+            buffer_of(EdgeKind.TEXT, pcoll).encode("utf-8"),
             stage.downstream_side_inputs,
             stage.must_follow,
         )
