@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.sdf.residuals import ResidualRecord, decode_pending, encode_pending
+from sparkbeam.sdf.residuals import ResidualRecord
 
 MAX_RESIDUALS_PER_ROUND = 50_000
 """At most this many due residuals are fed back in one round (batch and streaming alike)."""
@@ -106,9 +106,10 @@ class StateAndTimerBundleCheckpointHandler:
         for r in records:
             key = self.state.new_key(r.element)
             fire_at = int(r.produced_ms + r.delay_ms + 0.999)  # never earlier than asked
-            self.state.put(
-                key, encode_pending(r.transform, r.element, fire_at, r.hold_micros, r.delay_ms)
+            value = state_layout.encode_residual(
+                r.transform, r.element, fire_at, r.hold_micros, r.delay_ms
             )
+            self.state.put(key, value)
             self.timers.set(key, fire_at, r.hold_micros)
             n += 1
         self.added += n
@@ -130,7 +131,9 @@ class StateAndTimerBundleCheckpointHandler:
             value = self.state.get(key)
             if value is None:
                 continue
-            transform, element, fire_at, hold, _ = decode_pending(value, self.namespace)
+            transform, element, fire_at, hold, _ = state_layout.decode_residual(
+                value, self.namespace
+            )
             self.state.delete(key)
             due.append(DueResidual(key, transform, element, fire_at, hold))
         self.fired += len(due)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from sparkbeam.checkpoint import state_layout
-
 
 class ResidualRecord(NamedTuple):
     """A residual root of one bundle, ready to be fed back to its stage."""
@@ -21,8 +19,3 @@ class ResidualRecord(NamedTuple):
     produced_ms: float  # wall clock (ms) when the task got it from the SDK
     delay_ms: float  # requested_time_delay, millisecond precision
     hold_micros: int  # output watermark hold: min of output watermarks, else element time
-
-
-# The stored value of a pending residual (``sdf-residual/<stage>``) is the layout's.
-encode_pending = state_layout.encode_residual
-decode_pending = state_layout.decode_residual

@@ -32,7 +32,6 @@ from typing import Any
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.checkpoint.startpoints import Startpoint, Startpoints
-from sparkbeam.sdf.residuals import decode_pending
 from sparkbeam.sdf.startpoints.applier import (
     SdfSource,
     StartpointApplier,
@@ -172,7 +171,7 @@ def _pending_keys(stage: Any, components: bytes, state: Any) -> list[str]:
     applier = StartpointApplier(stage, components, StartpointAssignment(stage.id, ""))
     keys = []
     for value in state.read_task_owned(state_layout.sdf_residual(stage.id)).values():
-        _, element, _, _, _ = decode_pending(value)
+        _, element, _, _, _ = state_layout.decode_residual(value)
         keys.append(applier.element_key_of(element))
     return sorted(set(keys))
 
