@@ -156,16 +156,6 @@ class StartpointApplier:
         wv = self.coder.decode_from_stream(create_InputStream(encoded), True)
         return element_key(self.provider, wv.value[0][0])
 
-    def apply(self, encoded: bytes) -> tuple[bytes, StartpointOutcome | None]:
-        """One encoded element in; the (possibly) rewritten element and its outcome out."""
-        wv = self.coder.decode_from_stream(create_InputStream(encoded), True)
-        new, outcome = self._apply(wv)
-        if new is wv:
-            return encoded, outcome
-        out = create_OutputStream()
-        self.coder.encode_to_stream(new, out, True)
-        return out.get(), outcome
-
     def apply_chunk(self, data: bytes) -> bytes:
         """A chunk of concatenated encoded elements in, the rewritten chunk out."""
         stream = create_InputStream(data)

@@ -210,9 +210,11 @@ def test_apply_rewrites_real_encoded_process_stage_input(real):
     assert real.outputs(rows) == [("a", 4)]
     got = sorted((o.element_key, o.applied, o.fanned_out) for o in applier.outcomes)
     assert got == [(A, True, True), (B, True, False)]
-    # One element through `apply`: the size is recomputed, the window and timestamp kept.
+    # A chunk of one element: the size is recomputed, the window and timestamp kept.
     encoded = real.elements()[0]
-    new, outcome = applier.apply(encoded)
+    before = len(applier.outcomes)
+    new = applier.apply_chunk(encoded)
+    (outcome,) = applier.outcomes[before:]
     coder = applier.coder
     before = coder.decode_from_stream(create_InputStream(encoded), True)
     after = coder.decode_from_stream(create_InputStream(new), True)
