@@ -26,7 +26,7 @@ Leaves to others: decoding elements (`startpoint_applier`) and the lifecycle (`s
 from __future__ import annotations
 
 import sys
-from typing import Any, Protocol
+from typing import Any
 
 from apache_beam.io.restriction_trackers import OffsetRange
 
@@ -37,22 +37,6 @@ HOOK = "restriction_for_startpoint"
 LATEST_HOOK = "latest_offset"
 KEY_HOOK = "startpoint_key"
 ESTIMATOR_HOOK = "estimator_state_for_startpoint"
-
-
-class StartpointRestrictionProvider(Protocol):
-    """The optional hooks; a provider defines any subset (documentation and typing only)."""
-
-    def restriction_for_startpoint(
-        self, element: Any, restriction: Any, startpoint: Startpoint
-    ) -> Any | None: ...
-
-    def latest_offset(self, element: Any) -> int | None: ...
-
-    def startpoint_key(self, element: Any) -> str: ...
-
-    def estimator_state_for_startpoint(
-        self, element: Any, restriction: Any, estimator_state: Any, startpoint: Startpoint
-    ) -> Any: ...
 
 
 def estimator_state_for_startpoint(
