@@ -28,6 +28,8 @@ class StageFailedError(RuntimeError):
     whole Python traceback.
     """
 
+    transform: str | None = None  # the failing step Beam named (the subclasses name none)
+
     def __init__(self, stage: str, user_traceback: str, transforms: str = "") -> None:
         self.stage = stage
         self.user_traceback = user_traceback
@@ -42,10 +44,8 @@ class StageFailedError(RuntimeError):
             lines.append(f"  Transform: {self.transform!r}")
         error = last_error(user_traceback)
         lines.append(f"  Error: {error}")
-        frames = user_frames(user_traceback)
-        if frames:
-            lines.append("  User traceback (most recent call last):")
-            lines.extend("  " + ln for ln in frames)
+        frames = _frames_block(user_traceback)
+        lines += frames
         debug = "(--log_level=DEBUG)"
         cause = _cause_advice(error)
         if cause:
@@ -80,11 +80,10 @@ class DamagedStateError(StageFailedError):
     checkpoint sound (the file was unreadable for a while) and the restores ran out."""
 
     def __init__(self, stage: str, user_traceback: str, path: str) -> None:
-        RuntimeError.__init__(self)
-        self.stage, self.user_traceback, self.transform = stage, user_traceback, None
-        self.path = path
+        self.stage, self.user_traceback, self.path = stage, user_traceback, path
         where = f"Beam stage {stage!r}" if stage != _UNKNOWN else "A Beam stage"
-        self.args = (
+        RuntimeError.__init__(
+            self,
             f"{where} could not read checkpoint file {path!r}: {self.cause}\n"
             "  What to do: the store is damaged, not the code. `sparkbeam checkpoints verify "
             "--checkpoint_dir <store>` lists its damaged files and the checkpoint a restart "
@@ -124,17 +123,13 @@ class PythonWorkerStartError(StageFailedError):
     executors' Python environment is broken, not the pipeline."""
 
     def __init__(self, stage: str, worker_output: str, pythonpath: str | None) -> None:
-        RuntimeError.__init__(self)
-        self.stage, self.user_traceback, self.transform = stage, worker_output, None
+        self.stage, self.user_traceback = stage, worker_output
         where = f" (Beam stage {stage!r})" if stage != _UNKNOWN else ""
         lines = [
             f"Spark's Python worker did not start on an executor{where}: "
-            f"{last_error(worker_output)}"
+            f"{last_error(worker_output)}",
+            *_frames_block(worker_output, "Raised at"),
         ]
-        frames = user_frames(worker_output)
-        if frames:
-            lines.append("  Raised at (most recent call last):")
-            lines.extend("  " + ln for ln in frames)
         if pythonpath:
             lines.append(f"  The worker's PYTHONPATH: {pythonpath}")
         lines.append(
@@ -142,7 +137,7 @@ class PythonWorkerStartError(StageFailedError):
             "start and import apache_beam, pyspark and sparkbeam at the driver's versions; "
             "fix or install them there and rerun. The full trace is logged at DEBUG."
         )
-        self.args = ("\n".join(lines),)
+        RuntimeError.__init__(self, "\n".join(lines))
 
 
 def python_worker_start_error(stage: str, text: str) -> PythonWorkerStartError | None:
@@ -207,11 +202,10 @@ def run_guarded(stage_id: str | None, action, describe=None):
 
 def _with_frames(error: StartpointFailedError, traceback_text: str) -> StartpointFailedError:
     """The startpoint failure, its first line unchanged, with the user's frames below."""
-    frames = user_frames(traceback_text)
+    frames = _frames_block(traceback_text)
     if not frames:
         return error
-    detail = "\n".join(["  User traceback (most recent call last):", *("  " + f for f in frames)])
-    return StartpointFailedError(error.summary, error.token, detail)
+    return StartpointFailedError(error.summary, error.token, "\n".join(frames))
 
 
 def user_traceback(text: str) -> str:
@@ -242,6 +236,12 @@ def last_error(traceback_text: str) -> str:
         if line and not line.startswith((" ", "\t", "Traceback", "During", "The above")):
             return _STEP.sub("", _STAGE_TAG.sub("", line)).strip()
     return traceback_text.strip().splitlines()[-1] if traceback_text.strip() else "?"
+
+
+def _frames_block(traceback_text: str, title: str = "User traceback") -> list[str]:
+    """The `user_frames` under ``title``, indented for an error's block; none if none."""
+    frames = user_frames(traceback_text)
+    return [f"  {title} (most recent call last):", *("  " + f for f in frames)] if frames else []
 
 
 def user_frames(traceback_text: str) -> list[str]:
