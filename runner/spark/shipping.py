@@ -55,6 +55,13 @@ _SKIP_DIRS = {"__pycache__", ".git", ".venv", "venv", ".tox", ".mypy_cache", ".p
 class UserCodeShippingError(RuntimeError):
     """The user's code cannot be shipped to the executors as given."""
 
+    @classmethod
+    def compiled(cls, package: str) -> UserCodeShippingError:
+        return cls(
+            f"Package {package!r} has compiled code; sparkbeam ships only pure-Python "
+            "packages. Install it in the executors' Python instead."
+        )
+
 
 class ModuleNotOnExecutorsError(StageFailedError):
     """A task failed importing a module the executors' Python does not have."""
@@ -298,10 +305,7 @@ def _as_zip(src: Path, name: str, work: Path) -> Path:
     stem = src.name.split("-")[0]
     if name.endswith(".whl") or src.name.endswith(".whl"):
         if not src.name.endswith("-none-any.whl"):
-            raise UserCodeShippingError(
-                f"Package {src.name!r} has compiled code; sparkbeam ships only pure-Python "
-                "packages. Install it in the executors' Python instead."
-            )
+            raise UserCodeShippingError.compiled(src.name)
         copy = work / "wheels" / src.name
         copy.parent.mkdir(exist_ok=True)
         shutil.copyfile(src, copy)
@@ -338,10 +342,7 @@ def _setup_build_py(sdist: Path, work: Path) -> Path:
             "Install 'wheel' (and the project's build backend) in the driver's Python."
         )
     if any(p.suffix in (".c", ".cc", ".cpp", ".pyx") for p in setups[0].parent.rglob("*")):
-        raise UserCodeShippingError(
-            f"Package {sdist.name!r} has compiled code; sparkbeam ships only pure-Python "
-            "packages. Install it in the executors' Python instead."
-        )
+        raise UserCodeShippingError.compiled(sdist.name)
     lib = work / "build_lib"
     proc = subprocess.run(
         [sys.executable, "setup.py", "-q", "build_py", "--build-lib", str(lib)],
