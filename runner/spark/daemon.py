@@ -64,8 +64,7 @@ def settle_worker() -> None:
 
 def worker(sock, authenticated):
     """PySpark's worker loop for one task; 1 (let the worker go) if the JVM closed its end."""
-    if _stock_worker is None:
-        preload()
+    settle_worker()
     try:
         return _stock_worker(sock, authenticated)
     except (BrokenPipeError, ConnectionResetError):

@@ -125,10 +125,8 @@ def _stand_in(pid: int) -> None:
     while True:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        except PermissionError:
-            return  # the pid was reused by another user's process: ours is gone
+        except (ProcessLookupError, PermissionError):
+            return  # gone (PermissionError: the pid was reused by another user's process)
         time.sleep(0.1)
 
 
