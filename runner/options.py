@@ -103,10 +103,7 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             "directory and is read from disk a record at a time, so state larger than the "
             "executors' memory runs (slower). Default: 256.",
         )
-        cls._add_sdf_args(parser)
-
-    @classmethod
-    def _add_sdf_args(cls, parser) -> None:
+        # Splittable DoFns: residuals and runner-initiated splits.
         parser.add_argument(
             "--residual_budget_s",
             type=float,
