@@ -11,19 +11,17 @@ which already name what is wrong and what to do.
 
 from __future__ import annotations
 
+import functools
 import logging
 import sys
 import traceback
 
 _LOG = logging.getLogger("sparkbeam.errors")
-_INSTALLED = False
 
 
+@functools.cache
 def install() -> None:
     """Once per process: route sparkbeam's uncaught exceptions through `report`."""
-    global _INSTALLED
-    if _INSTALLED:
-        return
     previous = sys.excepthook
 
     def hook(kind, value, tb):
@@ -32,7 +30,6 @@ def install() -> None:
         print(report(value), file=sys.stderr, flush=True)
 
     sys.excepthook = hook
-    _INSTALLED = True
 
 
 def is_ours(error: BaseException | None) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import functools
 import gc
 import logging
 import shutil
@@ -99,9 +100,7 @@ class SparkCheckpointRunner(PipelineRunner):
         return SparkPipelineResult(PipelineState.DONE, executor.monitoring_infos_by_stage)
 
 
-_SKIPPING_LAST_COLLECTION = False
-
-
+@functools.cache  # once per process
 def skip_last_collection_at_exit() -> None:
     """Have the heap frozen at exit, so CPython's last full collection skips it.
 
@@ -110,10 +109,7 @@ def skip_last_collection_at_exit() -> None:
     time (measured on the word count's driver). At exit it only finds cycles the OS reclaims
     anyway: CPython promises no ``__del__`` then, and ``weakref.finalize`` and ``atexit``
     work as before. Handlers registered earlier (``logging``'s flush) still run after it."""
-    global _SKIPPING_LAST_COLLECTION
-    if not _SKIPPING_LAST_COLLECTION:
-        atexit.register(gc.freeze)
-        _SKIPPING_LAST_COLLECTION = True
+    atexit.register(gc.freeze)
 
 
 def use_test_stream_mode(plan, options: PipelineOptions) -> None:
