@@ -106,9 +106,6 @@ class Frames:
         if self._persisted:
             self.df.unpersist(blocking)
 
-    def setName(self, name: str) -> Frames:
-        return self  # DataFrames have no name; the job description names the stage
-
     def collect(self) -> list:
         table = self.frame().select("b").toArrow()
         return [pickle.loads(b) for b in table.column("b").to_pylist()]
