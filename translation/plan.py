@@ -49,10 +49,7 @@ class Edge:
     # edge's write coder is its readers' SDK coder: the runner encodes its events with it.
     write_coder: str = ""
     read_coder: str = ""
-    # For GROUP edges: the safe KV coder pair and the windowing strategy id.
-    windowing_strategy: str = ""
-    key_coder: str = ""
-    standard_windowing: bool = True
+    windowing_strategy: str = ""  # for GROUP edges: the windowing strategy id
 
 
 @dataclass(frozen=True)
@@ -93,8 +90,6 @@ class StagePlan:
     side_inputs: tuple[SideInput, ...] = ()
     timers: tuple[TimerFamily, ...] = ()
     stateful: bool = False
-    # For stateful stages: coder that decodes the main input to find each key.
-    keyed_input_coder: str = ""
     is_sdf_process: bool = False
     transforms: tuple[str, ...] = ()  # user-visible transform names, for errors
 

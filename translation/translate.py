@@ -278,7 +278,6 @@ class _PlanBuilder:
             write_coder=write,
             read_coder=read,
             windowing_strategy=strategy_id,
-            standard_windowing=standard,
         )
 
     def _side_inputs(self, transform) -> list[SideInput]:
