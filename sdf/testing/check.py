@@ -207,8 +207,6 @@ class _Context:
             message = "; ".join(result.notes)
         return ScenarioResult(
             "static",
-            outputs=None,
-            residuals=None,
             splits=result.splits_checked,
             passed=not result.problems,
             message=message,
@@ -226,7 +224,7 @@ class _Context:
         if self.baseline_events is None:
             self.baseline_events = testing_run.run_in_process(
                 self.fn, self.elements, self._dir("baseline"), self._flags(self.parallelism[0])
-            )
+            )[0]
         return self.baseline_events
 
     def _compare(self, name: str, run) -> ScenarioResult:
@@ -272,7 +270,7 @@ class _Context:
                 self._dir("every-claim"),
                 self._flags(self.parallelism[0]),
                 force_checkpoint=True,
-            )
+            )[0]
 
         return self._compare("checkpoint-every-claim", run)
 
@@ -332,7 +330,7 @@ class _Context:
             return testing_run.run_in_process(
                 self.fn, self.shuffled, self._dir("virtual-clock"), flags,
                 force_checkpoint=True, delay_s=VIRTUAL_DELAY_S, test_stream=True,
-            )  # fmt: skip
+            )[0]  # fmt: skip
 
         result = self._compare("virtual-clock", run)
         if result.passed and result.residuals:
@@ -348,7 +346,7 @@ class _Context:
         counted: list[int] = []
 
         def run():
-            events, splits = testing_run.run_counting_splits(
+            events, splits = testing_run.run_in_process(
                 self.fn, self.shuffled, self._dir("splits"), flags, pace_s=SPLIT_PACE_S
             )
             counted.append(splits)

@@ -37,7 +37,7 @@ from apache_beam.runners.sdf_utils import RestrictionTrackerView
 from apache_beam.utils.timestamp import Duration
 
 from sparkbeam.runner.processes import kill_process_group
-from sparkbeam.sdf.testing.static import is_offset_like
+from sparkbeam.sdf.testing.static import is_offset_like, restriction_provider
 
 OUT_FILE = "events.jsonl"
 
@@ -200,7 +200,7 @@ def run_direct(dofn, elements) -> list[Event] | None:
     args, defaults = beam.DoFn.get_function_arguments(dofn, "process")
     if len(args) != 2 or len(defaults) != 1:
         return None
-    provider = beam.runners.common.DoFnSignature(dofn).get_restriction_provider()
+    provider = restriction_provider(dofn)
     events = []
     dofn.setup()
     for element in elements:
@@ -271,23 +271,16 @@ def pipeline_flags(master: str, parallelism: int, *extra: str) -> list[str]:
 
 
 def run_in_process(
-    dofn, elements, out_dir, flags, force_checkpoint=False, delay_s=0.0, test_stream=False
-):
-    """Run one scenario pipeline here (reusing an active SparkSession) and read its events."""
-    return run_counting_splits(
-        dofn, elements, out_dir, flags, force_checkpoint, delay_s, test_stream=test_stream
-    )[0]
-
-
-def run_counting_splits(
-    dofn, elements, out_dir, flags, force=False, delay_s=0.0, pace_s=0.0, test_stream=False
-):
-    """Like ``run_in_process``, and the run's ``sparkbeam:runner_splits`` counter."""
+    dofn, elements, out_dir, flags, force_checkpoint=False, delay_s=0.0, pace_s=0.0,
+    test_stream=False,
+) -> tuple[list[Event], int]:  # fmt: skip
+    """Run one scenario pipeline here (reusing an active SparkSession): its events, and the
+    run's ``sparkbeam:runner_splits`` counter."""
     from apache_beam.metrics.metric import MetricsFilter
     from apache_beam.options.pipeline_options import PipelineOptions
 
     p = beam.Pipeline(options=PipelineOptions(flags))
-    build(p, dofn, elements, out_dir, force, delay_s, pace_s, test_stream)
+    build(p, dofn, elements, out_dir, force_checkpoint, delay_s, pace_s, test_stream)
     result = p.run()
     result.wait_until_finish()
     counters = result.metrics().query(MetricsFilter().with_namespace("sparkbeam"))["counters"]
