@@ -42,7 +42,6 @@ class SdfSource:
     stage: str
     source: str
     """The user's SDF transform name (``ReadOffsets``), what ``--transform`` names."""
-    process_transform: str
     input_transform: str
     """The stage's data-input transform: rows (and re-fed residuals) arrive tagged with it."""
     input_coder: str
@@ -62,8 +61,7 @@ def sdf_source(stage: Any) -> SdfSource | None:
         name = proto.unique_name or tid
         return SdfSource(
             stage=stage.id,
-            source=name[: -len(_PROCESS_SUFFIX)] if name.endswith(_PROCESS_SUFFIX) else name,
-            process_transform=tid,
+            source=name.removesuffix(_PROCESS_SUFFIX),
             input_transform=read,
             input_coder=port.coder_id,
             pardo_payload=proto.spec.payload,
