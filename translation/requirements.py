@@ -17,15 +17,10 @@ SUPPORTED_REQUIREMENTS = frozenset(
     ]
 )
 
-_REQUIREMENT_FEATURES = {
-    common_urns.requirements.REQUIRES_STABLE_INPUT.urn: (
-        "requires_stable_input",
-        lambda p: p.requires_stable_input,
-    ),
-    common_urns.requirements.REQUIRES_TIME_SORTED_INPUT.urn: (
-        "requires_time_sorted_input",
-        lambda p: p.requires_time_sorted_input,
-    ),
+# The ParDoPayload field that marks a transform needing each unsupported requirement.
+_REQUIREMENT_FIELDS = {
+    common_urns.requirements.REQUIRES_STABLE_INPUT.urn: "requires_stable_input",
+    common_urns.requirements.REQUIRES_TIME_SORTED_INPUT.urn: "requires_time_sorted_input",
 }
 
 _SUPPORTED_TIME_DOMAINS = (
@@ -44,18 +39,20 @@ def check_requirements(pipeline: beam_runner_api_pb2.Pipeline) -> None:
     for requirement in pipeline.requirements:
         if requirement in SUPPORTED_REQUIREMENTS:
             continue
-        feature, matches = _REQUIREMENT_FEATURES.get(requirement, (requirement, None))
+        field = _REQUIREMENT_FIELDS.get(requirement)
         culprit = "<pipeline>"
         for tid, transform in transforms.items():
-            if transform.spec.urn in t.PAR_DO_URNS and matches is not None:
+            if transform.spec.urn in t.PAR_DO_URNS and field is not None:
                 payload = proto_utils.parse_Bytes(
                     transform.spec.payload, beam_runner_api_pb2.ParDoPayload
                 )
-                if matches(payload):
+                if getattr(payload, field):
                     culprit = transform.unique_name or tid
                     break
         raise UnsupportedFeatureError(
-            culprit, f"the pipeline requirement {feature!r}", "Remove it or use another runner."
+            culprit,
+            f"the pipeline requirement {field or requirement!r}",
+            "Remove it or use another runner.",
         )
     for tid, transform in transforms.items():
         name = transform.unique_name or tid
