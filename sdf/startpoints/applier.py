@@ -90,11 +90,6 @@ def restriction_provider(source: SdfSource) -> Any:
     return _signature(source).get_restriction_provider()
 
 
-def estimator_provider(source: SdfSource) -> Any:
-    """The DoFn's WatermarkEstimatorProvider (Beam's default one when it declares none)."""
-    return _signature(source).get_watermark_estimator_provider()
-
-
 def _signature(source: SdfSource) -> Any:
     payload = beam_runner_api_pb2.ParDoPayload.FromString(source.pardo_payload)
     return common.DoFnSignature(pickler.loads(payload.do_fn.payload)[0])
@@ -141,8 +136,10 @@ class StartpointApplier:
         self.source = source
         self.assignment = assignment
         self.by_key = dict(assignment.by_key)
-        self.provider = restriction_provider(source)
-        self.estimators = estimator_provider(source)
+        signature = _signature(source)
+        self.provider = signature.get_restriction_provider()
+        # The DoFn's WatermarkEstimatorProvider (Beam's default one when it declares none).
+        self.estimators = signature.get_watermark_estimator_provider()
         context = pipeline_context.PipelineContext(
             beam_runner_api_pb2.Components.FromString(components)
         )
