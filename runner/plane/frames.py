@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyspark.sql.types import BinaryType, IntegerType, StructField, StructType
 
-from sparkbeam.runner.plane import NO_SIDE_INPUTS, release, round_robin
+from sparkbeam.runner.plane import release, round_robin
 from sparkbeam.runner.plane.rdd import RddPlane
 from sparkbeam.runner.plane.shipped import ArtifactBroadcaster
 from sparkbeam.runner.plane.spark_hash import target_values
@@ -147,21 +147,13 @@ class FramePlane:
     def __init__(self, spark, connect: bool) -> None:
         self.spark, self.connect = spark, connect
         self.filesystem_options = "{}"  # carried by every function (Connect has no local props)
-        # Job labels, pools and local properties: the SparkContext's on classic Spark.
-        self.jobs = _ConnectJobs() if connect else RddPlane(spark)
-        self._broadcast = ArtifactBroadcaster(spark) if connect else None
-        # Tasks run on the driver's host, in a Python with its packages (``batch.driver_stages``):
-        # a local master, over Connect one whose server listens on this host.
-        self.local_master = (
-            _local_server(spark) if connect else is_local_master(spark.sparkContext.master)
-        )
+        # Job labels, pools, local properties, broadcasts, the default parallelism and whether
+        # tasks run on the driver's host: the SparkContext's on classic Spark (the RDD plane's).
+        self.context = _ConnectContext(spark) if connect else RddPlane(spark)
+        self.local_master = self.context.local_master
 
     def default_parallelism(self) -> int:
-        if self.connect:
-            from sparkbeam.runner.spark.session import default_parallelism
-
-            return default_parallelism(self.spark)
-        return self.spark.sparkContext.defaultParallelism
+        return self.context.default_parallelism()
 
     def parallelize(self, rows: list, partitions: int) -> Frames:
         data = [(0, pickle.dumps(r, pickle.HIGHEST_PROTOCOL)) for r in rows]
@@ -192,11 +184,7 @@ class FramePlane:
         return rows.mapPartitionsWithIndex(round_robin).partitionBy(partitions).values()
 
     def broadcast(self, value):
-        if isinstance(value, dict) and not value:
-            return NO_SIDE_INPUTS
-        if self._broadcast is not None:  # Connect: a session artifact, or in the functions
-            return self._broadcast(value)
-        return self.spark.sparkContext.broadcast(value)  # classic: shipped once per executor
+        return self.context.broadcast(value)
 
     def release(self, broadcast) -> None:
         release(broadcast)  # once its round or job is done (`plane.release`)
@@ -206,27 +194,35 @@ class FramePlane:
 
     def use_in_jobs(self, encoded: str) -> None:
         self.filesystem_options = encoded
-        self.jobs.use_in_jobs(encoded)
+        self.context.use_in_jobs(encoded)
 
     def use_scheduler_pool(self) -> None:
-        self.jobs.use_scheduler_pool()
+        self.context.use_scheduler_pool()
 
     def describe_job(self, group: str, description: str) -> None:
-        self.jobs.describe_job(group, description)
+        self.context.describe_job(group, description)
 
     def call_site(self, label: str):
-        return self.jobs.call_site(label)
+        return self.context.call_site(label)
 
 
-def _local_server(spark) -> bool:
-    """Whether a Connect session's server runs a local master on this host."""
-    if spark.client.host not in ("localhost", "127.0.0.1", "::1"):
-        return False
-    return is_local_master(spark.conf.get("spark.master", None))
+class _ConnectContext:
+    """What the RDD plane does with the SparkContext, over Spark Connect, which has none: no
+    local properties, job groups or call sites; a broadcast is a session artifact or travels
+    inside the functions (`ArtifactBroadcaster`)."""
 
+    def __init__(self, spark) -> None:
+        self.spark = spark
+        self.broadcast = ArtifactBroadcaster(spark)
+        # Tasks run on the driver's host, in a Python with its packages (``batch.driver_stages``),
+        # when the server runs a local master and listens on this host.
+        on_this_host = spark.client.host in ("localhost", "127.0.0.1", "::1")
+        self.local_master = on_this_host and is_local_master(spark.conf.get("spark.master", None))
 
-class _ConnectJobs:
-    """Spark Connect has no SparkContext: no local properties, job groups or call sites."""
+    def default_parallelism(self) -> int:
+        from sparkbeam.runner.spark.session import default_parallelism
+
+        return default_parallelism(self.spark)
 
     def use_in_jobs(self, encoded: str) -> None:
         from sparkbeam.checkpoint.filesystem_options import apply
