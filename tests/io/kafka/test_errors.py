@@ -105,7 +105,7 @@ def test_a_read_whose_credentials_are_refused_fails_instead_of_retrying(kafka_br
         )
         watermark = KafkaWatermarkEstimator(None)
         with pytest.raises(KafkaCredentialsError, match=r"refused this client's credentials"):
-            list(reader._read(("t", 0, 0, UNBOUNDED), tracker, watermark))
+            list(reader.process(("t", 0, 0, UNBOUNDED), tracker, watermark))
     finally:
         reader.teardown()
 

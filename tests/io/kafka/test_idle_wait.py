@@ -60,7 +60,7 @@ def _read_once(reader, topic: str, restriction: OffsetRange) -> tuple[KafkaOffse
     keeps it) and the resume delay it asked for, in seconds."""
     tracker = ThreadsafeRestrictionTracker(KafkaOffsetTracker(restriction))
     element = (topic, 0, restriction.start, UNBOUNDED)
-    list(reader._read(element, RestrictionTrackerView(tracker), KafkaWatermarkEstimator(None)))
+    list(reader.process(element, RestrictionTrackerView(tracker), KafkaWatermarkEstimator(None)))
     residual, delay = tracker.deferred_status()
     coder = KafkaRestrictionProvider({}).restriction_coder()
     return coder.decode(coder.encode(residual)), delay.micros / 1e6
@@ -177,7 +177,7 @@ def test_a_read_of_a_partition_written_faster_than_it_is_fetched_ends_at_its_fir
         watermark = KafkaWatermarkEstimator(None)
         started = time.monotonic()
         element = (topic, 0, 0, UNBOUNDED)
-        batches = list(reader._read(element, RestrictionTrackerView(tracker), watermark))
+        batches = list(reader.process(element, RestrictionTrackerView(tracker), watermark))
         took = time.monotonic() - started
         residual, delay = tracker.deferred_status()
     finally:
