@@ -70,9 +70,9 @@ class RddPlane:
         use_in_jobs(self.sc, encoded)
 
     def use_scheduler_pool(self) -> None:
-        pool = session_conf.scheduler_pool(self.sc)
-        if pool:
-            self.sc.setLocalProperty("spark.scheduler.pool", pool)
+        """This thread's jobs in ``session_conf.POOL`` under the FAIR scheduler (else none)."""
+        if self.sc.getConf().get("spark.scheduler.mode", "FIFO") == "FAIR":
+            self.sc.setLocalProperty("spark.scheduler.pool", session_conf.POOL)
 
     def describe_job(self, group: str, description: str) -> None:
         labels.describe_job(self.sc, group, description)

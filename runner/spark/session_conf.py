@@ -118,11 +118,6 @@ def allocation_file() -> str:
     return path
 
 
-def scheduler_pool(sc) -> str | None:
-    """The pool for sparkbeam's jobs: ``POOL`` under the FAIR scheduler, else none."""
-    return POOL if sc.getConf().get("spark.scheduler.mode", "FIFO") == "FAIR" else None
-
-
 def quiet_jvm(sc) -> None:
     """Quiet the JVM and py4j loggers that duplicate sparkbeam's reports (not at DEBUG)."""
     if logging.getLogger("sparkbeam").isEnabledFor(logging.DEBUG):
