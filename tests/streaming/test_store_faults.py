@@ -6,7 +6,8 @@ a job that already finished.
   checkpoints all name are flipped, the same command runs again: it restores the older
   fallback checkpoint and the output is exact -- every window once, none published twice.
 - The job that run left finished, run again, fails, saying to pass ``--fresh``, and writes
-  nothing; with ``--fresh`` (and a new output) it runs from the beginning.
+  nothing; with ``--fresh`` (and a new output) it runs from the beginning, uninterrupted,
+  and writes exactly the lines ``test_recovery``'s killed runs are checked against.
 """
 
 from __future__ import annotations
