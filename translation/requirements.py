@@ -36,38 +36,31 @@ _EMBEDDABLE_ENVIRONMENTS = frozenset(
 def check_requirements(pipeline: beam_runner_api_pb2.Pipeline) -> None:
     """Raise UnsupportedFeatureError naming the first transform we cannot run."""
     transforms = pipeline.components.transforms
+    pardos = {
+        transform.unique_name or tid: proto_utils.parse_Bytes(
+            transform.spec.payload, beam_runner_api_pb2.ParDoPayload
+        )
+        for tid, transform in transforms.items()
+        if transform.spec.urn in t.PAR_DO_URNS
+    }
     for requirement in pipeline.requirements:
         if requirement in SUPPORTED_REQUIREMENTS:
             continue
         field = _REQUIREMENT_FIELDS.get(requirement)
-        culprit = "<pipeline>"
-        for tid, transform in transforms.items():
-            if transform.spec.urn in t.PAR_DO_URNS and field is not None:
-                payload = proto_utils.parse_Bytes(
-                    transform.spec.payload, beam_runner_api_pb2.ParDoPayload
-                )
-                if getattr(payload, field):
-                    culprit = transform.unique_name or tid
-                    break
+        needs = [name for name, payload in pardos.items() if field and getattr(payload, field)]
         raise UnsupportedFeatureError(
-            culprit,
+            needs[0] if needs else "<pipeline>",
             f"the pipeline requirement {field or requirement!r}",
             "Remove it or use another runner.",
         )
-    for tid, transform in transforms.items():
-        name = transform.unique_name or tid
-        urn = transform.spec.urn
-        if urn in t.PAR_DO_URNS:
-            payload = proto_utils.parse_Bytes(
-                transform.spec.payload, beam_runner_api_pb2.ParDoPayload
-            )
-            for timer_id, timer in payload.timer_family_specs.items():
-                if timer.time_domain not in _SUPPORTED_TIME_DOMAINS:
-                    raise UnsupportedFeatureError(
-                        name,
-                        f"timers in time domain {timer.time_domain} (timer {timer_id!r})",
-                        "Use event-time or processing-time timers.",
-                    )
+    for name, payload in pardos.items():
+        for timer_id, timer in payload.timer_family_specs.items():
+            if timer.time_domain not in _SUPPORTED_TIME_DOMAINS:
+                raise UnsupportedFeatureError(
+                    name,
+                    f"timers in time domain {timer.time_domain} (timer {timer_id!r})",
+                    "Use event-time or processing-time timers.",
+                )
     for env_id, env in pipeline.components.environments.items():
         if env.urn not in _EMBEDDABLE_ENVIRONMENTS:
             users = [tr.unique_name for tr in transforms.values() if tr.environment_id == env_id]

@@ -23,7 +23,6 @@ from apache_beam.runners.pipeline_utils import (
 from apache_beam.runners.portability.fn_api_runner import translations as t
 from apache_beam.runners.portability.fn_api_runner.execution import SAFE_WINDOW_FNS
 from apache_beam.runners.worker import bundle_processor
-from apache_beam.utils import proto_utils
 
 from sparkbeam.translation.edge_coders import same_coder, same_grouped_coders
 from sparkbeam.translation.phases import KNOWN_RUNNER_URNS, standard_phases
@@ -167,7 +166,8 @@ class _PlanBuilder:
     def _stage(self, index: int, stage: t.Stage) -> StagePlan:
         stage_id = StageId(f"stage-{index}")
         inputs, outputs, input_coders = [], [], []
-        side_inputs, timers, names = [], [], []
+        side_inputs, names = [], []
+        timers: list[TimerFamily] = []
         is_sdf = False
         transforms = {}
         for transform in stage.transforms:
@@ -192,8 +192,13 @@ class _PlanBuilder:
                 mark_window_into(transform)
                 is_sdf = is_sdf or urn == _SDF_PROCESS_URN
                 if urn in t.PAR_DO_URNS:
-                    side_inputs.extend(self._side_inputs(transform))
-                    timers.extend(self._timers(transform))
+                    payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+                    side_inputs.extend(self._side_inputs(transform, payload))
+                    timers.extend(
+                        TimerFamily(transform.unique_name, family, spec.time_domain,
+                                    self.safe(spec.timer_family_coder_id))
+                        for family, spec in payload.timer_family_specs.items()
+                    )  # fmt: skip
             transforms[transform.unique_name] = transform
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor(
             id=stage_id,
@@ -280,8 +285,7 @@ class _PlanBuilder:
             windowing_strategy=strategy_id,
         )
 
-    def _side_inputs(self, transform) -> list[SideInput]:
-        payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
+    def _side_inputs(self, transform, payload) -> list[SideInput]:
         result = []
         for tag, spec in payload.side_inputs.items():
             pcoll = transform.inputs[tag]
@@ -308,18 +312,6 @@ class _PlanBuilder:
         trigger = self.components.windowing_strategies[strategy_id].trigger
         return trigger.WhichOneof("trigger") not in (None, "default")
 
-    def _timers(self, transform) -> list[TimerFamily]:
-        payload = proto_utils.parse_Bytes(transform.spec.payload, beam_runner_api_pb2.ParDoPayload)
-        return [
-            TimerFamily(
-                transform=transform.unique_name,
-                family=family,
-                time_domain=spec.time_domain,
-                coder=self.safe(spec.timer_family_coder_id),
-            )
-            for family, spec in payload.timer_family_specs.items()
-        ]
-
 
 def _referenced_pcollections(components, transforms) -> dict:
     """Only the PCollections a stage's transforms read or write (side inputs included).
@@ -339,7 +331,7 @@ def _grpc_port(coder_id: str) -> bytes:
 
 
 def _connected_components(
-    stages: list[StagePlan], joined: list[tuple[BufferId, ...]] = ()
+    stages: list[StagePlan], joined: list[tuple[BufferId, ...]]
 ) -> list[PipelinePlan]:
     """Stages sharing any buffer (main or side input) belong to one pipeline; so do the
     readers of the buffers of one ``joined`` group (a TestStream's outputs)."""
