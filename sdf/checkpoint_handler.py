@@ -97,12 +97,10 @@ class StateAndTimerBundleCheckpointHandler:
         self.stage = stage
         self.namespace = state_layout.sdf_residual(stage)
         self.timers = ResidualTimerService()
-        self.added = 0
         self.fired = 0
 
-    def add(self, records: Iterable[ResidualRecord]) -> int:
-        """Write each residual as state and set its timer; returns how many."""
-        n = 0
+    def add(self, records: Iterable[ResidualRecord]) -> None:
+        """Write each residual as state and set its timer."""
         for r in records:
             key = self.state.new_key(r.element)
             fire_at = int(r.produced_ms + r.delay_ms + 0.999)  # never earlier than asked
@@ -111,9 +109,6 @@ class StateAndTimerBundleCheckpointHandler:
             )
             self.state.put(key, value)
             self.timers.set(key, fire_at, r.hold_micros)
-            n += 1
-        self.added += n
-        return n
 
     def pending(self) -> int:
         return len(self.timers)
