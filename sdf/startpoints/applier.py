@@ -122,8 +122,6 @@ class StartpointOutcome:
     element_key: str
     token: str
     applied: bool
-    fanned_out: bool
-    """It came from the transform-level startpoint."""
 
 
 class StartpointApplier:
@@ -186,9 +184,8 @@ class StartpointApplier:
         except Exception as e:  # noqa: BLE001 - named, with the command that deletes it
             raise StartpointApplyError(sp, self.assignment.store_url, key, e) from e
         outcome = StartpointOutcome(
-            self.source.stage, self.source.source, key, sp.token, new is not None,
-            fanned_out=sp.element_key is None,
-        )  # fmt: skip
+            self.source.stage, self.source.source, key, sp.token, new is not None
+        )
         if new is None:
             return wv, outcome
         return wv.with_value(((element, (new, state)), size)), outcome

@@ -201,15 +201,14 @@ def test_sources_of_the_plan(real):
 
 def test_apply_rewrites_real_encoded_process_stage_input(real):
     assert real.outputs(real.rows) == [("a", i) for i in range(5)] + [("b", i) for i in range(3)]
-    assignment = StartpointAssignment(
-        real.sdf.id, "ReadOffsets", ((B, sp("upcoming", key=B.encode())),), sp("offset", "4")
-    )
+    default, own = sp("offset", "4"), sp("upcoming", key=B.encode())
+    assignment = StartpointAssignment(real.sdf.id, "ReadOffsets", ((B, own),), default)
     applier = StartpointApplier(real.sdf, real.plan.components, assignment)
     rows = list(applier.apply_rows(real.rows))
     # a: offset 4 of [0, 5); b: its own startpoint, upcoming = the end of its bounded range.
     assert real.outputs(rows) == [("a", 4)]
-    got = sorted((o.element_key, o.applied, o.fanned_out) for o in applier.outcomes)
-    assert got == [(A, True, True), (B, True, False)]
+    got = sorted((o.element_key, o.applied, o.token) for o in applier.outcomes)
+    assert got == [(A, True, default.token), (B, True, own.token)]
     # A chunk of one element: the size is recomputed, the window and timestamp kept.
     encoded = real.elements()[0]
     before = len(applier.outcomes)
