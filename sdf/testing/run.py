@@ -75,29 +75,24 @@ class SplitCheckError(AssertionError):
 
 
 class _ProbeView(RestrictionTrackerView):
-    """The tracker the user's process() sees: the runner's view, plus records."""
+    """The tracker the user's process() sees: a view of the runner's tracker, plus records."""
 
     def __init__(self, view, force_checkpoint: bool, delay_s: float, pace_s: float = 0.0) -> None:
         super().__init__(view._threadsafe_restriction_tracker)
-        self._view = view
         self._pace = pace_s
         self._force = force_checkpoint
         self._delay = Duration(seconds=delay_s) if delay_s else None
-        self.restriction = view.current_restriction()
+        self.restriction = self.current_restriction()
         self.claims = 0
         self.last: Any = None
         self.deferred = False
 
-    def current_restriction(self):
-        return self._view.current_restriction()
-
     def try_claim(self, position) -> bool:
         if self._force and self.claims >= 1 and not self.deferred:
-            self._view.defer_remainder(self._delay)  # a real self-checkpoint: try_split(0)
-            self.deferred = True
+            self.defer_remainder(self._delay)  # a real self-checkpoint: try_split(0)
             self._check_residual()
             return False
-        ok = self._view.try_claim(position)
+        ok = super().try_claim(position)
         if ok:
             self.claims += 1
             self.last = position
@@ -108,7 +103,7 @@ class _ProbeView(RestrictionTrackerView):
     def _check_residual(self) -> None:
         """Fail fast (instead of looping forever) when an offset residual overlaps or skips."""
         residual = getattr(self._threadsafe_restriction_tracker, "_deferred_residual", None)
-        primary = self._view.current_restriction()
+        primary = self.current_restriction()
         if residual is None or not (is_offset_like(residual) and is_offset_like(primary)):
             return
         if residual.start != primary.stop:
@@ -120,10 +115,7 @@ class _ProbeView(RestrictionTrackerView):
 
     def defer_remainder(self, deferred_time=None) -> None:
         self.deferred = True
-        self._view.defer_remainder(deferred_time)
-
-    def is_bounded(self):
-        return self._view.is_bounded()
+        super().defer_remainder(deferred_time)
 
 
 def _plain(out: Any) -> Any:
@@ -304,13 +296,14 @@ def write_spec(path: str, dofn_ref: Any, elements, force_checkpoint: bool, delay
         f.write(cloudpickle.dumps(spec))
 
 
-def _child_cmd(spec: str, out_dir: str, flags: list[str]) -> list[str]:
-    return [sys.executable, "-m", "sparkbeam.sdf.testing.run", spec, out_dir, *flags]
-
-
-def _child_env() -> dict:
+def _child(spec: str, ckpt: str, out_dir: str, flags: list[str]) -> dict[str, Any]:
+    """The child's command line (``main``, on the store ``ckpt``) and environment."""
+    command = [sys.executable, "-m", "sparkbeam.sdf.testing.run", spec, out_dir, *flags]
     path = os.pathsep.join(p for p in sys.path if p)
-    return {**os.environ, "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable}
+    return {
+        "args": [*command, f"--checkpoint_dir={ckpt}"],
+        "env": {**os.environ, "PYTHONPATH": path, "PYSPARK_PYTHON": sys.executable},
+    }
 
 
 def committed_rounds(ckpt: str) -> list[dict]:
@@ -339,8 +332,7 @@ def run_until_killed(spec, ckpt, out_dir, flags, kill_round: int, timeout_s: flo
     """Start the child; SIGKILL it at the first committed round >= kill_round with residuals
     pending (or the last such round, if the job ends sooner). Returns the round killed at."""
     proc = subprocess.Popen(
-        _child_cmd(spec, out_dir, [*flags, f"--checkpoint_dir={ckpt}"]),
-        env=_child_env(),
+        **_child(spec, ckpt, out_dir, flags),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # the kill takes the driver's JVM and Python workers with it
@@ -369,8 +361,7 @@ def run_until_killed(spec, ckpt, out_dir, flags, kill_round: int, timeout_s: flo
 def rerun(spec, ckpt, out_dir, flags, timeout_s: float) -> list[Event]:
     """Rerun the child on an existing store (same command, maybe other flags) to the end."""
     proc = subprocess.run(
-        _child_cmd(spec, out_dir, [*flags, f"--checkpoint_dir={ckpt}"]),
-        env=_child_env(),
+        **_child(spec, ckpt, out_dir, flags),
         capture_output=True,
         text=True,
         timeout=timeout_s,
