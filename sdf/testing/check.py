@@ -194,7 +194,6 @@ class _Context:
         self.tmp = ""
         self.baseline_events: list[Event] | None = None
         self.max_positions = 0
-        self.direct_error = ""
         self._killed: tuple[str, int] | Exception | None = None  # (store, round) or the error
 
     def static(self) -> ScenarioResult:
@@ -248,9 +247,8 @@ class _Context:
     def baseline(self) -> ScenarioResult:
         try:
             direct = testing_run.run_direct(self.fn, self.elements)
-        except Exception as e:  # noqa: BLE001 - no direct reference then
+        except Exception:  # noqa: BLE001 - no direct reference then
             direct = None
-            self.direct_error = f"{type(e).__name__}: {e}"
         result = self._compare("baseline", self._baseline)
         if result.passed and direct is not None:
             # The runner's baseline against process() called directly (no coders, no runner).
@@ -262,17 +260,24 @@ class _Context:
             result.message = "the DoFn produced no output: the other scenarios compare nothing"
         return result
 
-    def checkpoint_every_claim(self) -> ScenarioResult:
-        def run():
-            return testing_run.run_in_process(
-                self.fn,
-                self.shuffled,
-                self._dir("every-claim"),
-                self._flags(self.parallelism[0]),
-                force_checkpoint=True,
-            )[0]
+    def _in_process(self, name: str, *extra: str, **probe) -> tuple[ScenarioResult, list[int]]:
+        """Scenario ``name``: the shuffled elements run here with flags ``extra`` and the
+        probe's ``probe`` options, compared with the baseline; and the run's runner_splits
+        counter (none if the run failed)."""
+        flags = self._flags(self.parallelism[0], *extra)
+        counted: list[int] = []
 
-        return self._compare("checkpoint-every-claim", run)
+        def run():
+            events, splits = testing_run.run_in_process(
+                self.fn, self.shuffled, self._dir(name), flags, **probe
+            )
+            counted.append(splits)
+            return events
+
+        return self._compare(name, run), counted
+
+    def checkpoint_every_claim(self) -> ScenarioResult:
+        return self._in_process("checkpoint-every-claim", force_checkpoint=True)[0]
 
     def _kill_once(self) -> tuple[str, int]:
         """Run the child until the kill point once and keep a copy of its store."""
@@ -323,16 +328,11 @@ class _Context:
         return self._resume("resume-other-parallelism", self.parallelism[1])
 
     def virtual_clock(self) -> ScenarioResult:
-        flags = self._flags(self.parallelism[0], "--streaming", "--residual_budget_s=0")
         started = time.monotonic()
-
-        def run():
-            return testing_run.run_in_process(
-                self.fn, self.shuffled, self._dir("virtual-clock"), flags,
-                force_checkpoint=True, delay_s=VIRTUAL_DELAY_S, test_stream=True,
-            )[0]  # fmt: skip
-
-        result = self._compare("virtual-clock", run)
+        result, _ = self._in_process(
+            "virtual-clock", "--streaming", "--residual_budget_s=0",
+            force_checkpoint=True, delay_s=VIRTUAL_DELAY_S, test_stream=True,
+        )  # fmt: skip
         if result.passed and result.residuals:
             hours = result.residuals * VIRTUAL_DELAY_S / 3600
             took = time.monotonic() - started
@@ -342,17 +342,7 @@ class _Context:
     def runner_initiated_splits(self) -> ScenarioResult:
         fractions = ",".join(f"{self.rng.uniform(0.1, 0.9):.2f}" for _ in range(3))
         extra = (f"--sdf_split_after_s={SPLIT_AFTER_S}", f"--sdf_split_fractions={fractions}")
-        flags = self._flags(self.parallelism[0], *extra)
-        counted: list[int] = []
-
-        def run():
-            events, splits = testing_run.run_in_process(
-                self.fn, self.shuffled, self._dir("splits"), flags, pace_s=SPLIT_PACE_S
-            )
-            counted.append(splits)
-            return events
-
-        result = self._compare("runner-initiated-splits", run)
+        result, counted = self._in_process("runner-initiated-splits", *extra, pace_s=SPLIT_PACE_S)
         result.splits = counted[0] if counted else None
         if result.passed is False and result.outputs is not None:
             result.message = f"{_split_fault(result.message)} on runner-initiated split: " + (
