@@ -26,7 +26,6 @@ class StaticResult:
     """What the static checks found: problems (human sentences) and counts."""
 
     problems: list[str] = field(default_factory=list)
-    restrictions: int = 0
     splits_checked: int = 0
     notes: list[str] = field(default_factory=list)
     max_positions: int = 0  # the largest number of claims one restriction needs
@@ -47,15 +46,16 @@ def _span(r: Any) -> str:
     return f"[{r.start}, {r.stop})"
 
 
-def _round_trips(coder, value) -> tuple[bool, Any]:
-    """(ok, decoded): equal after decode, or re-encodes to the same bytes if not comparable."""
+def _round_trip_fault(coder, value) -> str | None:
+    """None if ``value`` is equal after decode (or, not comparable, re-encodes to the same
+    bytes), else the end of the problem's sentence: the coder and what it decoded."""
     encoded = coder.encode(value)
     decoded = coder.decode(encoded)
-    if decoded == value:
-        return True, decoded
-    if type(value).__eq__ is object.__eq__:
-        return coder.encode(decoded) == encoded, decoded
-    return False, decoded
+    if decoded == value or (
+        type(value).__eq__ is object.__eq__ and coder.encode(decoded) == encoded
+    ):
+        return None
+    return f"{type(coder).__name__}: decoded {decoded!r} (coder round-trip)."
 
 
 def check_static(dofn, elements, seed: int = 0) -> StaticResult:
@@ -102,13 +102,9 @@ def _check_element(provider, coder, wm_provider, element, rng, result: StaticRes
 
 
 def _check_restriction(provider, coder, element, r, where, result: StaticResult) -> None:
-    result.restrictions += 1
-    ok, decoded = _round_trips(coder, r)
-    if not ok:
-        result.problems.append(
-            f"{where} {r!r} does not round-trip its restriction coder "
-            f"{type(coder).__name__}: decoded {decoded!r} (coder round-trip)."
-        )
+    fault = _round_trip_fault(coder, r)
+    if fault:
+        result.problems.append(f"{where} {r!r} does not round-trip its restriction coder {fault}")
     size = provider.restriction_size(element, r)
     if size is None or size < 0:
         result.problems.append(f"{where} {r!r}: restriction_size is {size!r}, must be >= 0.")
@@ -143,11 +139,11 @@ def _check_watermark_state(wm_provider, element, restrictions, where, result) ->
         state = wm_provider.initial_estimator_state(element, r)
         later = wm_provider.create_watermark_estimator(state).get_estimator_state()
         for what, value in (("initial", state), ("get_estimator_state()'s", later)):
-            ok, decoded = _round_trips(state_coder, value)
-            if not ok:
+            fault = _round_trip_fault(state_coder, value)
+            if fault:
                 result.problems.append(
                     f"{where}: {what} watermark-estimator state {value!r} does not round-trip "
-                    f"{type(state_coder).__name__}: decoded {decoded!r} (coder round-trip)."
+                    + fault
                 )
 
 
