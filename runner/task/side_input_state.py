@@ -10,6 +10,7 @@ its keys). Leaves collecting them (``executor``) and running the stage
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
@@ -29,39 +30,21 @@ def load_side_inputs(state, context, stage: StagePlan, side_inputs: dict) -> Non
             grouped.append(data)
         if si.access_pattern_urn == common_urns.side_inputs.ITERABLE.urn:
             for _, window, data, _ in grouped.encoded_items():
-                state.append_raw(
-                    beam_fn_api_pb2.StateKey(
-                        iterable_side_input=beam_fn_api_pb2.StateKey.IterableSideInput(
-                            transform_id=si.transform, side_input_id=si.tag, window=window
-                        )
-                    ),
-                    data,
-                )
+                state.append_raw(_state_key(si, "iterable_side_input", window), data)
         elif si.access_pattern_urn == common_urns.side_inputs.MULTIMAP.urn:
             for key, window, data, count in grouped.encoded_items():
+                state.append_raw(_state_key(si, "multimap_side_input", window, key=key), data)
+                state.append_raw(_state_key(si, "multimap_keys_side_input", window), key)
                 state.append_raw(
-                    beam_fn_api_pb2.StateKey(
-                        multimap_side_input=beam_fn_api_pb2.StateKey.MultimapSideInput(
-                            transform_id=si.transform, side_input_id=si.tag, window=window, key=key
-                        )
-                    ),
-                    data,
-                )
-                state.append_raw(
-                    beam_fn_api_pb2.StateKey(
-                        multimap_keys_side_input=beam_fn_api_pb2.StateKey.MultimapKeysSideInput(
-                            transform_id=si.transform, side_input_id=si.tag, window=window
-                        )
-                    ),
-                    key,
-                )
-                state.append_raw(
-                    beam_fn_api_pb2.StateKey(
-                        multimap_keys_values_side_input=beam_fn_api_pb2.StateKey.MultimapKeysValuesSideInput(
-                            transform_id=si.transform, side_input_id=si.tag, window=window
-                        )
-                    ),
+                    _state_key(si, "multimap_keys_values_side_input", window),
                     key + struct.pack(">i", count) + data,
                 )
         else:
             raise NotImplementedError(f"side input access pattern {si.access_pattern_urn!r}")
+
+
+def _state_key(si, kind: str, window: bytes, **key: bytes) -> beam_fn_api_pb2.StateKey:
+    """Side input ``si``'s state key of ``kind`` (a ``StateKey`` field) in ``window``."""
+    side_input = {"transform_id": si.transform, "side_input_id": si.tag, "window": window, **key}
+    fields: dict[str, Any] = {kind: side_input}
+    return beam_fn_api_pb2.StateKey(**fields)
