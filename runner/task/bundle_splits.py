@@ -27,6 +27,8 @@ from apache_beam.metrics import monitoring_infos
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 
+from sparkbeam.runner.task.grouping import split_elements
+
 NAMESPACE = "sparkbeam"  # metrics namespace of the split counters
 _PROCESS_SIZED_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
@@ -96,16 +98,7 @@ class SplitOutcome:
 
 def encoded_elements(coder_impl, chunks: Sequence[bytes]) -> list[bytes]:
     """Cut concatenated encoded windowed values into one byte string per element."""
-    data = b"".join(chunks)
-    stream = create_InputStream(data)
-    elements = []
-    start = 0
-    while stream.size() > 0:
-        coder_impl.decode_from_stream(stream, True)
-        end = len(data) - stream.size()
-        elements.append(data[start:end])
-        start = end
-    return elements
+    return [element for _, element in split_elements(b"".join(chunks), coder_impl)]
 
 
 class BundleSplitter:

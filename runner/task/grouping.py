@@ -76,16 +76,8 @@ def group_partition(pairs: Iterable[tuple[bytes, bytes]], plan_key: str, edge) -
     buffer = GroupingBuffer(
         context.coders[edge.write_coder], context.coders[edge.read_coder], windowing
     )
-    pending: list[bytes] = []
-    size = 0
-    for _, element in pairs:
-        pending.append(element)
-        size += len(element)
-        if size >= CHUNK_BYTES:
-            buffer.append(b"".join(pending))
-            pending, size = [], 0
-    if pending:
-        buffer.append(b"".join(pending))
+    for data in chunk(element for _, element in pairs):
+        buffer.append(data)
     for part in buffer.partition(1):
         for data in part:
             if data:
