@@ -75,18 +75,19 @@ class UserStateServicer(worker_handlers.StateServicer):
         return super().get_raw(state_key, continuation_token)
 
     def append_raw(self, state_key, data):
-        self._restore_key_of(state_key)
-        cell = cell_key(state_key)
-        if cell is not None:
-            self.touched.add(cell)
+        self._touch(state_key)
         return super().append_raw(state_key, data)
 
     def clear(self, state_key):
+        self._touch(state_key)
+        return super().clear(state_key)
+
+    def _touch(self, state_key) -> None:
+        """Before a change: the key's stored cells are back, and a user-state cell is noted."""
         self._restore_key_of(state_key)
         cell = cell_key(state_key)
         if cell is not None:
             self.touched.add(cell)
-        return super().clear(state_key)
 
     def restore_cells(self, cells: dict[bytes, bytes]) -> None:
         """Put stored cells back, as the SDK's append requests would have."""
