@@ -9,9 +9,9 @@ passed it, or after a restore (the ends are not in the checkpoint), a round runs
 subtask with no new data (`dropping_expired`): it deletes the expired rows, or view windows, of
 its key groups, and reports the latest end of what is left, of its whole range.
 
-Owns: that task body, and the report of a triggered side input's new windows
-(`keeping_view_reporting`, around ``task.side_input_view`` `keeping_view`). Leaves when such a
-round runs to ``streaming.side_input_store``.
+Owns: that task body, and the task body of a triggered side input's keeping task with its
+report (`keeping_view_reporting`: ``task.side_input_view`` `keeping_view`, which makes the
+report). Leaves when such a round runs to ``streaming.side_input_store``.
 """
 
 from __future__ import annotations
@@ -24,27 +24,15 @@ from sparkbeam.runner.task.side_input_files import (
     SideInputHeld,
     held_latest,
     keeping_side_input,
-    later,
-    window_end,
 )
-from sparkbeam.runner.task.side_input_view import WINDOW_KEY, keeping_view
+from sparkbeam.runner.task.side_input_view import keeping_view
 from sparkbeam.runner.task.staged_state import StateRound
-from sparkbeam.runner.task.worker_context import plan_context, register_plan
 
 
 def keeping_view_reporting(spec: StateRound, keeping: Keeping, subtask: int, rows) -> Iterator:
     """Task body of a triggered side input's keeping task (`keeping_view`); then a
     `SideInputHeld` of the new windows that had not expired."""
-    rows = list(rows)
-    yield from _view(spec, keeping, subtask, rows)
-    window_coder = plan_context(keeping.plan_key).coders[keeping.coder].window_coder
-    horizon = keeping.files.horizon
-    latest = None
-    for key in {key for key, _ in rows}:
-        end = window_end(window_coder.decode(key[len(WINDOW_KEY) :]))
-        if horizon is None or end > horizon:
-            latest = later(latest, end)
-    yield SideInputHeld(keeping.buffer, latest, complete=False)
+    return _view(spec, keeping, subtask, rows, report=True)
 
 
 def dropping_expired(spec: StateRound, keeping: Keeping, subtask: int, _rows) -> Iterator:
@@ -60,9 +48,8 @@ def dropping_expired(spec: StateRound, keeping: Keeping, subtask: int, _rows) ->
     yield SideInputHeld(keeping.buffer, held_latest(keeping.files, groups), complete=True)
 
 
-def _view(spec: StateRound, keeping: Keeping, subtask: int, rows: list) -> Iterator:
-    register_plan(keeping.plan_key, keeping.components.value)
+def _view(spec: StateRound, keeping: Keeping, subtask: int, rows, report=False) -> Iterator:
     return keeping_view(
         spec, keeping.buffer, keeping.plan_key, keeping.components, keeping.coder, subtask,
-        rows, horizon=keeping.files.horizon,
+        rows, horizon=keeping.files.horizon, report=report,
     )  # fmt: skip

@@ -31,14 +31,15 @@ input whole, every pane, as Beam's FnApiRunner does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Iterable, Iterator
 
 from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task.records import CommitRecord
-from sparkbeam.runner.task.side_input_files import commit_stage, window_end
+from sparkbeam.runner.task.side_input_files import SideInputHeld, commit_stage, later, window_end
 from sparkbeam.runner.task.staged_state import StateRound
 from sparkbeam.runner.task.task_range import TaskRange, finish, staged_writer_for_task
 from sparkbeam.runner.task.worker_context import plan_context, register_plan
@@ -57,32 +58,16 @@ class LatestFirings:
     def fold(self, chunks: list[bytes]) -> dict[bytes, bytes]:
         """Take one round's chunks; returns the windows they replaced (window -> new chunk)."""
         latest: dict[bytes, tuple[tuple[int, int], list[WindowedValue]]] = {}
-        for chunk in chunks:
-            stream = create_InputStream(chunk)
-            while stream.size() > 0:
-                value = self._impl.decode_from_stream(stream, True)
-                rank = _firing_order(value)
-                for window in value.windows:
-                    key = self._window_coder.encode(window)
-                    held = latest.get(key)
-                    one = value
-                    if len(value.windows) > 1:
-                        one = WindowedValue(
-                            value.value, value.timestamp, (window,), value.pane_info
-                        )
-                    if held is None or rank > held[0]:
-                        latest[key] = (rank, [one])
-                    elif rank == held[0]:
-                        held[1].append(one)
-        fired = {key: self._encode(values) for key, (_, values) in latest.items()}
+        for window, one in _per_window(self._impl, chunks):
+            key = self._window_coder.encode(window)
+            rank, held = _firing_order(one), latest.get(key)
+            if held is None or rank > held[0]:
+                latest[key] = (rank, [one])
+            elif rank == held[0]:
+                held[1].append(one)
+        fired = {key: _encoded(self._impl, values) for key, (_, values) in latest.items()}
         self.windows.update(fired)
         return fired
-
-    def _encode(self, values: list[WindowedValue]) -> bytes:
-        out = create_OutputStream()
-        for value in values:
-            self._impl.encode_to_stream(value, out, True)
-        return out.get()
 
 
 def _firing_order(value: WindowedValue) -> tuple[int, int]:
@@ -101,6 +86,13 @@ def window_keyed(plan_key: str, components, coder_id: str, chunks) -> Iterator[t
     register_plan(plan_key, components.value)
     coder = plan_context(plan_key).coders[coder_id]
     impl, window_coder = coder.get_impl(), coder.window_coder
+    for window, one in _per_window(impl, chunks):
+        yield WINDOW_KEY + window_coder.encode(window), _encoded(impl, (one,))
+
+
+def _per_window(impl, chunks) -> Iterator[tuple[object, WindowedValue]]:
+    """(window, the element in that window alone) per window of each element of ``chunks``
+    (Beam-encoded by ``impl``)."""
     for chunk in chunks:
         stream = create_InputStream(chunk)
         while stream.size() > 0:
@@ -109,19 +101,26 @@ def window_keyed(plan_key: str, components, coder_id: str, chunks) -> Iterator[t
                 one = value
                 if len(value.windows) > 1:
                     one = WindowedValue(value.value, value.timestamp, (window,), value.pane_info)
-                out = create_OutputStream()
-                impl.encode_to_stream(one, out, True)
-                yield WINDOW_KEY + window_coder.encode(window), out.get()
+                yield window, one
+
+
+def _encoded(impl, values: Iterable[WindowedValue]) -> bytes:
+    """One chunk of ``values``, Beam-encoded by ``impl``."""
+    out = create_OutputStream()
+    for value in values:
+        impl.encode_to_stream(value, out, True)
+    return out.get()
 
 
 def keeping_view(
     spec: StateRound, buffer: str, plan_key: str, components, coder_id: str, subtask: int,
-    rows, writer=None, horizon: int | None = None,
-) -> Iterator[CommitRecord]:  # fmt: skip
+    rows, writer=None, horizon: int | None = None, report: bool = False,
+) -> Iterator:  # fmt: skip
     """Task body: fold this subtask's windows' new elements (``rows``, keyed by
     `window_keyed`) and replace those windows' entries in its key groups of
     ``side-view/<buffer>``, each with its window's end; delete the windows that ended by
-    ``horizon`` (no reader needs them); yields its `CommitRecord`."""
+    ``horizon`` (no reader needs them); yields its `CommitRecord` (with ``report``, then a
+    `SideInputHeld` of the new windows that had not expired)."""
     register_plan(plan_key, components.value)
     namespace = state_layout.side_view(buffer)
     coder = plan_context(plan_key).coders[coder_id]
@@ -131,27 +130,22 @@ def keeping_view(
     if writer is None:
         writer = staged_writer_for_task(spec, stage)
     view = TaskRange(spec, subtask, namespace)
-    ends = _WindowEnds(coder.window_coder)
+
+    @functools.cache
+    def ends(key: bytes) -> int:
+        """A view key's window end (micros), each key's decoded once."""
+        return window_end(coder.window_coder.decode(key[len(WINDOW_KEY) :]))
+
+    latest = None
     for key, chunk in chunks.items():
         if horizon is None or ends(key) > horizon:
             view.put(key, state_layout.encode_side_view(chunk, ends(key)))
+            latest = later(latest, ends(key))
     if horizon is not None:
         for key in [k for k in view.stored if ends(k) <= horizon]:
             view.delete(key)
     view.stage(writer)
     staged = finish(writer, view)  # what it staged is the next round's read
     yield CommitRecord(stage, staged)
-
-
-class _WindowEnds:
-    """A view key's window end (micros), each key's decoded once."""
-
-    def __init__(self, window_coder) -> None:
-        self._coder = window_coder
-        self._ends: dict[bytes, int] = {}
-
-    def __call__(self, key: bytes) -> int:
-        end = self._ends.get(key)
-        if end is None:
-            end = self._ends[key] = window_end(self._coder.decode(key[len(WINDOW_KEY) :]))
-        return end
+    if report:
+        yield SideInputHeld(buffer, latest, complete=False)
