@@ -28,7 +28,6 @@ task left open is closed by the next task of its worker.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import marshal
 import os
@@ -65,6 +64,7 @@ class SpilledState(Mapping):
         self.size = identity[4] if identity else 0
         self.read_as: tuple = identity[:2] if identity else ()  # what its read is as of
         self.attempt = _attempt()  # the task attempt that opened it
+        _OPEN.append(self)
 
     # -- reading ---------------------------------------------------------------------
 
@@ -90,15 +90,9 @@ class SpilledState(Mapping):
     def items(self) -> Iterator[tuple[bytes, bytes]]:  # type: ignore[override]
         """(key, value) in key order, read from disk as they are iterated; all of them, or
         `SpilledStateError` (RocksDB's iterator ends early, silently, on a damaged table)."""
+        n, expected = 0, self.count
         try:
-            return self._counted(self._db.items(), self.count)
-        except Exception as e:
-            self._refuse(e)
-
-    def _counted(self, rows, expected: int) -> Iterator[tuple[bytes, bytes]]:
-        n = 0
-        try:
-            for row in rows:
+            for row in self._db.items():
                 n += 1
                 yield row
         except Exception as e:
@@ -168,8 +162,8 @@ class SpilledState(Mapping):
         identity = (tuple(materialization), tuple(changelog), staged, self.count, self.size)
         try:
             self._claims[_CLAIM] = marshal.dumps(
-                (list(self.slot), list(identity[0]), list(identity[1]), _list(staged),
-                 self.count, self.size)
+                (list(self.slot), list(identity[0]), list(identity[1]),
+                 None if staged is None else list(staged), self.count, self.size)
             )  # fmt: skip
         except Exception as e:
             self._refuse(e)
@@ -208,26 +202,19 @@ class SpilledState(Mapping):
         _OPEN[:] = [s for s in _OPEN if s is not self]
 
 
-def _list(staged):
-    return None if staged is None else list(staged)
-
-
 def open_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
     """The executor's database of ``slot`` that no other worker holds, with its identity
     (None if it has none); None outside a Spark task or when every directory is held."""
-    root = shared_reads.shared_dir()
-    if root is None:
+    base = shared_reads.slot_dir(slot, "spilled")
+    if base is None:
         return None
-    base = os.path.join(root, "spilled", hashlib.sha256(repr(slot).encode()).hexdigest()[:32])
     os.makedirs(base, exist_ok=True)
     for n in range(DIRECTORIES_PER_RANGE):
         path = os.path.join(base, str(n))
         opened = _open(path, memory_bytes)
         if opened is None:
             continue  # another worker holds it
-        state = SpilledState(path, opened, slot)
-        _OPEN.append(state)
-        return state
+        return SpilledState(path, opened, slot)
     return None
 
 
@@ -257,13 +244,12 @@ def empty_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
     opened = _open(path, memory_bytes)
     if opened is None:  # another worker took it meanwhile
         return None
-    state = SpilledState(path, opened, slot)
-    _OPEN.append(state)
-    return state
+    return SpilledState(path, opened, slot)
 
 
 def release(*states) -> None:
-    """Close ``states`` (those that are spilled; none given: every range this worker holds)."""
+    """A stage is done with these reads: close ``states`` (those that are spilled; none given:
+    every range this worker holds); the next worker of the executor to run a range opens it."""
     for state in states or list(_OPEN):
         if isinstance(state, SpilledState):
             state.close()

@@ -39,12 +39,13 @@ def shared_dir() -> str | None:
     return os.path.join(local, "sparkbeam-state-reads") if local else None
 
 
-def slot_dir(slot: tuple) -> str | None:
-    """The executor's directory of one key-group slot (not created); None outside a task."""
+def slot_dir(slot: tuple, kind: str = "") -> str | None:
+    """The executor's directory of one key-group slot (not created), in the folder ``kind``
+    (a database held on disk: "spilled") if given; None outside a task."""
     root = shared_dir()
     if root is None:
         return None
-    return os.path.join(root, hashlib.sha256(repr(slot).encode()).hexdigest()[:32])
+    return os.path.join(root, kind, hashlib.sha256(repr(slot).encode()).hexdigest()[:32])
 
 
 def _stamp(path: str) -> tuple[int, int] | None:
