@@ -34,6 +34,7 @@ from sparkbeam.checkpoint.layout import background_prefix, pipeline_dir
 from sparkbeam.checkpoint.staging import StagedWriter, write_range_snapshot
 from sparkbeam.checkpoint.task_state import NamespaceState, TaskSnapshot
 from sparkbeam.runner.task import shared_reads
+from sparkbeam.runner.task.staged_state import with_changes
 
 WITHIN_ROUNDS = 8  # a background snapshot is committed within this many rounds, or dropped
 _RUNNING = "snapshot-running"
@@ -116,19 +117,12 @@ def start(
     bases = frozenset(f.name for _, r, _ in plan for f in r.base)
     read = frozenset(f.name for _, _, tail in plan for f in tail)
 
-    def after():
-        for key, value in zip(keys, values):
-            if key not in changes:
-                yield key, value
-        for key, change in changes.items():
-            if change is not None:
-                yield key, change
-
     def write() -> None:
         try:
             snapshot = write_range_snapshot(
                 writer.storage, pipeline_dir(writer.pipeline_id), prefix, writer.max_key_groups,
-                namespace, groups.start, groups.stop, after(), file_bytes,
+                namespace, groups.start, groups.stop, with_changes(zip(keys, values), changes),
+                file_bytes,
             )  # fmt: skip
             message = writer.finished(timeout_s=60.0)
             if message is None:

@@ -160,10 +160,7 @@ def keeping_side_input(
             part = FilePart(entry, snapshot, groups.start, groups.stop)
             return [(key, end, chunk) for _, _, key, end, chunk in _CACHE.part_rows(files, part)]
 
-        def value(chunk: bytes, end: int) -> bytes:
-            return state_layout.encode_side_row(buffer, chunk, end)
-
-        expiry = RowExpiry(horizon, rows, value)
+        expiry = RowExpiry(horizon, rows, buffer)
     keeper = RowKeeper(spec, files.namespace, subtask, writer, expiry)
     latest = None
     for chunk in chunks:

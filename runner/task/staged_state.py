@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,7 +113,7 @@ def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[b
     parallelism, as of its checkpoint: a dict, or a `SpilledState` past the memory budget.
 
     The caller must not change it (but may hand it to ``keep_staged``): this process keeps it
-    for the next round's read. ``release`` it when the stage is done with it (a task's
+    for the next round's read. ``held_state.release`` it when the stage is done with it (a task's
     `task_range.TaskRange` does both). A damaged or
     missing file of the checkpoint raises `TaskStateDamagedError`, naming it and the
     checkpoint: the driver then falls back to a sound checkpoint."""
@@ -170,12 +170,6 @@ def _spilled_read(spilled: held_state.SpilledState) -> _Read | None:
         return None
     materialization, changelog, staged, _, size = spilled.identity
     return _Read(materialization, changelog, spilled, size, staged)
-
-
-def release(*states: Mapping[bytes, bytes]) -> None:
-    """A stage is done with these reads: close those held on the executor's disk (the next
-    worker of the executor to run the range opens them)."""
-    held_state.release(*states)
 
 
 @dataclass(frozen=True)
@@ -336,6 +330,18 @@ class _Apply:
         if spilled is not None:
             spilled.put_all(self.state.items())
             self.state, self.size = spilled, 0
+
+
+def with_changes(
+    pairs: Iterable[tuple[bytes, bytes]], changes: Mapping[bytes, bytes | None]
+) -> Iterator[tuple[bytes, bytes]]:
+    """(key, value) of ``pairs`` with ``changes`` applied (None: deleted), streamed."""
+    for key, value in pairs:
+        if key not in changes:
+            yield key, value
+    for key, change in changes.items():
+        if change is not None:
+            yield key, change
 
 
 def keep_staged(

@@ -61,15 +61,15 @@ from sparkbeam.checkpoint.reader import iter_appended, namespace_files
 from sparkbeam.checkpoint.staging import CommitMessage
 from sparkbeam.checkpoint.task_state import Due, NamespaceState
 from sparkbeam.runner.spark.filesystem_options import apply_in_task
-from sparkbeam.runner.task import background_snapshots
+from sparkbeam.runner.task import background_snapshots, held_state
 from sparkbeam.runner.task.staged_state import (
     StateRound,
     keep_staged,
     namespace_chains,
     range_slot,
     read_task_state,
-    release,
     task_store,
+    with_changes,
 )
 
 
@@ -98,13 +98,7 @@ class TaskRange:
 
     def items(self) -> Iterator[tuple[bytes, bytes]]:
         """The range as of its changes (streamed: ``stored`` may be on disk)."""
-        changes = self.changes
-        for key, value in self.stored.items():
-            if key not in changes:
-                yield key, value
-        for key, change in changes.items():
-            if change is not None:
-                yield key, change
+        return with_changes(self.stored.items(), self.changes)
 
     def put(self, key: bytes, value: bytes) -> None:
         self.changes[key] = value
@@ -168,7 +162,7 @@ class TaskRange:
 
     def release(self) -> None:
         """Done with the read without keeping it (a task that failed or staged nothing)."""
-        release(self.stored)
+        held_state.release(self.stored)
 
 
 def finish(writer, *ranges: TaskRange) -> CommitMessage:
@@ -205,8 +199,8 @@ class RowExpiry:
     rows: Callable[[FileEntry, bool, KeyGroupRange], list[tuple[bytes, int, bytes | None]]]
     """(key, latest end, chunk or None) of a committed file's rows in the key groups (a
     snapshot file or not): the worker's read (``task.side_input_files``)."""
-    value: Callable[[bytes, int], bytes]
-    """A row's value from its chunk and end."""
+    name: str
+    """The rows' name (a side input's buffer): a row's value holds it, its chunk and end."""
 
 
 class RowKeeper:
@@ -305,7 +299,7 @@ class RowKeeper:
                 if end > horizon:
                     if chunk is None:  # a worker drops a chunk only once it expired
                         raise RuntimeError(f"{self.namespace}: row {key!r} held no chunk")
-                    items.append((key, expiry.value(chunk, end)))
+                    items.append((key, state_layout.encode_side_row(expiry.name, chunk, end)))
         items.extend(self.made)  # not expired: `add` was given only those
         self.writer.snapshot(
             self.namespace, groups.start, groups.stop, items, self.spec.snapshot_file_bytes,

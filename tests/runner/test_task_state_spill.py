@@ -47,7 +47,7 @@ def test_a_range_past_the_budget_is_read_from_disk_and_equals_the_dict(
     assert len(state) == 300 and b"key-00007" in state and state.get(b"nope") is None
     assert not staged_state._READS  # nothing of it kept in the worker's memory
     assert any(executor_dir.rglob("CURRENT"))  # a RocksDB under the executor's directory
-    staged_state.release()
+    held_state.release()
     assert not state.is_open
     store.close()
 
@@ -58,13 +58,13 @@ def test_the_next_round_extends_the_range_on_disk(tmp_path, executor_dir, replay
     root, store = _store(tmp_path)
     first = _commit(store, root, 0, _puts(300))
     _read(root, first, memory_bytes=BUDGET)
-    staged_state.release()
+    held_state.release()
     second = _commit(store, root, 1, _puts(5, start=400), deletes=[b"key-00003"])
     state = _read(root, second, memory_bytes=BUDGET)
     expected = {**_expected(_puts(300), [b"key-00003"]), **_expected(_puts(5, start=400))}
     assert dict(state.items()) == expected and len(state) == 304
     assert replays == [first]  # the second read extended the first
-    staged_state.release()
+    held_state.release()
     store.close()
 
 
@@ -76,7 +76,7 @@ def test_what_a_task_staged_is_kept_on_disk_for_the_checkpoint_that_commits_it(
     state = _read(root, first, memory_bytes=BUDGET)
     message, changes = _stage(root, 1, {b"key-00001": 7, b"new": 8}, deletes=[b"key-00002"])
     staged_state.keep_staged(_spec(root, first), 0, NS, state, changes, message.files)
-    staged_state.release()
+    held_state.release()
     second = store.pipeline("p").checkpoint(
         fingerprint="f", parallelism=1, commit_messages=[message]
     )
@@ -85,7 +85,7 @@ def test_what_a_task_staged_is_kept_on_disk_for_the_checkpoint_that_commits_it(
     expected.update({b"key-00001": _value(7), b"new": _value(8)})
     assert dict(got.items()) == expected
     assert replays == [first]
-    staged_state.release()
+    held_state.release()
     store.close()
 
 
@@ -97,12 +97,12 @@ def test_a_worker_killed_while_changing_the_range_leaves_a_whole_read(
     first = _commit(store, root, 0, _puts(300))
     state = _read(root, first, memory_bytes=BUDGET)
     state.put(b"key-00001", b"half-applied")  # then the worker dies: no claim written
-    staged_state.release()
+    held_state.release()
     second = _commit(store, root, 1, _puts(1, start=500))
     got = _read(root, second, memory_bytes=BUDGET)
     assert dict(got.items()) == {**_expected(_puts(300)), **_expected(_puts(1, start=500))}
     assert replays == [first, second]
-    staged_state.release()
+    held_state.release()
     store.close()
 
 
@@ -115,7 +115,7 @@ def test_a_second_worker_takes_another_directory_while_the_first_holds_the_range
     other = held_state.open_spilled(_slot(root), BUDGET)  # as another worker would
     assert other is not None and other.path != held.path
     other.close()
-    staged_state.release()
+    held_state.release()
     store.close()
 
 
@@ -137,7 +137,7 @@ def test_a_range_past_the_budget_is_snapshotted_in_parts(tmp_path, executor_dir,
     kept.changes = changes
     kept.stage(writer, 300)
     message = writer.finish()
-    staged_state.release()
+    held_state.release()
     snapshot = store.pipeline("p").checkpoint(
         fingerprint="f", parallelism=1, commit_messages=[message]
     )
@@ -175,9 +175,9 @@ def test_a_stage_done_with_its_range_leaves_another_stages_range_open(tmp_path, 
     first = _commit(store, root, 0, _puts(300))
     mine = _read(root, first, memory_bytes=BUDGET)
     other = held_state.open_spilled(("another", "range"), BUDGET)
-    staged_state.release(mine)
+    held_state.release(mine)
     assert not mine.is_open and other.is_open and len(other) == 0
-    staged_state.release(other)
+    held_state.release(other)
     store.close()
 
 
@@ -185,7 +185,7 @@ def _held(root: str, first: int) -> str:
     """Read the range past the budget (so it is held on disk) and close it: its directory."""
     state = _read(root, first, memory_bytes=BUDGET)
     assert isinstance(state, held_state.SpilledState)
-    staged_state.release()
+    held_state.release()
     return state.path
 
 
@@ -199,7 +199,7 @@ def test_a_deleted_directory_is_not_trusted_the_range_is_replayed(tmp_path, exec
     got = _read(root, second, memory_bytes=BUDGET)
     assert dict(got.items()) == {**_expected(_puts(300)), **_expected(_puts(1, start=500))}
     assert len(got) == 301 and replays == [first, second]
-    staged_state.release()
+    held_state.release()
     store.close()
 
 
@@ -215,7 +215,7 @@ def test_a_directory_replaced_by_another_ranges_is_not_trusted(tmp_path, executo
     for subtask in (0, 1):
         got = _read(root, first, subtask, 2, memory_bytes=BUDGET)
         assert dict(got.items()) == _read(root, first, subtask, 2)  # the default budget: a dict
-        staged_state.release()
+        held_state.release()
     assert replays == [first] * 6
     store.close()
 
@@ -223,7 +223,7 @@ def test_a_directory_replaced_by_another_ranges_is_not_trusted(tmp_path, executo
 def _held_range(root: str, first: int, subtask: int) -> str:
     state = _read(root, first, subtask, 2, memory_bytes=BUDGET)
     assert isinstance(state, held_state.SpilledState)
-    staged_state.release()
+    held_state.release()
     return state.path
 
 
@@ -238,7 +238,7 @@ def test_a_directory_with_tables_missing_is_made_anew_and_replayed(
     got = _read(root, first, memory_bytes=BUDGET)
     assert dict(got.items()) == _expected(_puts(300)) and replays == [first, first]
     assert f"replaying the range held at {path} from the store" in caplog.text
-    staged_state.release()
+    held_state.release()
     store.close()
 
 
@@ -253,14 +253,14 @@ def test_a_directory_deleted_while_a_task_holds_it_is_replayed_next(
     shutil.rmtree(state.path)
     message, changes = _stage(root, 1, {b"key-00001": 7}, deletes=[b"key-00002"])
     staged_state.keep_staged(_spec(root, first), 0, NS, state, changes, message.files)
-    staged_state.release()
+    held_state.release()
     second = store.pipeline("p").checkpoint(
         fingerprint="f", parallelism=1, commit_messages=[message]
     )
     got = _read(root, second, memory_bytes=BUDGET)
     expected = {**_expected(_puts(300), [b"key-00002"]), b"key-00001": _value(7)}
     assert dict(got.items()) == expected and replays == [first, second]
-    staged_state.release()
+    held_state.release()
     store.close()
 
 
@@ -289,8 +289,8 @@ def test_a_damaged_table_fails_the_task_by_name_and_its_retry_replays(
     with pytest.raises(held_state.SpilledStateError, match="failed and is removed"):
         dict(state.items())
     assert not os.path.exists(path)
-    staged_state.release()
+    held_state.release()
     got = _read(root, first, memory_bytes=BUDGET)
     assert dict(got.items()) == _expected(_puts(300)) and replays == [first, first]
-    staged_state.release()
+    held_state.release()
     store.close()
