@@ -35,7 +35,7 @@ from sparkbeam.runner.plane import release, round_robin
 from sparkbeam.runner.plane.rdd import RddPlane
 from sparkbeam.runner.plane.shipped import ArtifactBroadcaster
 from sparkbeam.runner.plane.spark_hash import target_values
-from sparkbeam.runner.spark.session_conf import is_local_master
+from sparkbeam.runner.spark.session_conf import is_local_master, is_loopback
 
 # A StructType, not DDL text: a process with a classic and a Connect session parses DDL
 # through whichever JVM is active; a StructType needs no parser.
@@ -216,8 +216,9 @@ class _ConnectContext:
         self.broadcast = ArtifactBroadcaster(spark)
         # Tasks run on the driver's host, in a Python with its packages (``batch.driver_stages``),
         # when the server runs a local master and listens on this host.
-        on_this_host = spark.client.host in ("localhost", "127.0.0.1", "::1")
-        self.local_master = on_this_host and is_local_master(spark.conf.get("spark.master", None))
+        self.local_master = is_loopback(spark.client.host) and is_local_master(
+            spark.conf.get("spark.master", None)
+        )
 
     def default_parallelism(self) -> int:
         from sparkbeam.runner.spark.session import default_parallelism

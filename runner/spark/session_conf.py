@@ -1,4 +1,5 @@
-"""What sparkbeam configures in a Spark session: its defaults, scheduler pool, and log levels.
+"""What sparkbeam configures in a Spark session: its defaults, scheduler pool, and log levels;
+and where a master's executors run (``is_local_master``, ``executors_on_this_host``).
 
 The operator reads sparkbeam's own lines (``progress``), not Spark's: the JVM loggers that
 print a stack trace for every failed task attempt or lost connection are turned off unless
@@ -24,6 +25,18 @@ def is_local_master(master: str | None) -> bool:
     """Whether ``master`` runs the executor in the driver's JVM (``local``, ``local[N]``...):
     its Python workers share the driver's host, interpreter and files."""
     return master is not None and (master == "local" or master.startswith("local["))
+
+
+def executors_on_this_host(master: str) -> bool:
+    """Whether every executor of ``master`` runs on this host: a local master, or
+    ``local-cluster[...]`` (executors in JVMs of their own, on this host)."""
+    master = master.strip()
+    return is_local_master(master) or master.startswith("local-cluster[")
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether ``host`` (a URL's) names this machine: ``localhost``, ``::1`` or ``127.*``."""
+    return host in ("localhost", "::1") or (host or "").startswith("127.")
 
 
 # JVM loggers whose warnings repeat, with Java frames, what sparkbeam reports in one line.

@@ -18,18 +18,13 @@ import re
 import urllib.parse
 
 from sparkbeam.runner.errors import PipelineOptionsError
+from sparkbeam.runner.spark.session_conf import executors_on_this_host, is_loopback
 
-_LOCAL_MASTER = re.compile(r"local(\[.*\])?|local-cluster\[.*\]")
 _SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://")
 
 
 class SharedStorageError(PipelineOptionsError):
     """A store path that the executors of a cluster master cannot all reach."""
-
-
-def is_local_master(master: str) -> bool:
-    """True for masters whose executors all run on this host."""
-    return bool(_LOCAL_MASTER.fullmatch(master.strip()))
 
 
 def effective_master(options) -> str:
@@ -41,14 +36,9 @@ def effective_master(options) -> str:
     from sparkbeam.runner.spark.session import target_master
 
     remote = options.remote_url()
-    if remote and not _on_this_host(remote):
+    if remote and not is_loopback(urllib.parse.urlsplit(remote).hostname):
         return remote
     return target_master(options)
-
-
-def _on_this_host(url: str) -> bool:
-    host = urllib.parse.urlsplit(url).hostname or ""
-    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def check_shared_storage(options) -> None:
@@ -75,7 +65,7 @@ def check_shared_storage(options) -> None:
 
 def check_store_path(flag: str, url: str | None, master: str, shared: bool) -> None:
     """The rule itself, for any store or sink path given with ``flag``."""
-    if not url or is_local_master(master):
+    if not url or executors_on_this_host(master):
         return
     match = _SCHEME.match(url)
     if match and match.group(1).lower() != "file":
@@ -104,7 +94,7 @@ def check_input_paths(plan, options) -> None:
     if not plan.text_reads:
         return
     master = effective_master(options)
-    if is_local_master(master):
+    if executors_on_this_host(master):
         return
     for read in plan.text_reads:
         pattern = read.pattern

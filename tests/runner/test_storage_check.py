@@ -9,11 +9,11 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from sparkbeam.runner.options import SparkRunnerOptions
+from sparkbeam.runner.spark.session_conf import executors_on_this_host
 from sparkbeam.runner.spark.storage_check import (
     SharedStorageError,
     check_shared_storage,
     check_store_path,
-    is_local_master,
 )
 
 CLUSTERS = ["spark://host:7077", "yarn", "k8s://https://k8s:6443", "mesos://m:5050"]
@@ -21,14 +21,14 @@ CLUSTERS = ["spark://host:7077", "yarn", "k8s://https://k8s:6443", "mesos://m:50
 
 @pytest.mark.parametrize("master", ["local", "local[4]", "local[*]", "local-cluster[2,1,1024]"])
 def test_local_masters_accept_any_path(master):
-    assert is_local_master(master)
+    assert executors_on_this_host(master)
     for url in ["ckpt", "./ckpt", "/tmp/ckpt", "file:///tmp/ckpt"]:
         check_store_path("--checkpoint_dir", url, master, shared=False)
 
 
 @pytest.mark.parametrize("master", CLUSTERS)
 def test_cluster_refuses_a_relative_path_even_if_declared_shared(master):
-    assert not is_local_master(master)
+    assert not executors_on_this_host(master)
     for shared in (False, True):
         with pytest.raises(SharedStorageError, match=r"--checkpoint_dir './ckpt' is a relative"):
             check_store_path("--checkpoint_dir", "./ckpt", master, shared=shared)
