@@ -30,7 +30,7 @@ import contextvars
 import itertools
 import logging
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import NamedTuple
 
 from apache_beam.io.filesystems import FileSystems
@@ -43,8 +43,6 @@ _LOG = logging.getLogger(__name__)
 STAGING_DIR = ".sparkbeam-staging"
 pending_namespace = state_layout.SINK_PENDING
 """Checkpoint-store namespace of staged files awaiting their rename (key: final path)."""
-staging_dirs_namespace = state_layout.SINK_STAGING_DIRS
-"""Checkpoint-store namespace of the staging directories a restore cleans (key: directory)."""
 DIRECTORY_ANNOTATION = "sparkbeam:sink_directory"
 """Transform annotation naming a sink's output directory (set by ``sparkbeam.io``)."""
 
@@ -181,15 +179,7 @@ def discard_staging(directory: str, keep: Iterable[str] = ()) -> int:
     between jobs running at the same time: one would delete the other's staged files.
     """
     kept = set(keep)
-    try:
-        matched = FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list
-        garbage = [m.path for m in matched if m.path not in kept]
-        if garbage:
-            FileSystems.delete(garbage)
-        return len(garbage)
-    except Exception as e:  # noqa: BLE001 - leftover garbage must not fail a committed run
-        _LOG.warning("Could not clean sink staging directory %r: %s", directory, e)
-        return 0
+    return _delete_in(directory, lambda path: path not in kept)
 
 
 def discard_stage_files(directory: str, stage_ids: Iterable[str]) -> int:
@@ -201,13 +191,18 @@ def discard_stage_files(directory: str, stage_ids: Iterable[str]) -> int:
     so other pipelines' files in the same directory are left alone.
     """
     tags = tuple(f"-{s}-" for s in stage_ids)
+    return _delete_in(directory, lambda path: any(t in FileSystems.split(path)[1] for t in tags))
+
+
+def _delete_in(directory: str, garbage: Callable[[str], bool]) -> int:
+    """Best effort: delete the files in staging ``directory`` whose path is ``garbage``."""
     try:
         matched = FileSystems.match([FileSystems.join(directory, "*")])[0].metadata_list
-        garbage = [m.path for m in matched if any(t in FileSystems.split(m.path)[1] for t in tags)]
-        if garbage:
-            FileSystems.delete(garbage)
-        return len(garbage)
-    except Exception as e:  # noqa: BLE001 - leftover garbage must not fail a restore
+        paths = [m.path for m in matched if garbage(m.path)]
+        if paths:
+            FileSystems.delete(paths)
+        return len(paths)
+    except Exception as e:  # noqa: BLE001 - leftover garbage must not fail a run or a restore
         _LOG.warning("Could not clean sink staging directory %r: %s", directory, e)
         return 0
 
@@ -285,12 +280,12 @@ def finalize_pending(pipeline_store) -> int:
 
 def record_staging_dir(pipeline_store, directory: str) -> None:
     """Remember a staging directory in the state, so a restore cleans what is left in it."""
-    pipeline_store.put(staging_dirs_namespace, *state_layout.encode_staging_dir(directory))
+    pipeline_store.put(state_layout.SINK_STAGING_DIRS, *state_layout.encode_staging_dir(directory))
 
 
 def recorded_staging_dirs(pipeline_store) -> list[str]:
     """The staging directories `record_staging_dir` put into the (restored) state."""
     return [
         state_layout.decode_staging_dir(key, value)
-        for _, key, value in pipeline_store.items(staging_dirs_namespace)
+        for _, key, value in pipeline_store.items(state_layout.SINK_STAGING_DIRS)
     ]
