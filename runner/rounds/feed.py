@@ -18,8 +18,6 @@ running the round (the loops) and the tasks' side (``runner.task.residual_state`
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple, Protocol
 
@@ -157,9 +155,8 @@ def keepers(stages, durable: bool, metadata, state) -> dict[str, Keeper]:
     return {s: DriverResiduals(s) for s in stages}
 
 
-def take_due(keepers: Mapping[str, Keeper], clock_ms: float | None = None) -> dict:
-    """Stage -> its ``Due`` by ``clock_ms`` (default: now), or None."""
-    clock_ms = time.time() * 1000.0 if clock_ms is None else clock_ms
+def take_due(keepers: Mapping[str, Keeper], clock_ms: float) -> dict:
+    """Stage -> its ``Due`` by ``clock_ms``, or None."""
     return {s: k.take_due(clock_ms) for s, k in keepers.items()}
 
 
@@ -177,10 +174,3 @@ def summaries(keepers: Mapping[str, Keeper]) -> dict[str, dict] | None:
     """What a checkpoint records of every stage's residuals (None: a run without a store)."""
     out = {s: k.summary() for s, k in keepers.items()}
     return None if any(v is None for v in out.values()) else out
-
-
-def seconds_until(next_ms: float | None) -> float:
-    """How long to sleep until ``next_ms`` (epoch ms); 0 if it is due or unset."""
-    if next_ms is None or math.isinf(next_ms):
-        return 0.0
-    return max(0.0, next_ms / 1000.0 - time.time())

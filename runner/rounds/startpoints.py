@@ -10,7 +10,7 @@ checkpoint at each round's barrier (the lifecycle is `sparkbeam.sdf.startpoints.
    driver's assignment to the task's input rows, then reports a `StartpointOutcome` per element met.
    A startpoint whose application raises fails the round with `StartpointFailedError`, which the
    loops do not restore from: `record_failure` marks it failed in the store first.
-3. `outcomes` picks those reports out of what the round's tasks returned.
+3. The round's ledger (``rounds.ledger``) picks those reports out of what its tasks returned.
 4. `commit_round` at the barrier: the consumed tokens go into the checkpoint's metadata, and the
    startpoints are deleted only once that checkpoint has committed.
 
@@ -39,15 +39,6 @@ from sparkbeam.sdf.startpoints.session import (
     fan_out,
     sdf_sources,
 )
-
-__all__ = [
-    "StartpointOutcome",
-    "check_startpoints",
-    "commit_round",
-    "open_session",
-    "outcomes",
-    "record_failure",
-]
 
 T = TypeVar("T")
 _LOG = logging.getLogger(__name__)
@@ -100,11 +91,6 @@ def open_session(
         restored_state=restored_state,
         max_age_s=DEFAULT_MAX_AGE_S if max_age_s is None else max_age_s,
     )
-
-
-def outcomes(reports: Iterable[Any]) -> list[StartpointOutcome]:
-    """Step 3: the startpoint outcomes among a round's task reports."""
-    return [r for r in reports if isinstance(r, StartpointOutcome)]
 
 
 def commit_round(
