@@ -81,7 +81,7 @@ class DamagedStateError(StageFailedError):
 
     def __init__(self, stage: str, user_traceback: str, path: str) -> None:
         self.stage, self.user_traceback, self.path = stage, user_traceback, path
-        where = f"Beam stage {stage!r}" if stage != _UNKNOWN else "A Beam stage"
+        where = f"Beam stage {stage!r}" if stage != UNKNOWN_STAGE else "A Beam stage"
         RuntimeError.__init__(
             self,
             f"{where} could not read checkpoint file {path!r}: {self.cause}\n"
@@ -124,7 +124,7 @@ class PythonWorkerStartError(StageFailedError):
 
     def __init__(self, stage: str, worker_output: str, pythonpath: str | None) -> None:
         self.stage, self.user_traceback = stage, worker_output
-        where = f" (Beam stage {stage!r})" if stage != _UNKNOWN else ""
+        where = f" (Beam stage {stage!r})" if stage != UNKNOWN_STAGE else ""
         lines = [
             f"Spark's Python worker did not start on an executor{where}: "
             f"{last_error(worker_output)}",
@@ -154,7 +154,7 @@ def python_worker_start_error(stage: str, text: str) -> PythonWorkerStartError |
 _WORKER_DID_NOT_START = re.compile(
     r"Error from python worker:\n((?:  .*\n?)+)(?:PYTHONPATH was:\n  (.*))?"
 )
-_UNKNOWN = "<unknown>"  # a failure no stage can be told for
+UNKNOWN_STAGE = "<unknown>"  # a failure no stage can be told for
 _MODULE_PATH = re.compile(r"^(?:[A-Za-z_]\w*\.)+(?=\w+: )")  # "a.b.ValueError: " -> "ValueError: "
 _DAMAGED = re.compile(
     r"(?:TaskStateDamagedError|CheckpointCorruptError): Checkpoint file (['\"])(.+?)\1 is corrupt: "
@@ -182,7 +182,7 @@ def run_guarded(stage_id: str | None, action, describe=None):
         text = str(e)
         _LOG.debug("Spark action failed:\n%s", text)
         match = _STAGE_TAG.search(text)
-        failed = match.group(1) if match else (stage_id or _UNKNOWN)
+        failed = match.group(1) if match else (stage_id or UNKNOWN_STAGE)
         transforms = (describe(failed) if describe is not None else "") or ""
         from sparkbeam.runner.spark.shipping import missing_module_error
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
 
 from sparkbeam.checkpoint import restore
-from sparkbeam.runner.errors import DamagedStateError, StageFailedError
+from sparkbeam.runner.errors import UNKNOWN_STAGE, DamagedStateError, StageFailedError
 from sparkbeam.runner.faults import crash_point
 from sparkbeam.runner.rounds import feed
 from sparkbeam.runner.rounds.context import RunContext
@@ -245,7 +245,7 @@ class RoundLoop:
 def _where(e: StageFailedError) -> str:
     if e.transform:
         return f" in {e.transform!r} (stage {e.stage})"
-    return "" if e.stage == "<unknown>" else f" in stage {e.stage}"
+    return "" if e.stage == UNKNOWN_STAGE else f" in stage {e.stage}"
 
 
 def _checkpoint(loop: RoundLoop) -> str:
