@@ -14,7 +14,6 @@ Leaves to others: running the job (the batch and streaming loops), writing the c
 
 from __future__ import annotations
 
-import functools
 import importlib
 import warnings
 from collections import defaultdict
@@ -91,7 +90,7 @@ class RoundLedger:
         self,
         state,
         session,
-        metadata: RoundMetadata | dict[str, Any],
+        metadata: RoundMetadata,
         *,
         fingerprint: str,
         parallelism: int,
@@ -105,11 +104,17 @@ class RoundLedger:
         startpoints it consumed (deleted once it has committed) and ``plan_metadata``
         (what a restore checks, ``RestoreGuard.metadata``)."""
         sink_files.record_pending(state, self.sink_files)
-        meta = metadata.to_dict() if isinstance(metadata, RoundMetadata) else dict(metadata)
-        checkpoint = functools.partial(
-            _checkpoint, state, fingerprint, parallelism, meta, plan_metadata, self.commits
+        meta = metadata.to_dict()
+        return commit_round(
+            session,
+            self.outcomes,
+            lambda consumed: state.checkpoint(
+                fingerprint=fingerprint,
+                parallelism=parallelism,
+                metadata={**meta, **consumed, **plan_metadata},
+                commit_messages=list(self.commits),
+            ),
         )
-        return commit_round(session, self.outcomes, checkpoint)
 
 
 @dataclass
@@ -180,15 +185,6 @@ class RoundMetadata:
             test_stream=meta.get("test_stream"),
             residuals=meta.get("residuals"),
         )
-
-
-def _checkpoint(state, fingerprint, parallelism, meta, plan_metadata, commits, consumed):
-    return state.checkpoint(
-        fingerprint=fingerprint,
-        parallelism=parallelism,
-        metadata={**meta, **consumed, **plan_metadata},
-        commit_messages=list(commits),
-    )
 
 
 def reissue_warnings(records: Iterable[WarningRecord]) -> None:
