@@ -70,21 +70,19 @@ class EdgeBuilder:
             # All elements of a key meet in one partition: its user state and timers.
             coder = dict(stage.input_coders)[transform]
             with self.plane.call_site(f"keyed input of {stage_label(stage)}"):
-                rdd = self._keyed_by(rdd, coder)
+                keyed = self._keyed_by(rdd, coder).values()
+                rdd = keyed.mapPartitions(lambda items: carrying(items, grouping.chunk))
         return rdd
 
     def _keyed_by(self, rdd, coder: str):
+        """(encoded key, element) pairs, each in its key group's partition (the reports ride
+        as `ReportKey` pairs): a GroupByKey's and a stateful stage's input."""
         key, comps = self.plan_key, self.components
-        return (
-            rdd.mapPartitionsWithIndex(
-                lambda i, items: carrying_pairs(
-                    items, ReportKey(i), lambda blobs: _keyed(comps.value, key, coder, blobs)
-                )
+        return rdd.mapPartitionsWithIndex(
+            lambda i, items: carrying_pairs(
+                items, ReportKey(i), lambda blobs: _keyed(comps.value, key, coder, blobs)
             )
-            .partitionBy(self.parallelism, self.partition)
-            .values()
-            .mapPartitions(lambda items: carrying(items, grouping.chunk))
-        )
+        ).partitionBy(self.parallelism, self.partition)
 
     def read(self, buffer: BufferId, consumer: str | None = None, transform: str | None = None):
         """What ``consumer``'s input ``transform`` reads from ``buffer``: the data, plus the
@@ -121,42 +119,31 @@ class EdgeBuilder:
         )
 
     def _shuffle(self, edge, source):
+        """A GroupByKey's shuffle by key group, or a Reshuffle's spread (``read`` tells)."""
         key, comps = self.plan_key, self.components
         if edge.kind == EdgeKind.GROUP:
-            return (
-                source.mapPartitionsWithIndex(
-                    lambda i, items: carrying_pairs(
-                        items,
-                        ReportKey(i),
-                        lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs),
-                    )
-                )
-                .partitionBy(self.parallelism, self.partition)
-                .mapPartitions(lambda pairs: _grouped(comps.value, key, edge, pairs))
+            return self._keyed_by(source, edge.write_coder).mapPartitions(
+                lambda pairs: _grouped(comps.value, key, edge, pairs)
             )
-        if edge.kind == EdgeKind.RESHUFFLE:
-            read_coder = edge.read_coder or edge.write_coder
-            shuffled = (
-                source.mapPartitionsWithIndex(
-                    lambda i, items: carrying_pairs(
-                        items,
-                        i,
-                        lambda blobs: _spread(comps.value, key, edge.write_coder, i, blobs),
-                    )
-                )
-                .partitionBy(self.parallelism)
-                .values()
-                .mapPartitions(lambda items: carrying(items, grouping.chunk))
-            )
-            if read_coder == edge.write_coder:  # the translation settles most on one coder
-                return shuffled
-            return shuffled.mapPartitions(
-                lambda items: carrying(
-                    items,
-                    lambda blobs: _reencode(comps.value, key, edge.write_coder, read_coder, blobs),
+        read_coder = edge.read_coder or edge.write_coder
+        shuffled = (
+            source.mapPartitionsWithIndex(
+                lambda i, items: carrying_pairs(
+                    items, i, lambda blobs: _spread(comps.value, key, edge.write_coder, i, blobs)
                 )
             )
-        raise NotImplementedError(f"edge kind {edge.kind}")
+            .partitionBy(self.parallelism)
+            .values()
+            .mapPartitions(lambda items: carrying(items, grouping.chunk))
+        )
+        if read_coder == edge.write_coder:  # the translation settles most on one coder
+            return shuffled
+        return shuffled.mapPartitions(
+            lambda items: carrying(
+                items,
+                lambda blobs: _reencode(comps.value, key, edge.write_coder, read_coder, blobs),
+            )
+        )
 
 
 def _tag(transform: str, item):
