@@ -24,12 +24,6 @@ class BeamKafkaOnSparkbeamError(NotImplementedError):
         )
 
 
-def _on_sparkbeam(pvalueish) -> bool:
-    pipeline = getattr(pvalueish, "pipeline", None)
-    runner = getattr(pipeline, "runner", None)
-    return type(runner).__module__.startswith("sparkbeam.")
-
-
 def guard(module) -> None:
     """Wrap ``expand`` of the module's ReadFromKafka and WriteToKafka (once)."""
     for name in ("ReadFromKafka", "WriteToKafka"):
@@ -39,7 +33,8 @@ def guard(module) -> None:
         original = cls.expand
 
         def expand(self, pvalueish, _original=original, _name=name):
-            if _on_sparkbeam(pvalueish):
+            runner = getattr(getattr(pvalueish, "pipeline", None), "runner", None)
+            if type(runner).__module__.startswith("sparkbeam."):
                 raise BeamKafkaOnSparkbeamError(_name)
             return _original(self, pvalueish)
 

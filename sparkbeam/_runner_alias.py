@@ -12,9 +12,6 @@ Kafka transforms refuse sparkbeam's runner at once (``_beam_kafka``).
 import importlib.abc
 import sys
 
-_RUNNER_MODULE = "apache_beam.runners.runner"
-_OPTIONS_MODULE = "apache_beam.options.pipeline_options"
-_KAFKA_MODULE = "apache_beam.io.kafka"
 _ALIASES = {"sparkcheckpointrunner": "sparkbeam.runner.SparkCheckpointRunner"}
 
 
@@ -41,10 +38,10 @@ def _guard_beam_kafka(module) -> None:
         pass
 
 
-_AFTER = {
-    _RUNNER_MODULE: _register_runner,
-    _OPTIONS_MODULE: _register_options,
-    _KAFKA_MODULE: _guard_beam_kafka,
+_AFTER = {  # what to do once the user's program has imported each of these
+    "apache_beam.runners.runner": _register_runner,
+    "apache_beam.options.pipeline_options": _register_options,
+    "apache_beam.io.kafka": _guard_beam_kafka,
 }
 
 

@@ -87,7 +87,9 @@ class ListPartitions(beam.DoFn):
             stops = self._stops(client, parts, starts)
         finally:
             kafka_client.close(client)
-        until = () if self.max_read_time is None else (_ms_from_now(self.max_read_time),)
+        until = (
+            () if self.max_read_time is None else (int((time.time() + self.max_read_time) * 1000),)
+        )
         for topic, partition in parts:
             yield (topic, partition, starts[(topic, partition)], stops[(topic, partition)], *until)
 
@@ -109,10 +111,6 @@ class ListPartitions(beam.DoFn):
             shares[parts[i % len(parts)]] += 1
             left, i = left - 1, i + 1
         return {tp: min(stops[tp], starts[tp] + shares[tp]) for tp in parts}
-
-
-def _ms_from_now(seconds: float) -> int:
-    return int((time.time() + seconds) * 1000)
 
 
 class DiscoverPartitions(beam.PTransform):

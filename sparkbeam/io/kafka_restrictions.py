@@ -44,12 +44,6 @@ def note_end_offset(topic: str, partition: int, end: int) -> None:
     _END_SEEN[(topic, partition)] = end
 
 
-def partition_key(element: Any) -> str:
-    """``<topic>-<partition>``, Kafka's own name for a topic-partition (``--key`` of
-    ``sparkbeam startpoints set``)."""
-    return f"{element[0]}-{element[1]}"
-
-
 class KafkaOffsetRange(OffsetRange):
     """An offset range that also carries what a read learnt of its partition for the next:
     since when (epoch s) its reads have found nothing (``idle_since``; None: its last read
@@ -161,7 +155,9 @@ class KafkaRestrictionProvider(RestrictionProvider):
     # -- startpoint hooks (sparkbeam.sdf.startpoints.restrictions) --
 
     def startpoint_key(self, element) -> str:
-        return partition_key(element)
+        """``<topic>-<partition>``, Kafka's own name for a topic-partition (``--key`` of
+        ``sparkbeam startpoints set``)."""
+        return f"{element[0]}-{element[1]}"
 
     def latest_offset(self, element) -> int:
         return kafka_client.end_offset(self.client(), element[0], element[1])
