@@ -122,6 +122,8 @@ def _serve(args: argparse.Namespace) -> int:
     """Run a local Spark Connect server until Ctrl-C or SIGTERM, then stop it."""
     import signal
 
+    from sparkbeam.runner.errors import PipelineOptionsError
+    from sparkbeam.runner.options import key_value_pairs
     from sparkbeam.runner.spark import connect_server
 
     def interrupt(signum, frame):
@@ -130,13 +132,10 @@ def _serve(args: argparse.Namespace) -> int:
     # Both stop it; SIGINT also when the shell that started it in the background ignores it.
     signal.signal(signal.SIGTERM, interrupt)
     signal.signal(signal.SIGINT, interrupt)
-    conf = {}
-    for item in args.conf:
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            return cli_error("serve", f"--conf {item!r} is not KEY=VALUE; write e.g. "
-                             "--conf spark.executor.memory=2g.")  # fmt: skip
-        conf[key.strip()] = value.strip()
+    try:
+        conf = dict(key_value_pairs("--conf", args.conf))
+    except PipelineOptionsError as e:
+        return cli_error("serve", str(e))
     if args.max_cores is not None:
         if args.max_cores < 1:
             return cli_error("serve", f"--max_cores {args.max_cores} must be at least 1.")

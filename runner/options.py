@@ -188,16 +188,21 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
 
     def spark_conf_pairs(self) -> list[tuple[str, str]]:
         """Parse --spark_conf values; raise a one-line error for a malformed one."""
-        pairs = []
-        for item in self.spark_conf or []:
-            key, sep, value = item.partition("=")
-            if not sep or not key.strip():
-                raise PipelineOptionsError(
-                    f"--spark_conf {item!r} is not KEY=VALUE; "
-                    "write it like --spark_conf spark.executor.memory=2g."
-                )
-            pairs.append((key.strip(), value.strip()))
-        return pairs
+        return key_value_pairs("--spark_conf", self.spark_conf)
+
+
+def key_value_pairs(flag: str, items: list[str] | None) -> list[tuple[str, str]]:
+    """The (key, value) pairs of a repeatable ``flag KEY=VALUE`` (Spark conf); a one-line
+    `PipelineOptionsError` for a malformed one."""
+    pairs = []
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise PipelineOptionsError(
+                f"{flag} {item!r} is not KEY=VALUE; write it like {flag} spark.executor.memory=2g."
+            )
+        pairs.append((key.strip(), value.strip()))
+    return pairs
 
 
 def check_remote_url(flag: str, url: str) -> None:
