@@ -149,11 +149,13 @@ class FramePlane:
         self.filesystem_options = "{}"  # carried by every function (Connect has no local props)
         # Job labels, pools, local properties, broadcasts, the default parallelism and whether
         # tasks run on the driver's host: the SparkContext's on classic Spark (the RDD plane's).
-        self.context = _ConnectContext(spark) if connect else RddPlane(spark)
-        self.local_master = self.context.local_master
-
-    def default_parallelism(self) -> int:
-        return self.context.default_parallelism()
+        self.context = context = _ConnectContext(spark) if connect else RddPlane(spark)
+        self.local_master = context.local_master
+        self.default_parallelism = context.default_parallelism
+        self.broadcast = context.broadcast
+        self.use_scheduler_pool = context.use_scheduler_pool
+        self.describe_job = context.describe_job
+        self.call_site = context.call_site
 
     def parallelize(self, rows: list, partitions: int) -> Frames:
         data = [(0, pickle.dumps(r, pickle.HIGHEST_PROTOCOL)) for r in rows]
@@ -183,11 +185,7 @@ class FramePlane:
         rows = self.empty() if dataset is None else dataset
         return rows.mapPartitionsWithIndex(round_robin).partitionBy(partitions).values()
 
-    def broadcast(self, value):
-        return self.context.broadcast(value)
-
-    def release(self, broadcast) -> None:
-        release(broadcast)  # once its round or job is done (`plane.release`)
+    release = staticmethod(release)  # once its round or job is done (`plane.release`)
 
     def persist(self, dataset: Frames, label: str) -> Frames:
         return dataset.persist()
@@ -195,15 +193,6 @@ class FramePlane:
     def use_in_jobs(self, encoded: str) -> None:
         self.filesystem_options = encoded
         self.context.use_in_jobs(encoded)
-
-    def use_scheduler_pool(self) -> None:
-        self.context.use_scheduler_pool()
-
-    def describe_job(self, group: str, description: str) -> None:
-        self.context.describe_job(group, description)
-
-    def call_site(self, label: str):
-        return self.context.call_site(label)
 
 
 class _ConnectContext:

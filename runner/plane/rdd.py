@@ -35,7 +35,7 @@ class RddPlane:
 
     def union(self, datasets: list):
         if not datasets:
-            return self.sc.emptyRDD()
+            return self.empty()
         return datasets[0] if len(datasets) == 1 else self.sc.union(datasets)
 
     def as_subtasks(self, dataset, partitions: int):
@@ -57,8 +57,7 @@ class RddPlane:
             return NO_SIDE_INPUTS
         return self.sc.broadcast(value)
 
-    def release(self, broadcast) -> None:
-        release(broadcast)  # once its round or job is done (`plane.release`)
+    release = staticmethod(release)  # once its round or job is done (`plane.release`)
 
     def persist(self, dataset, label: str):
         labels.name_rdd(dataset, label)
