@@ -6,6 +6,7 @@ by the runner-alias hook whenever Beam's options load) stays cheap.
 
 from __future__ import annotations
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -13,15 +14,10 @@ if TYPE_CHECKING:
     from sparkbeam.runner.runner import SparkCheckpointRunner
 
 __all__ = ["SparkCheckpointRunner", "SparkRunnerOptions"]
+_MODULES = {"SparkCheckpointRunner": "runner", "SparkRunnerOptions": "options"}
 
 
 def __getattr__(name: str) -> Any:
-    if name == "SparkCheckpointRunner":
-        from sparkbeam.runner.runner import SparkCheckpointRunner
-
-        return SparkCheckpointRunner
-    if name == "SparkRunnerOptions":
-        from sparkbeam.runner.options import SparkRunnerOptions
-
-        return SparkRunnerOptions
-    raise AttributeError(name)
+    if name not in _MODULES:
+        raise AttributeError(name)
+    return getattr(importlib.import_module(f"sparkbeam.runner.{_MODULES[name]}"), name)

@@ -104,16 +104,12 @@ def worker_socket_conf() -> dict[str, str]:
     spends most of its time there). PySpark 4.1 added the Unix socket path (SPARK-51688);
     older versions ignore the key. Both ends of the socket are on one host, cluster or not.
     """
-    if not hasattr(socket, "AF_UNIX") or _pyspark_version() < (4, 1):
-        return {}
-    return {"spark.python.unix.domain.socket.enabled": "true"}
-
-
-def _pyspark_version() -> tuple[int, int]:
     import pyspark
 
-    major, minor = pyspark.__version__.split(".")[:2]
-    return int(major), int(minor)
+    version = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
+    if not hasattr(socket, "AF_UNIX") or version < (4, 1):
+        return {}
+    return {"spark.python.unix.domain.socket.enabled": "true"}
 
 
 @functools.cache

@@ -183,7 +183,7 @@ def _main_folder() -> Path | None:
     if not main_file:
         return None
     folder = Path(main_file).resolve().parent
-    if any(folder.is_relative_to(Path(root).resolve()) for root in _installed_roots()):
+    if any(folder.is_relative_to(root) for root in _installed_roots()):
         return None
     spec = getattr(main, "__spec__", None)
     for _ in range(spec.name.count(".") if spec and spec.name else 0):
@@ -198,7 +198,7 @@ def main_folder_modules(folder: Path) -> dict[str, Path]:
     and anything under the interpreter's prefix are left out: executors have
     their own.
     """
-    excluded = [Path(p).resolve() for p in _installed_roots()]
+    excluded = _installed_roots()
     modules = dict(sys.modules)
     found: dict[str, Path] = {}
     for top in {name.partition(".")[0] for name in modules} - {"__main__"}:
@@ -225,10 +225,10 @@ def _top_level_path(module, top: str, folder: Path) -> Path | None:
     return None
 
 
-def _installed_roots() -> list[str]:
+def _installed_roots() -> list[Path]:
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix}
     roots.update(sysconfig.get_paths().get(k, "") for k in ("purelib", "platlib", "stdlib"))
-    return [r for r in roots if r]
+    return [Path(r).resolve() for r in roots if r]
 
 
 def _zip_paths(work: Path, stem: str, tops: dict[str, Path]) -> Path:
