@@ -122,7 +122,6 @@ def _serve(args: argparse.Namespace) -> int:
     """Run a local Spark Connect server until Ctrl-C or SIGTERM, then stop it."""
     import signal
 
-    from sparkbeam.runner.errors import PipelineOptionsError
     from sparkbeam.runner.options import key_value_pairs
     from sparkbeam.runner.spark import connect_server
 
@@ -134,7 +133,7 @@ def _serve(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, interrupt)
     try:
         conf = dict(key_value_pairs("--conf", args.conf))
-    except PipelineOptionsError as e:
+    except ValueError as e:  # its PipelineOptionsError, one line
         return cli_error("serve", str(e))
     if args.max_cores is not None:
         if args.max_cores < 1:

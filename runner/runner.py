@@ -140,8 +140,7 @@ def open_job_store(plan, options: PipelineOptions, job_name: str | None):
     streaming = options.view_as(SparkStreamingOptions)
     if options.view_as(StandardOptions).streaming:
         store = open_streaming_store(plan, options, job_name)
-    elif options.view_as(SparkRunnerOptions).checkpoint_dir:
-        url = options.view_as(SparkRunnerOptions).checkpoint_dir
+    elif url := options.view_as(SparkRunnerOptions).checkpoint_dir:
         store = open_store(url, job_name=job_name or "sparkbeam", break_lock=streaming.break_lock)
     else:
         return None
@@ -175,7 +174,6 @@ def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{
     """Run a batch plan to the end (with its checkpoint store, if given; closes it)."""
     spark_options = options.view_as(SparkRunnerOptions)
     started = time.monotonic()
-    url = spark_options.checkpoint_dir
     streaming_options = options.view_as(SparkStreamingOptions)
     try:
         executor = PlanExecutor(
@@ -183,7 +181,7 @@ def run_batch(spark, plan, options: PipelineOptions, store, fs_options: str = "{
             plan,
             spark_options.shuffle_parallelism(),
             store=store,
-            checkpoint_url=url,
+            checkpoint_url=spark_options.checkpoint_dir,
             residual_budget_s=spark_options.residual_budget_s,
             split_policy=spark_options.sdf_split_policy(),
             startpoint_max_age_s=streaming_options.startpoint_max_age_s,

@@ -419,7 +419,6 @@ def _drop_session() -> None:
             sc.stop()
     except Exception:  # noqa: BLE001 - stopping a broken session may fail too
         _LOG.debug("Stopping the broken session failed", exc_info=True)
-    alive = False
     try:
         alive = SparkContext._jvm is not None and SparkContext._jvm.System.currentTimeMillis() > 0
     except Exception:  # noqa: BLE001 - the JVM is gone
