@@ -31,8 +31,10 @@ meaning of each value to its owner (``sdf.checkpoint_handler``, ``runner.streami
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Callable, Iterable
+from functools import partial
 from typing import Any, NamedTuple
 
 from sparkbeam.checkpoint.errors import StateLayoutError
@@ -80,43 +82,19 @@ def layout_of(metadata) -> int:
     return int(metadata.get(LAYOUT_KEY, 1))
 
 
-# Namespaces whose values carry a version byte: all of them.
-VERSIONED_PREFIXES = (
-    SDF_RESIDUAL_PREFIX, STAGE_OUTPUT_PREFIX, PUSHBACK_PREFIX, GBK_PREFIX, USER_STATE_PREFIX,
-    USER_TIMERS_PREFIX, SINK_PENDING, SINK_STAGING_DIRS, SIDE_ROWS_PREFIX, SIDE_VIEW_PREFIX,
-)  # fmt: skip
+# Namespaces whose values carry a version byte: all of them (the tasks' and the driver's).
+VERSIONED_PREFIXES = TASK_OWNED_PREFIXES + (SINK_PENDING, SINK_STAGING_DIRS)
 
 
-def sdf_residual(stage: str) -> str:
-    return SDF_RESIDUAL_PREFIX + stage
-
-
-def stage_output(stage: str) -> str:
-    return STAGE_OUTPUT_PREFIX + stage
-
-
-def pushback(stage: str) -> str:
-    return PUSHBACK_PREFIX + stage
-
-
-def gbk(buffer: str) -> str:
-    return GBK_PREFIX + buffer
-
-
-def user_state(stage: str) -> str:
-    return USER_STATE_PREFIX + stage
-
-
-def user_timers(stage: str) -> str:
-    return USER_TIMERS_PREFIX + stage
-
-
-def side_rows(buffer: str) -> str:
-    return SIDE_ROWS_PREFIX + buffer
-
-
-def side_view(buffer: str) -> str:
-    return SIDE_VIEW_PREFIX + buffer
+# Namespace builders: the prefix + the stage's (or buffer's) id.
+sdf_residual = partial(operator.add, SDF_RESIDUAL_PREFIX)
+stage_output = partial(operator.add, STAGE_OUTPUT_PREFIX)
+pushback = partial(operator.add, PUSHBACK_PREFIX)
+gbk = partial(operator.add, GBK_PREFIX)
+user_state = partial(operator.add, USER_STATE_PREFIX)
+user_timers = partial(operator.add, USER_TIMERS_PREFIX)
+side_rows = partial(operator.add, SIDE_ROWS_PREFIX)
+side_view = partial(operator.add, SIDE_VIEW_PREFIX)
 
 
 def input_marker(stage: str) -> str:
