@@ -130,11 +130,11 @@ class StagedWriter:
 
     def put(self, namespace: str, key: bytes, value: bytes) -> None:
         check_key(namespace, key, value)
-        self._append(Op.PUT, namespace, key, value)
+        self.write_all(namespace, {key: value})
 
     def delete(self, namespace: str, key: bytes) -> None:
         check_key(namespace, key)
-        self._append(Op.DELETE, namespace, key, b"")
+        self.write_all(namespace, {key: None})
 
     def write_all(self, namespace: str, changes: dict[bytes, bytes | None]) -> None:
         """``put`` each key's new value, ``delete`` each key mapped to None: one call for a
@@ -147,10 +147,8 @@ class StagedWriter:
         for key, value in changes.items():
             if type(key) is not bytes or not (value is None or type(value) is bytes):
                 check_key(namespace, key, value)  # raises, naming what is wrong
-            if value is None:
-                entry = append(Op.DELETE, key_group(key, max_key_groups), namespace, key, b"")
-            else:
-                entry = append(Op.PUT, key_group(key, max_key_groups), namespace, key, value)
+            op, data = (Op.DELETE, b"") if value is None else (Op.PUT, value)
+            entry = append(op, key_group(key, max_key_groups), namespace, key, data)
             if entry is not None:
                 files.append(entry)
 
@@ -160,13 +158,6 @@ class StagedWriter:
                 f"StagedWriter for {self.pipeline_id!r} stage {self.stage!r} partition "
                 f"{self.partition} attempt {self.attempt} is finished; open a new one."
             )
-
-    def _append(self, op: Op, namespace: str, key: bytes, value: bytes) -> None:
-        self._check_open()
-        self._namespaces.add(namespace)
-        entry = self._log.append(op, key_group(key, self.max_key_groups), namespace, key, value)
-        if entry is not None:
-            self._files.append(entry)
 
     def snapshot(
         self, namespace: str, start: int, stop: int, items: Iterable[tuple[bytes, bytes]],
