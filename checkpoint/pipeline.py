@@ -76,28 +76,24 @@ class PipelineStore:
     def get(self, namespace: str, key: bytes) -> bytes | None:
         return self.table.get(namespace, key)
 
-    def _check_driver_owned(self, namespace: str) -> None:
+    def put(self, namespace: str, key: bytes, value: bytes) -> None:
+        self._change(Op.PUT, namespace, key, value)
+
+    def delete(self, namespace: str, key: bytes) -> None:
+        self._change(Op.DELETE, namespace, key, b"")
+
+    def _change(self, op: Op, namespace: str, key: bytes, value: bytes) -> None:
+        """One put or delete of a driver-owned key: into the table and the driver's changelog."""
+        self._check_open()
+        check_key(namespace, key, value)
         if state_layout.is_task_owned(namespace):
             raise ValueError(
                 f"Namespace {namespace!r} is task-owned: only the tasks that own its key groups "
                 "write it (through a staged writer); the driver holds its handles only."
             )
-
-    def put(self, namespace: str, key: bytes, value: bytes) -> None:
-        self._check_open()
-        check_key(namespace, key, value)
-        self._check_driver_owned(namespace)
         kg = key_group(key, self.max_key_groups)
-        self.table.put(namespace, key, value, kg)
-        self.chain.add(self.log.append(Op.PUT, kg, namespace, key, value))
-
-    def delete(self, namespace: str, key: bytes) -> None:
-        self._check_open()
-        check_key(namespace, key)
-        self._check_driver_owned(namespace)
-        kg = key_group(key, self.max_key_groups)
-        self.table.delete(namespace, key, kg)
-        self.chain.add(self.log.append(Op.DELETE, kg, namespace, key, b""))
+        apply_records([(op, kg, namespace, key, value)], self.table.put, self.table.delete)
+        self.chain.add(self.log.append(op, kg, namespace, key, value))
 
     def items(self, namespace: str | None = None) -> Iterator[tuple[str, bytes, bytes]]:
         """(namespace, key, value) of the driver-owned state, optionally of one namespace."""
