@@ -297,33 +297,30 @@ class CheckpointChain:
         for kg, ns, key, value in self.work.table.snapshot():
             base.append(Op.PUT, kg, ns, key, value)
         entry = base.flush()
-        self._drop_uncommitted_files()
-        self.work.log.discard()  # buffered changes are in the table, hence in the base segment
-        self.files = [entry] if entry is not None else []
-        self.materialization = ()
+        self._restart_at((), [entry] if entry is not None else [])
 
     def materialize(self) -> None:
         """Write a full snapshot of the driver's state now; later checkpoints name it instead
         of the older changelog."""
-        self.materialization = tuple(
-            write_materialization(
-                self.store.storage,
-                self.work.directory,
-                self.work.table,
-                self.store.materialization_files,
-            )
+        materialization = write_materialization(
+            self.store.storage,
+            self.work.directory,
+            self.work.table,
+            self.store.materialization_files,
         )
-        self._drop_uncommitted_files()
-        self.files = []
-        self.work.log.discard()  # buffered changes are in the snapshot
+        self._restart_at(tuple(materialization), [])
         self.last_materialized = time.monotonic()
 
-    def _drop_uncommitted_files(self) -> None:
-        """Segments flushed since the last commit are covered by a new snapshot and named by
-        no manifest: delete them now rather than leave them to `clean`."""
+    def _restart_at(self, materialization: tuple[FileEntry, ...], files: list[FileEntry]) -> None:
+        """The chain starts over at new files that hold the whole driver's state (a
+        materialization, or a compacted segment). Segments flushed since the last commit are
+        covered by them and named by no manifest: they are deleted now rather than left to
+        `clean`; the buffered changes are in the table, hence in the new files."""
         for f in self.files:
             if f.name not in self.committed_files:
                 self.store.storage.delete(f"{self.work.directory}/{f.name}")
+        self.work.log.discard()
+        self.materialization, self.files = materialization, files
 
     # -- restore ---------------------------------------------------------------------------------
     def adopt(self, manifest: Manifest) -> None:
