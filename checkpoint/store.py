@@ -202,7 +202,9 @@ class CheckpointStore:
     def staged_writer(
         self, pipeline_id: str, stage: str, round: int, partition: int, attempt: int
     ) -> StagedWriter:
-        """A writer for one task attempt; see `sparkbeam.checkpoint.staging`."""
+        """A writer for one task attempt, in the key groups of the pipeline (of the store's
+        default if it is not open); see `sparkbeam.checkpoint.staging`."""
+        live = self._pipelines.get(PipelineId(pipeline_id))
         return StagedWriter(
             self.storage,
             pipeline_id,
@@ -210,13 +212,9 @@ class CheckpointStore:
             round,
             partition,
             attempt,
-            max_key_groups=self._pipeline_max_key_groups(pipeline_id),
+            max_key_groups=live.max_key_groups if live is not None else self.max_key_groups,
             flush_bytes=self.flush_bytes,
         )
-
-    def _pipeline_max_key_groups(self, pipeline_id: str) -> int:
-        live = self._pipelines.get(PipelineId(pipeline_id))
-        return live.max_key_groups if live is not None else self.max_key_groups
 
     def list_pipelines(self) -> list[PipelineId]:
         names = {p.split("/", 2)[1] for p in self.storage.list(PIPELINES) if p.count("/") >= 2}
@@ -340,9 +338,7 @@ class CheckpointStore:
         if not drop:
             return
         directory = pipeline_dir(pipeline_id)
-        referenced = set(live)
-        for cid in keep:
-            referenced.update(files_of(cid) or ())
+        referenced = set(live).union(*(files_of(cid) or () for cid in keep))
         candidates: set[str] = set()
         damaged = [cid for cid in drop if cid in set(abandoned)]
         for cid in drop:
@@ -364,9 +360,8 @@ class CheckpointStore:
         """Delete staged files of committed rounds and driver segments that no checkpoint
         names (see `retention.sweep`); returns how many."""
         files_of = self._files_of(pipeline_id)
-        referenced = set(live)
-        for cid in self._manifest_ids(pipeline_id):
-            referenced.update(files_of(cid) or ())
+        ids = self._manifest_ids(pipeline_id)
+        referenced = set(live).union(*(files_of(cid) or () for cid in ids))
         directory = pipeline_dir(pipeline_id)
         return len(sweep(self.storage, directory, rounds_done, referenced))
 
