@@ -75,16 +75,8 @@ def write_materialization(
         b[2].append(key)
         b[3].append(value)
     entries = []
-    for r, (kgs, nss, keys, values) in zip(ranges, buckets):
-        batch = pa.record_batch(
-            [
-                pa.array(kgs, pa.uint16()),
-                pa.array(nss, pa.string()),
-                pa.array(keys, pa.binary()),
-                pa.array(values, pa.binary()),
-            ],
-            schema=SCHEMA,
-        )
+    for r, columns in zip(ranges, buckets):
+        batch = pa.record_batch(list(columns), schema=SCHEMA)  # the schema's types
         name = f"{subdir}/kg-{r.start:05d}-{r.stop:05d}.arrow"
         entries.append(_write(storage, directory, name, batch, r.start, r.stop))
     return entries
@@ -104,14 +96,10 @@ def write_snapshot(
     ``directory`` (a task-owned range's snapshot, `task_state`), its rows sorted by key group;
     the entry names it relative to ``directory``."""
     kgs, keys, values = columns
-    kg = pa.array(kgs, pa.uint16())
-    batch = pa.record_batch(
-        [kg, pa.repeat(pa.scalar(namespace, pa.string()), len(kg)), pa.array(keys, pa.binary()),
-         pa.array(values, pa.binary())],
-        schema=SCHEMA,
-    )  # fmt: skip
-    if len(kg) > 1:
-        batch = batch.take(pc.sort_indices(kg))  # stable: equal key groups keep their order
+    namespaces = pa.repeat(pa.scalar(namespace, pa.string()), len(kgs))
+    batch = pa.record_batch([kgs, namespaces, keys, values], schema=SCHEMA)
+    if len(kgs) > 1:  # stable: equal key groups keep their order
+        batch = batch.take(pc.sort_indices(batch.column("kg")))
     name = f"{prefix}snap-{uuid.uuid4().hex[:12]}-kg-{start:05d}-{stop:05d}.arrow"
     return _write(storage, directory, name, batch, start, stop)
 
@@ -129,14 +117,11 @@ def read_materialization(
         raise CheckpointCorruptError(
             path, f"has {arrow.num_rows} rows, the manifest says {entry.records}"
         )
-    kgs = arrow.column("kg").to_pylist()
-    nss = arrow.column("namespace").to_pylist()
-    keys = arrow.column("key").to_pylist()
-    values = arrow.column("value").to_pylist()
+    rows = zip(*(arrow.column(name).to_pylist() for name in SCHEMA.names))
     if key_groups is None:
-        yield from zip(kgs, nss, keys, values)
+        yield from rows
         return
     lo, hi = key_groups.start, key_groups.stop
-    for row in zip(kgs, nss, keys, values):
+    for row in rows:
         if lo <= row[0] < hi:
             yield row
