@@ -194,21 +194,18 @@ class ObjectStorage(FileSystemsStorage):
 
     # The Storage interface.
     @_explained
-    def read(self, path: str) -> bytes:
-        data = self._get(self._key(path), None)
+    def _fetch(self, path: str, span: tuple[int, int] | None) -> bytes:
+        data = self._get(self._key(path), span)
         if data is None:
             raise FileNotFoundError(self._path(path))
         return data
 
-    @_explained
+    def read(self, path: str) -> bytes:
+        return self._fetch(path, None)
+
     def read_range(self, path: str, offset: int, length: int) -> bytes:
         """One ranged GET."""
-        if length <= 0:
-            return b""
-        data = self._get(self._key(path), (offset, length))
-        if data is None:
-            raise FileNotFoundError(self._path(path))
-        return data
+        return self._fetch(path, (offset, length)) if length > 0 else b""
 
     @_explained
     def _write(self, path: str, data: bytes) -> None:
