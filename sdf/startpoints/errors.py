@@ -19,17 +19,15 @@ class StartpointError(ValueError):
 
 
 class UnknownStartpointTransformError(StartpointError):
-    """A startpoint names a transform (or pipeline) that is not an SDF source of this job."""
+    """A startpoint names a transform that is not an SDF source of its pipeline in this job."""
 
-    def __init__(
-        self, pipeline_id: str, source: str, known: Iterable[str], what: str = "transform"
-    ):
+    def __init__(self, pipeline_id: str, source: str, known: Iterable[str]):
         self.pipeline_id = pipeline_id
         self.source = source
         names = ", ".join(repr(k) for k in sorted(known)) or "none"
         super().__init__(
-            f"A startpoint names {what} {source!r} in pipeline {pipeline_id!r}, which is not a "
-            f"splittable-DoFn source of this job. Known {what}s: {names}. Delete it with "
+            f"A startpoint names transform {source!r} in pipeline {pipeline_id!r}, which is not a "
+            f"splittable-DoFn source of this job. Known transforms: {names}. Delete it with "
             f"`sparkbeam startpoints delete --pipeline {pipeline_id} --transform {source} ...`, "
             "or set it on one of the known names (`sparkbeam plan` prints them)."
         )
