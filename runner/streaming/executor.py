@@ -34,9 +34,7 @@ from sparkbeam.runner.errors import StageFailedError
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.loop import RoundLoop
 from sparkbeam.runner.streaming.pipeline import PipelineRounds
-from sparkbeam.runner.task.staged_state import DEFAULT_MEMORY_BYTES
 from sparkbeam.runner.task.worker_context import plan_key
-from sparkbeam.translation.plan import ExecutionPlan
 
 _LOG = logging.getLogger(__name__)
 DRAIN_REQUEST = "drain-request"
@@ -85,46 +83,11 @@ class Drain:
 class StreamingExecutor:
     """Runs every pipeline of a plan in rounds on its own thread until done or cancelled."""
 
-    def __init__(
-        self,
-        spark,
-        plan: ExecutionPlan,
-        store,
-        checkpoint_url: str,
-        parallelism: int | None = None,
-        checkpoint_interval_s: float = 1.0,
-        max_restores: int = 3,
-        startpoint_max_age_s: float | None = None,
-        drain_plan=None,
-        filesystem_options: str = "{}",
-        data_plane: str | None = None,
-        fresh: bool = False,
-        max_key_groups: int | None = None,
-        state_memory_bytes: int = DEFAULT_MEMORY_BYTES,
-    ) -> None:
-        self.plan = plan
-        self.url = checkpoint_url
-        self.ctx = RunContext.create(
-            spark,
-            plan,
-            store,
-            checkpoint_url,
-            parallelism,
-            interval_s=checkpoint_interval_s,
-            max_restores=max_restores,
-            startpoint_max_age_s=startpoint_max_age_s,
-            filesystem_options=filesystem_options,  # each loop thread's jobs carry them
-            data_plane=data_plane,
-            fresh=fresh,
-            max_key_groups=max_key_groups,
-            state_memory_bytes=state_memory_bytes,
-        )
-        self.stop = self.ctx.stop
-        self.drain_control = Drain(self.ctx, drain_plan)
-        self.drain_requested = self.drain_control.event
+    def __init__(self, ctx: RunContext, drain_plan=None) -> None:
+        self.ctx = ctx
+        self.drain_control = Drain(ctx, drain_plan)
         self.loops = [
-            RoundLoop(PipelineRounds(self.ctx, p, self.drain_control), self.ctx)
-            for p in plan.pipelines
+            RoundLoop(PipelineRounds(ctx, p, self.drain_control), ctx) for p in ctx.plan.pipelines
         ]
         self._threads: list[threading.Thread] = []
         self.errors: list[BaseException] = []
@@ -151,10 +114,10 @@ class StreamingExecutor:
             os.write(2, b"sparkbeam: stopping now; the next run resumes at the last checkpoint\n")
             os._exit(128 + signum)
         self.interrupted = True
-        self.stop.set()
+        self.ctx.stop.set()
         print(
             f"sparkbeam: {signal.Signals(signum).name}: stopping after the running round "
-            f"commits (checkpoints in {self.url}); press Ctrl-C again to stop at once.",
+            f"commits (checkpoints in {self.ctx.url}); press Ctrl-C again to stop at once.",
             file=sys.stderr,
             flush=True,
         )
@@ -177,7 +140,7 @@ class StreamingExecutor:
         except BaseException as e:  # noqa: BLE001 - reported by wait()
             _LOG.error("%s -- pipeline %s failed; the job stops.", _cause(e), loop.pipeline.id)
             self.errors.append(e)
-            self.stop.set()  # a pipeline beyond its restores fails the job
+            self.ctx.stop.set()  # a pipeline beyond its restores fails the job
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """True when every pipeline loop has ended; raises the first pipeline failure."""
@@ -191,18 +154,18 @@ class StreamingExecutor:
 
     def cancel(self) -> None:
         """Stop every pipeline after its current round (which commits its checkpoint)."""
-        self.stop.set()
+        self.ctx.stop.set()
         for thread in self._threads:
             thread.join()
 
     def drain(self) -> None:
         """Drain: truncate pending restrictions, fire every window and timer, then stop."""
-        self.drain_requested.set()
+        self.drain_control.event.set()
         for thread in self._threads:
             thread.join()
 
     def monitoring_infos_by_stage(self) -> dict[str, list]:
-        return self.ctx.metrics.by_name(self.plan)
+        return self.ctx.metrics.by_name(self.ctx.plan)
 
 
 def _cause(e: BaseException) -> str:

@@ -17,6 +17,7 @@ from apache_beam.runners.runner import PipelineResult, PipelineState
 
 from sparkbeam.checkpoint import open_store
 from sparkbeam.runner.options import SparkRunnerOptions, SparkStreamingOptions
+from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.streaming.executor import DRAIN_REQUEST, StreamingExecutor
 from sparkbeam.translation.plan import ExecutionPlan
 
@@ -54,23 +55,22 @@ def start_streaming(
     ``fs_options``: the encoded filesystem options every loop thread's jobs carry."""
     spark_options = options.view_as(SparkRunnerOptions)
     streaming = options.view_as(SparkStreamingOptions)
-    url = store.url
-    executor = StreamingExecutor(
+    ctx = RunContext.create(
         spark,
         plan,
         store,
-        url,
-        parallelism=spark_options.shuffle_parallelism(),
-        checkpoint_interval_s=streaming.checkpoint_interval_s,
+        store.url,
+        spark_options.shuffle_parallelism(),
+        interval_s=streaming.checkpoint_interval_s,
         max_restores=streaming.max_restores,
         startpoint_max_age_s=streaming.startpoint_max_age_s,
-        drain_plan=drain_plan,
-        filesystem_options=fs_options,
+        filesystem_options=fs_options,  # each loop thread's jobs carry them
         data_plane=spark_options.data_plane,
         fresh=streaming.fresh,
         max_key_groups=spark_options.max_key_groups,
         state_memory_bytes=spark_options.task_state_memory_mb << 20,
     )
+    executor = StreamingExecutor(ctx, drain_plan)
     executor.start()
     executor.stop_on_signals()  # Ctrl-C: stop after the running round commits
     return StreamingResult(executor, store)
@@ -100,31 +100,28 @@ class StreamingResult(PipelineResult):
         except BaseException:
             self._finish(PipelineState.FAILED)
             raise
-        if done:
-            with self._lock:
-                if self._state == PipelineState.RUNNING:
-                    self._finish(PipelineState.DONE)
-        return self._state
+        return self._end(PipelineState.DONE) if done else self._state
 
     def cancel(self) -> str:
         """Stop after the current round of each pipeline; its checkpoint is committed."""
         self.executor.cancel()
-        with self._lock:
-            if self._state == PipelineState.RUNNING:
-                self._finish(PipelineState.CANCELLED)
-        return self._state
+        return self._end(PipelineState.CANCELLED)
 
     def drain(self) -> str:
         """Truncate pending restrictions (the SDFs' ``truncate``), fire every window and timer
         as if the watermark were at +infinity, commit, and stop: DRAINED."""
         self.executor.drain()
+        return self._end(PipelineState.DRAINED)
+
+    def _end(self, state: str) -> str:
+        """``state``, unless the run already ended in another; the run's state."""
         with self._lock:
             if self._state == PipelineState.RUNNING:
-                self._finish(PipelineState.DRAINED)
+                self._finish(state)
         return self._state
 
     def _finish(self, state: str) -> None:
-        if self.executor.drain_requested.is_set() and state == PipelineState.DONE:
+        if self.executor.drain_control.event.is_set() and state == PipelineState.DONE:
             state = PipelineState.DRAINED
         if self.executor.interrupted and state == PipelineState.DONE:
             state = PipelineState.CANCELLED  # stopped by Ctrl-C / SIGTERM after a round
