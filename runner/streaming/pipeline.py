@@ -37,7 +37,6 @@ from sparkbeam.sdf.startpoints.session import CONSUMED_METADATA_KEY
 from sparkbeam.translation.plan import PipelinePlan
 
 _LOG = logging.getLogger(__name__)
-IMPULSE_DONE = state_layout.IMPULSE_DONE
 
 
 def keyed_parallelism(pipeline_id: str, parallelism: int, max_key_groups: int) -> int:
@@ -79,7 +78,6 @@ class PipelineRounds:
         self.edge_pcollections = {e.pcollection for e in self.plan.edges}
         self._marks: watermarks.RoundWatermarks | None = None  # of the running round
         self._held: set[str] = set()  # stages whose main input the running round held
-        self._round_no = 0  # of the running round
         self._fed: dict[str, list[bytes]] = {}  # TestStream buffer -> the running round's events
         player = test_stream.player_for(self.plan, ids)
         self.test_stream = test_stream.TestStreamClock(player) if player else None
@@ -112,13 +110,15 @@ class PipelineRounds:
         self.stateful = restored.stateful
         if self.test_stream is not None:
             self.test_stream.restore(restored.test_stream)
-        self.impulse_done = IMPULSE_DONE in self.state.completed()
-        self._scan_pushback()
+        self.impulse_done = state_layout.IMPULSE_DONE in self.state.completed()
+        self.pushed_back = streaming_pushback.pending(self.state, self.stages)
         self.side.restore(self.state)
-        if info is not None:
-            self._restore_sink_files(restored.round_no)
-        sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
         stage_ids = [s.id for s in self.stages]
+        if info is not None:  # rounds after the restored one are lost: unpublish their files
+            staging = sink_files.recorded_staging_dirs(self.state)
+            dirs = sink_files.output_directories(self.plan.components, staging)
+            sink_files.unpublish_after(dirs, stage_ids, restored.round_no)
+        sink_files.finalize_pending(self.state)  # files of the restored round, if not yet
         for directory in sink_files.recorded_staging_dirs(self.state):  # files no checkpoint names
             sink_files.discard_stage_files(directory, stage_ids)
         # Startpoints fan out from the checkpoint just restored (after a failed round, too).
@@ -128,12 +128,6 @@ class PipelineRounds:
         )  # fmt: skip
         cid = info.checkpoint_id if info is not None else None
         return Opened(self.state, restored, cid, session)
-
-    def _restore_sink_files(self, restored_round: int) -> None:
-        """Rounds after the restored one are lost: unpublish their files."""
-        staging = sink_files.recorded_staging_dirs(self.state)
-        dirs = sink_files.output_directories(self.plan.components, staging)
-        sink_files.unpublish_after(dirs, [s.id for s in self.stages], restored_round)
 
     def opened(self, loop: RoundLoop, pending: int) -> None:
         self.residuals = loop.residuals
@@ -169,13 +163,12 @@ class PipelineRounds:
 
     def run(self, loop: RoundLoop, due: dict) -> list:
         """The round's live stages as one Spark job; its reports."""
-        self._round_no = round_no = loop.round_no
-        marks = self._marks
+        round_no = loop.round_no
         live = live_stages(
             self.plan, self.stages, due, self.impulse_done, self.group_keys, self.stateful,
             self.pushed_back, self._fed,
         )  # fmt: skip
-        builder = RoundBuilder(self.round_inputs(loop, marks, due, live))
+        builder = RoundBuilder(self.round_inputs(loop, due, live))
         label = f"{self.pipeline.id} round {round_no}: " + "; ".join(
             self.labels[s.id] for s in self.stages if s.id in live
         )
@@ -190,25 +183,20 @@ class PipelineRounds:
         self._held = set(builder.held)
         return list(collected) + self.side.records  # with the side inputs' keeping tasks'
 
-    def round_inputs(self, loop: RoundLoop, marks, due: dict, live: set[str]) -> RoundInputs:
+    def round_inputs(self, loop: RoundLoop, due: dict, live: set[str]) -> RoundInputs:
         """The typed record a round is built from: this pipeline's state as the round starts."""
         ctx = self.ctx
         stages = [s for s in self.stages if s.id in live]
         return RoundInputs(
-            plane=ctx.plane,
-            plan=self.plan,
+            ctx=ctx,
             pipeline=self.pipeline.id,
             stages=stages,
             tasks={s.id: self.stage_task(s) for s in stages},
-            url=ctx.url,
-            plan_key=ctx.plan_key,
-            components=ctx.components,
             parallelism=self.parallelism,
-            max_key_groups=self.state.max_key_groups,
             checkpoint_id=loop.checkpoint_id,
             round_no=loop.round_no,
             impulse_done=self.impulse_done,
-            marks=marks,
+            marks=self._marks,
             due=due,
             clock_ms=loop.clock_ms,
             previous=self.previous,
@@ -218,7 +206,6 @@ class PipelineRounds:
             startpoints=loop.startpoints,
             fed=self._fed,
             clock_micros=self._clock_micros(),
-            state_memory_bytes=ctx.state_memory_bytes,
         )
 
     def _clock_micros(self) -> int | None:
@@ -227,13 +214,11 @@ class PipelineRounds:
 
     def stage_task(self, stage) -> tuple[StageTask, object]:
         """The stage's task and components; draining, SDF stages truncate their restrictions."""
+        key, components = self.ctx.plan_key, self.ctx.components
         if self.draining and stage.is_sdf_process:
-            key, components, drained = self.drain.stages()[stage.id]
-            task = StageTask(key, drained, residual_budget_s=0.0, clock_micros=self._clock_micros())
-            return task, components
-        clock = self._clock_micros()
-        task = StageTask(self.ctx.plan_key, stage, residual_budget_s=0.0, clock_micros=clock)
-        return task, self.ctx.components
+            key, components, stage = self.drain.stages()[stage.id]
+        task = StageTask(key, stage, residual_budget_s=0.0, clock_micros=self._clock_micros())
+        return task, components
 
     # --- the barrier ------------------------------------------------------------------
 
@@ -241,7 +226,7 @@ class PipelineRounds:
         """Staging directories and the Impulse's mark into the state; the round's metadata."""
         for directory in sink_files.staging_dirs(ledger.sink_files):  # cleaned on restore
             sink_files.record_staging_dir(self.state, directory)
-        self.state.mark_completed(IMPULSE_DONE)
+        self.state.mark_completed(state_layout.IMPULSE_DONE)
         return self._round_metadata(loop.round_no, ledger)
 
     def _round_metadata(self, round_no: int, ledger: RoundLedger) -> RoundMetadata:
@@ -300,7 +285,7 @@ class PipelineRounds:
         sink_files.finalize_pending(self.state)
         self.side.committed()
         self.impulse_done = True
-        self._scan_pushback()
+        self.pushed_back = streaming_pushback.pending(self.state, self.stages)
         self.group_holds, self.group_keys = meta.group_holds or {}, meta.group_keys
         self.previous = dict(self._marks.group_input)
         self.stateful = meta.stateful
@@ -331,10 +316,6 @@ class PipelineRounds:
     def ended(self, loop: RoundLoop) -> None:
         how = "finished" if loop.finished else "stopped"
         self.progress.ended(how, loop.checkpoint_id, loop.pending())
-
-    def _scan_pushback(self) -> None:
-        """Which stages have main input pushed back (only stages with side inputs can)."""
-        self.pushed_back = streaming_pushback.pending(self.state, self.stages)
 
     def _watermarks(self) -> watermarks.RoundWatermarks:
         sources = self.test_stream.watermarks(self.draining) if self.test_stream else None

@@ -25,6 +25,7 @@ from typing import Any
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
 from sparkbeam.runner.rounds.carry import carrying, carrying_pairs, plan_carriers, select
+from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread, _tag
 from sparkbeam.runner.rounds.task_body import TaskBody
 from sparkbeam.runner.spark.labels import stage_label
@@ -39,7 +40,7 @@ from sparkbeam.runner.task.records import ReportKey, is_report
 from sparkbeam.runner.task.residual_state import ResidualRound, residual_limit
 from sparkbeam.runner.task.staged_state import StateRound
 from sparkbeam.runner.task.worker_context import register_plan
-from sparkbeam.translation.plan import BufferId, EdgeKind, ExecutionPlan
+from sparkbeam.translation.plan import BufferId, EdgeKind
 
 
 @dataclass(frozen=True)
@@ -48,16 +49,11 @@ class RoundInputs:
 
     Made by ``pipeline.PipelineRounds.round_inputs``; the builder reads nothing else of it."""
 
-    plane: Any  # the run's data plane (``runner.plane``)
-    plan: ExecutionPlan
+    ctx: RunContext  # the run's data plane, plan, store url and settings
     pipeline: str
     stages: list  # the live stages of this round, in topological order
     tasks: dict[str, tuple[StageTask, Any]]  # stage -> its task and components broadcast
-    url: str
-    plan_key: str
-    components: Any  # broadcast of the plan's serialized components
-    parallelism: int
-    max_key_groups: int
+    parallelism: int  # of its keyed stages (at most its state's key groups)
     checkpoint_id: int | None
     round_no: int
     impulse_done: bool
@@ -71,7 +67,6 @@ class RoundInputs:
     startpoints: Any  # the StartpointSession, or None
     fed: dict[str, list[bytes]]  # TestStream buffer -> the elements its event feeds this round
     clock_micros: int | None  # a TestStream's virtual processing time; None: the wall clock
-    state_memory_bytes: int  # what a worker keeps of keyed state in memory (then spills)
 
 
 def live_stages(
@@ -103,8 +98,8 @@ class RoundBuilder:
     """Builds one round of one pipeline; ``build()`` returns the dataset of all its reports."""
 
     def __init__(self, inputs: RoundInputs) -> None:
-        self.inp, self.plan = inputs, inputs.plan
-        self.plane, self.marks, self.due = inputs.plane, inputs.marks, inputs.due
+        self.inp, self.ctx, self.plan = inputs, inputs.ctx, inputs.ctx.plan
+        self.plane, self.marks, self.due = inputs.ctx.plane, inputs.marks, inputs.due
         self.par = inputs.parallelism
         self.stages = inputs.stages
         self.persisted: list = []
@@ -113,14 +108,19 @@ class RoundBuilder:
         self.held: set[str] = set()  # stages whose main input waits for their side inputs
         self._outs: dict[str, Any] = {}  # stage -> its output RDD
         self._groups: dict[BufferId, Any] = {}
-        readers: dict[BufferId, list[tuple[str, str]]] = {}  # buffer -> (consumer, transform)
+        self._readers: dict[BufferId, list[tuple[str, str]]] = {}  # -> (consumer, transform)
         for stage in self.stages:
             for transform, buffer in stage.inputs:
-                readers.setdefault(buffer, []).append((stage.id, transform))
-        self._readers = readers
+                self._readers.setdefault(buffer, []).append((stage.id, transform))
         side = {si.buffer for s in self.stages for si in s.side_inputs}
         self._cache_all = bool(side)  # a side input is read by its own job: keep everything
         self.carriers = plan_carriers(self.stages, lambda *_: True, lambda b: int(b in side))
+        # A keyed shuffle's partition is the subtask that owns the key's key group.
+        self.partitioner = functools.partial(
+            grouping.partition_for_key,
+            parallelism=self.par,
+            max_key_groups=inputs.state.max_key_groups,
+        )
 
     # --- the round -----------------------------------------------------------------
 
@@ -154,7 +154,7 @@ class RoundBuilder:
             )
             body = TaskBody(task, components, side_bc, inp.round_no)
             run = functools.partial(run_stateful, body, spec)
-            return self._keyed_input(stage, spec).mapPartitionsWithIndex(run)
+            return self._keyed_input(stage).mapPartitionsWithIndex(run)
         inputs = [
             source.map(functools.partial(_tag, transform))
             for transform, buffer in stage.inputs
@@ -167,22 +167,21 @@ class RoundBuilder:
         held = stage.side_inputs and not ready(stage, inp.side_values, self.marks)
         if not held and stage.id in inp.pushed_back:  # its side inputs are ready now
             inputs.append(take(self.plane, inp.state, self.state_round(), stage.id))
+        assignment = inp.startpoints and inp.startpoints.assignment(stage.id)
+        if not held and not (stage.is_sdf_process and self.ctx.durable):
+            body = TaskBody(task, components, side_bc, inp.round_no, assignment)
+            return self.plane.union(inputs).mapPartitions(body)
+        subtasks = self.plane.as_subtasks(self.plane.union(inputs) if inputs else None, self.par)
         if held:  # side inputs not ready: keep the main input for a later round
             self.held.add(stage.id)  # (its tasks keep their due residuals meanwhile)
             hold = functools.partial(hold_rows, self.state_round(), stage.id)
-            subtasks = self.plane.as_subtasks(self._union(inputs) if inputs else None, self.par)
             return subtasks.mapPartitionsWithIndex(hold)
-        assignment = inp.startpoints and inp.startpoints.assignment(stage.id)
-        if not (stage.is_sdf_process and inp.url):
-            body = TaskBody(task, components, side_bc, inp.round_no, assignment)
-            return self._union(inputs).mapPartitions(body)
         spec = ResidualRound(
             **self._state_fields(),
             clock_ms=due.clock_ms if due else inp.clock_ms,
             limit=residual_limit(self.par),
         )
         body = TaskBody(task, components, side_bc, inp.round_no, assignment, residuals=spec)
-        subtasks = self.plane.as_subtasks(self._union(inputs) if inputs else None, self.par)
         return subtasks.mapPartitionsWithIndex(body.by_subtask)
 
     def _state_fields(self) -> dict:
@@ -190,12 +189,12 @@ class RoundBuilder:
         inp = self.inp
         return dict(
             pipeline=inp.pipeline,
-            url=inp.url,
+            url=self.ctx.url,
             checkpoint_id=inp.checkpoint_id,
             round_no=inp.round_no,
             parallelism=self.par,
-            max_key_groups=inp.max_key_groups,
-            memory_bytes=inp.state_memory_bytes,
+            max_key_groups=inp.state.max_key_groups,
+            memory_bytes=self.ctx.state_memory_bytes,
         )
 
     def state_round(self) -> StateRound:
@@ -203,16 +202,11 @@ class RoundBuilder:
 
     # --- edges -----------------------------------------------------------------------
 
-    def read(self, buffer: BufferId, consumer: str | None, transform: str | None = None):
-        """What ``consumer``'s input ``transform`` reads from ``buffer``: data chunks, plus the
-        reports it carries. ``consumer=None``: a side input (data only)."""
-        source = self.source(buffer, consumer, transform)
-        return self.plane.empty() if source is None else source
-
     def source(self, buffer: BufferId, consumer: str | None, transform: str | None = None):
-        """``read``, or None when nothing can be read this round (an Impulse done, a buffer no
-        live stage writes): a round's inputs leave those out rather than union empty datasets
-        (each costs the driver Spark calls)."""
+        """What ``consumer``'s input ``transform`` reads from ``buffer``: data chunks, plus the
+        reports it carries (``consumer=None``: a side input, data only); None when nothing can
+        be read this round (an Impulse done, a buffer no live stage writes): a round's inputs
+        leave those out rather than union empty datasets (each costs the driver Spark calls)."""
         edge = self.plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
             if self.inp.impulse_done:
@@ -227,20 +221,14 @@ class RoundBuilder:
             carry = consumer is not None and first == (consumer, transform)
             return grouped.mapPartitions(functools.partial(select, buffer, carry))
         carries = self.carriers.carries
-        writers = [
-            self._outs[s.id].mapPartitions(
-                functools.partial(select, buffer, carries(s.id, buffer, consumer, transform))
-            )
-            for s in self.stages
-            if buffer in s.output_buffers and s.id in self._outs
-        ]
+        writers = self._written(buffer, lambda s: carries(s, buffer, consumer, transform))
         if not writers:
             return None
-        source = self._union(writers)
+        source = self.plane.union(writers)
         if edge.kind == EdgeKind.MATERIALIZE:
             return source
         if edge.kind == EdgeKind.RESHUFFLE:
-            key, comps = self.inp.plan_key, self.inp.components
+            key, comps = self.ctx.plan_key, self.ctx.components
             read_coder = edge.read_coder or edge.write_coder
             return (
                 source.mapPartitionsWithIndex(
@@ -268,29 +256,19 @@ class RoundBuilder:
         """The GroupByKey of one round, shuffled by key group (one RDD per edge)."""
         if edge.id in self._groups:
             return self._groups[edge.id]
-        inp, par = self.inp, self.par
-        max_kg = inp.max_key_groups
+        inp = self.inp
         task = GroupRound(
             **self._state_fields(),
-            plan_key=inp.plan_key,
+            plan_key=self.ctx.plan_key,
             edge=edge,
             input_watermark=self.marks.group_input.get(edge.id, watermarks.MAX),
             previous_watermark=inp.previous.get(edge.id, watermarks.MIN),
             clock_micros=inp.clock_micros,
         )
-        writers = [
-            self._outs[s.id].mapPartitions(
-                functools.partial(select, edge.id, self.carriers.into(s.id) == edge.id)
-            )
-            for s in self.stages
-            if edge.id in s.output_buffers and s.id in self._outs
-        ]
-        key, comps = self.inp.plan_key, self.inp.components
-        partitioner = functools.partial(
-            grouping.partition_for_key, parallelism=par, max_key_groups=max_kg
-        )
+        writers = self._written(edge.id, lambda s: self.carriers.into(s) == edge.id)
+        key, comps = self.ctx.plan_key, self.ctx.components
         grouped = (
-            self._union(writers)
+            self.plane.union(writers)
             .mapPartitionsWithIndex(
                 lambda i, items: carrying_pairs(
                     items,
@@ -298,7 +276,7 @@ class RoundBuilder:
                     lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs),
                 )
             )
-            .partitionBy(par, partitioner)
+            .partitionBy(self.par, self.partitioner)
             .mapPartitionsWithIndex(
                 lambda i, pairs: streaming_group.group_round(task, comps.value, i, pairs)
             )
@@ -309,11 +287,20 @@ class RoundBuilder:
         self._groups[edge.id] = grouped
         return grouped
 
-    def _keyed_input(self, stage, spec: StatefulRound):
+    def _written(self, buffer: BufferId, carries) -> list:
+        """What the round's stages that write ``buffer`` wrote to it, each with its reports
+        when ``carries(stage id)``."""
+        return [
+            self._outs[s.id].mapPartitions(functools.partial(select, buffer, carries(s.id)))
+            for s in self.stages
+            if buffer in s.output_buffers and s.id in self._outs
+        ]
+
+    def _keyed_input(self, stage):
         """A stateful stage's input, partitioned so partition ``p`` holds subtask ``p``'s keys.
 
         All inputs are keyed first and shuffled together: partition index = subtask."""
-        key, comps = self.inp.plan_key, self.inp.components
+        key, comps = self.ctx.plan_key, self.ctx.components
         keyed = [
             source.mapPartitionsWithIndex(
                 functools.partial(_keyed_rows, comps, key, stage, transform)
@@ -322,15 +309,7 @@ class RoundBuilder:
             if self.plan.edge(buffer).kind != EdgeKind.IMPULSE
             and (source := self.source(buffer, stage.id, transform)) is not None
         ]
-        partitioner = functools.partial(
-            grouping.partition_for_key,
-            parallelism=spec.parallelism,
-            max_key_groups=spec.max_key_groups,
-        )
-        return self._union(keyed).partitionBy(spec.parallelism, partitioner)
-
-    def _union(self, datasets: list):
-        return self.plane.union(datasets)
+        return self.plane.union(keyed).partitionBy(self.par, self.partitioner)
 
     def cleanup(self) -> None:
         for rdd in self.persisted:

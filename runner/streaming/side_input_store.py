@@ -38,7 +38,6 @@ from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.streaming import watermarks
-from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.side_input_expiry import dropping_expired, keeping_view_reporting
 from sparkbeam.runner.task.side_input_files import (
     COMMIT_PREFIX,
@@ -106,8 +105,8 @@ class StreamingSideInputs:
     def for_stage(self, stage, builder) -> dict:
         """What ``stage``'s tasks load this round; the first stage to read a side input in a
         round has the tasks keep what its writers emitted (one Spark job for all it reads)."""
-        unread = [b for b in dict.fromkeys(si.buffer for si in stage.side_inputs)]
-        unread = [b for b in unread if b not in builder.side_inputs_read]
+        buffers = dict.fromkeys(si.buffer for si in stage.side_inputs)
+        unread = [b for b in buffers if b not in builder.side_inputs_read]
         if self._round is None:
             self._round = self.horizons(builder.marks)
         self._keep(stage, builder, unread)
@@ -173,13 +172,8 @@ class StreamingSideInputs:
         keyed = new.mapPartitions(
             functools.partial(window_keyed, ctx.plan_key, ctx.components, coder)
         )
-        partitioner = functools.partial(
-            grouping.partition_for_key,
-            parallelism=spec.parallelism,
-            max_key_groups=spec.max_key_groups,
-        )
         keep = functools.partial(keeping_view_reporting, spec, keeping)
-        shuffled = keyed.partitionBy(spec.parallelism, partitioner)
+        shuffled = keyed.partitionBy(spec.parallelism, builder.partitioner)
         return shuffled.mapPartitionsWithIndex(keep)
 
     def _expired(self, buffer: str) -> bool:
