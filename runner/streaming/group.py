@@ -46,7 +46,6 @@ from sparkbeam.runner.task.worker_context import plan_context, register_plan
 from sparkbeam.translation.plan import Edge
 
 MAX_MICROS = timestamp.MAX_TIMESTAMP.micros
-namespace = state_layout.gbk
 
 
 def commit_stage(buffer: str) -> str:
@@ -99,20 +98,19 @@ class _KeysOfOneTask:
         self.key_impl, self.value_impl = kv.key_coder().get_impl(), kv.value_coder().get_impl()
         self.write_impl = write.get_impl()
         self.read_impl = context.coders[edge.read_coder].get_impl()
-        codec = trigger_state_codec(windowing)
         self.panes = (
             OnTimePanes(windowing)
             if OnTimePanes.applies(windowing)
-            else TriggerPanes(windowing, codec, clock.trigger_clock(task.clock_micros))
+            else TriggerPanes(windowing, clock.trigger_clock(task.clock_micros))
         )
-        self.ns = namespace(edge.id)
         self.writer = staged_writer_for_task(task, commit_stage(edge.id))
         self.watermark = timestamp.Timestamp(micros=task.input_watermark)
         self.previous = timestamp.Timestamp(micros=task.previous_watermark)
         self.now = clock.now_seconds(task.clock_micros)
         self.watermark_micros, self.now_ms = task.input_watermark, self.now * 1000.0
         self.out = create_OutputStream()
-        self.range = TaskRange(task, partition, self.ns)  # as of the previous round's checkpoint
+        # As of the previous round's checkpoint:
+        self.range = TaskRange(task, partition, state_layout.gbk(edge.id))
         self.hold, self.keys = MAX_MICROS, 0
         self.next_ms: float | None = None  # the earliest processing-time timer, ms
 
@@ -135,10 +133,7 @@ class _KeysOfOneTask:
                     earliest = real_ms
             else:
                 due.add(key)
-        self.keys += kept
-        self.hold = min(self.hold, hold)
-        if earliest != math.inf:
-            self.next_ms = earliest if self.next_ms is None else min(self.next_ms, earliest)
+        self._keep(kept, hold, earliest)
         return due
 
     def step(self, key: bytes, blob: bytes | None, chunks: Iterable[bytes]) -> None:
@@ -165,13 +160,13 @@ class _KeysOfOneTask:
             return
         if new != blob:
             self.range.put(key, new)
-        self._keep(read_header(new))
+        _, real_ms, key_hold = read_header(new)
+        self._keep(1, key_hold, real_ms)
 
-    def _keep(self, header: tuple[int, float, int]) -> None:
-        """A key that keeps state: count it, and its hold and processing-time timer."""
-        self.keys += 1
-        _, real_ms, key_hold = header
-        self.hold = min(self.hold, key_hold)
+    def _keep(self, keys: int, hold: int, real_ms: float) -> None:
+        """Keys that keep state: count them, and their hold and processing-time timer."""
+        self.keys += keys
+        self.hold = min(self.hold, hold)
         if real_ms != math.inf:
             self.next_ms = real_ms if self.next_ms is None else min(self.next_ms, real_ms)
 
@@ -190,8 +185,8 @@ class _KeysOfOneTask:
 class TriggerPanes:
     """Any windowing: Beam's ``GeneralTriggerDriver`` over the key's stored trigger state."""
 
-    def __init__(self, windowing, codec=None, trigger_clock=None) -> None:
-        self.codec = codec or trigger_state_codec(windowing)
+    def __init__(self, windowing, trigger_clock=None) -> None:
+        self.codec = trigger_state_codec(windowing)
         self.driver = trigger.GeneralTriggerDriver(windowing, trigger_clock or RealClock())
         self.lateness = windowing.allowed_lateness
         self.accumulating = windowing.accumulation_mode == trigger.AccumulationMode.ACCUMULATING
@@ -285,7 +280,8 @@ def dump_state(state, allowed_lateness, codec=None) -> bytes | None:
     window to forget, a processing-time timer) and its watermark hold, so idle keys
     are skipped without decoding.
     """
-    if not state.state and not state.timers and not _has_windows(state):
+    windows = state.global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag) or {}
+    if not state.state and not state.timers and not windows:
         return None
     plain = (
         {w: dict(tags) for w, tags in state.state.items()},
@@ -298,7 +294,6 @@ def dump_state(state, allowed_lateness, codec=None) -> bytes | None:
         for (_, domain, _), ts in timers.items()
         if domain != trigger.TimeDomain.REAL_TIME
     ]
-    windows = state.global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag) or {}
     wakes += [(w.max_timestamp() + allowed_lateness).micros + 1 for w in windows]
     real = _next_processing_timer(state)
     return state_layout.encode_group(
@@ -311,10 +306,6 @@ def dump_state(state, allowed_lateness, codec=None) -> bytes | None:
 
 
 read_header = state_layout.read_group_header
-
-
-def _has_windows(state) -> bool:
-    return bool(state.global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag))
 
 
 def load_state(blob: bytes | None, codec=None):

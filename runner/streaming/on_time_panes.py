@@ -142,31 +142,26 @@ def _encode_flat(buffered: dict[bytes, list]) -> bytes:
 
 
 def _decode_flat(body: bytes) -> dict[bytes, list]:
-    try:
-        return _read_flat(body)
-    except struct.error:
-        pass
-    raise state_layout.StateLayoutError(
-        "A GroupByKey's buffered windows end past their bytes: the checkpoint is damaged; "
-        "start the job over with a new --checkpoint_dir."
-    )
-
-
-def _read_flat(body: bytes) -> dict[bytes, list]:
     buffered: dict[bytes, list] = {}
     at, size = 0, len(body)
-    while at < size:
-        length, end, count = _FLAT_WINDOW.unpack_from(body, at)
-        at += _FLAT_WINDOW.size
-        encoded = body[at : at + length]
-        at += length
-        values = []
-        for _ in range(count):
-            (n,) = _FLAT_VALUE.unpack_from(body, at)
-            at += _FLAT_VALUE.size
-            values.append(body[at : at + n])
-            at += n
-        buffered[encoded] = [end, values]
+    try:
+        while at < size:
+            length, end, count = _FLAT_WINDOW.unpack_from(body, at)
+            at += _FLAT_WINDOW.size
+            encoded = body[at : at + length]
+            at += length
+            values = []
+            for _ in range(count):
+                (n,) = _FLAT_VALUE.unpack_from(body, at)
+                at += _FLAT_VALUE.size
+                values.append(body[at : at + n])
+                at += n
+            buffered[encoded] = [end, values]
+    except struct.error:
+        at = -1  # cut short: damaged, like bytes left over
     if at != size:
-        raise struct.error("past the end")
+        raise state_layout.StateLayoutError(
+            "A GroupByKey's buffered windows end past their bytes: the checkpoint is damaged; "
+            "start the job over with a new --checkpoint_dir."
+        )
     return buffered

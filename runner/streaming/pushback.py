@@ -24,7 +24,6 @@ from sparkbeam.runner.task.records import CommitRecord, is_report
 from sparkbeam.runner.task.staged_state import StateRound
 from sparkbeam.runner.task.task_range import RowKeeper, reading_rows, staged_writer_for_task
 
-PREFIX = state_layout.PUSHBACK_PREFIX
 namespace = state_layout.pushback
 
 

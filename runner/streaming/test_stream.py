@@ -15,7 +15,7 @@ The clock starts at 0 (the epoch), as Beam's ``TestClock`` does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
@@ -23,11 +23,9 @@ from apache_beam.testing.test_stream import WindowedValueHolder
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils import timestamp, windowed_value
 
+from sparkbeam.runner.streaming.watermarks import MAX, MIN
 from sparkbeam.translation.plan import BufferId, ExecutionPlan
 from sparkbeam.translation.test_stream import TestStreamSource
-
-MIN = timestamp.MIN_TIMESTAMP.micros
-MAX = timestamp.MAX_TIMESTAMP.micros
 
 
 @dataclass(frozen=True)
@@ -40,12 +38,7 @@ class Position:
     exhausted: bool = False  # every event applied, every output at +inf
 
     def to_dict(self) -> dict:
-        return {
-            "next_event": self.next_event,
-            "clock_micros": self.clock_micros,
-            "watermarks": dict(self.watermarks),
-            "exhausted": self.exhausted,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: dict | None) -> Position:
