@@ -80,7 +80,6 @@ class PlanExecutor:
         """What one run of the plan builds: a fresh one after a fallback (`_fall_back`)."""
         ctx, plan = self.ctx, self.plan
         self.rdds = StageRdds(ctx, *self._rdd_options, self.elements)
-        self.startpoints = self.rdds.startpoints  # pipeline -> its StartpointSession
         self._labels = self.rdds.labels
         self._broadcasts: list = []  # this build's side inputs, released with it
         self._lazy: list[tuple[StagePlan, Any]] = []  # stages whose reports are pending
@@ -155,10 +154,9 @@ class PlanExecutor:
             info = self.ctx.guard.restore(probe, self.store)  # refuses incompatible changes
             if info is None:
                 continue
-            manifest = self.store.load_manifest(pipeline.id, info.checkpoint_id)
-            self._restored_metadata[pipeline.id] = manifest.metadata
-            cid, meta = info.checkpoint_id, manifest.metadata
-            if run_again(self.store, pipeline.id, cid, meta, self.ctx.fresh):
+            meta = self.store.load_manifest(pipeline.id, info.checkpoint_id).metadata
+            self._restored_metadata[pipeline.id] = meta
+            if run_again(self.store, pipeline.id, info.checkpoint_id, meta, self.ctx.fresh):
                 probe.close()
                 continue  # a finished batch job, --fresh: run again from scratch
             self._pipeline_states[pipeline.id] = probe
@@ -168,7 +166,7 @@ class PlanExecutor:
         """Before any stage runs: fan each pipeline's startpoints out from its checkpoint."""
         check_startpoints(self.store.startpoints, self.plan)
         for pipeline in self.plan.pipelines:
-            self.startpoints[pipeline.id] = open_session(
+            self.rdds.startpoints[pipeline.id] = open_session(
                 self.store.startpoints,
                 self.plan,
                 pipeline.id,
