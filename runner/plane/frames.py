@@ -281,7 +281,7 @@ class _Chain:
         settle_worker()
         apply(self.filesystem_options)
         if self.targets is None:
-            index = TaskContext.get().partitionId()
+            index = TaskContext.get().partitionId()  # type: ignore[union-attr]  # in a task
         else:  # the marker's ``k`` names the partition (see the module docstring)
             index, batches = _marked_index(batches, self.targets)
         items: Iterable = _records(batches)

@@ -36,7 +36,8 @@ class Due(NamedTuple):
 class Keeper(Protocol):
     """One SDF stage's pending residuals, as the round loop sees them."""
 
-    fired: int
+    @property
+    def fired(self) -> int: ...
 
     def pending(self) -> int: ...
 
@@ -173,4 +174,6 @@ def next_fire_ms(keepers: Mapping[str, Keeper]) -> float | None:
 def summaries(keepers: Mapping[str, Keeper]) -> dict[str, dict] | None:
     """What a checkpoint records of every stage's residuals (None: a run without a store)."""
     out = {s: k.summary() for s, k in keepers.items()}
-    return None if any(v is None for v in out.values()) else out
+    if any(v is None for v in out.values()):
+        return None
+    return {s: v for s, v in out.items() if v is not None}

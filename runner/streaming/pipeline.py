@@ -19,6 +19,7 @@ import time
 from collections import defaultdict
 
 from sparkbeam.checkpoint import state_layout
+from sparkbeam.checkpoint.pipeline import PipelineStore
 from sparkbeam.runner import progress
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.rounds import feed, sink_files
@@ -62,7 +63,7 @@ class PipelineRounds:
         self.stages = [s for s in self.plan.stages if s.id in ids]
         self.sdf_stages = tuple(s.id for s in self.stages if s.is_sdf_process)
         self.labels = {s.id: stage_label(s) for s in self.stages}
-        self.state = None  # the PipelineStore, set by open()
+        self.state: PipelineStore = None  # type: ignore[assignment]  # set by open()
         self.parallelism = ctx.parallelism  # of its shuffled stages, set by open()
         self.residuals: dict = {}  # the loop's residual keepers (``feed``), set by opened()
         self.impulse_done = False
@@ -232,6 +233,7 @@ class PipelineRounds:
     def _round_metadata(self, round_no: int, ledger: RoundLedger) -> RoundMetadata:
         """What this round leaves: group and keyed state, residual timers, whether it is done."""
         marks, held = self._marks, self._held
+        assert marks is not None  # set when the round was built
         holds: dict[str, int] = {}
         keys: dict[str, int] = defaultdict(int)
         for rec in ledger.groups:
@@ -287,6 +289,7 @@ class PipelineRounds:
         self.impulse_done = True
         self.pushed_back = streaming_pushback.pending(self.state, self.stages)
         self.group_holds, self.group_keys = meta.group_holds or {}, meta.group_keys
+        assert self._marks is not None
         self.previous = dict(self._marks.group_input)
         self.stateful = meta.stateful
         infos = (i for v in ledger.metrics.values() for i in v)

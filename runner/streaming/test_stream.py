@@ -177,7 +177,7 @@ class _Encoder:
     def __call__(self, encoded: bytes, millis: int) -> bytes:
         value = self.element_coder.decode(encoded)
         if isinstance(value, WindowedValueHolder):
-            windowed = value.windowed_value
+            windowed = value.windowed_value  # type: ignore[attr-defined]  # a beam.Row field
         else:
             ts = timestamp.Timestamp(micros=millis * 1000)
             windowed = windowed_value.WindowedValue(value, ts, (GlobalWindow(),))
