@@ -125,25 +125,33 @@ class EdgeBuilder:
             return self._keyed_by(source, edge.write_coder).mapPartitions(
                 lambda pairs: _grouped(comps.value, key, edge, pairs)
             )
-        read_coder = edge.read_coder or edge.write_coder
-        shuffled = (
-            source.mapPartitionsWithIndex(
-                lambda i, items: carrying_pairs(
-                    items, i, lambda blobs: _spread(comps.value, key, edge.write_coder, i, blobs)
-                )
-            )
-            .partitionBy(self.parallelism)
-            .values()
-            .mapPartitions(lambda items: carrying(items, grouping.chunk))
-        )
-        if read_coder == edge.write_coder:  # the translation settles most on one coder
-            return shuffled
-        return shuffled.mapPartitions(
-            lambda items: carrying(
-                items,
-                lambda blobs: _reencode(comps.value, key, edge.write_coder, read_coder, blobs),
+        return reshuffled(source, edge, comps, key, self.parallelism)
+
+
+def reshuffled(source, edge, components, plan_key: str, parallelism: int):
+    """A Reshuffle's spread over ``parallelism`` partitions (batch and streaming rounds alike):
+    each chunk's elements dealt out, re-chunked, and re-encoded when the reader's coder is not
+    the writer's; the reports carried along. ``components``: the broadcast Components."""
+    write_coder = edge.write_coder
+    read_coder = edge.read_coder or write_coder
+    shuffled = (
+        source.mapPartitionsWithIndex(
+            lambda i, items: carrying_pairs(
+                items, i, lambda blobs: _spread(components.value, plan_key, write_coder, i, blobs)
             )
         )
+        .partitionBy(parallelism)
+        .values()
+        .mapPartitions(lambda items: carrying(items, grouping.chunk))
+    )
+    if read_coder == write_coder:  # the translation settles most on one coder
+        return shuffled
+    return shuffled.mapPartitions(
+        lambda items: carrying(
+            items,
+            lambda blobs: _reencode(components.value, plan_key, write_coder, read_coder, blobs),
+        )
+    )
 
 
 def _tag(transform: str, item):

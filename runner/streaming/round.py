@@ -24,9 +24,9 @@ from typing import Any
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
-from sparkbeam.runner.rounds.carry import carrying, carrying_pairs, plan_carriers, select
+from sparkbeam.runner.rounds.carry import carrying_pairs, plan_carriers, select
 from sparkbeam.runner.rounds.context import RunContext
-from sparkbeam.runner.rounds.edges import _keyed, _reencode, _spread, _tag
+from sparkbeam.runner.rounds.edges import _keyed, _tag, reshuffled
 from sparkbeam.runner.rounds.task_body import TaskBody
 from sparkbeam.runner.spark.labels import stage_label
 from sparkbeam.runner.streaming import group as streaming_group
@@ -228,28 +228,7 @@ class RoundBuilder:
         if edge.kind == EdgeKind.MATERIALIZE:
             return source
         if edge.kind == EdgeKind.RESHUFFLE:
-            key, comps = self.ctx.plan_key, self.ctx.components
-            read_coder = edge.read_coder or edge.write_coder
-            return (
-                source.mapPartitionsWithIndex(
-                    lambda i, items: carrying_pairs(
-                        items,
-                        i,
-                        lambda blobs: _spread(comps.value, key, edge.write_coder, i, blobs),
-                    )
-                )
-                .partitionBy(self.par)
-                .values()
-                .mapPartitions(lambda items: carrying(items, grouping.chunk))
-                .mapPartitions(
-                    lambda items: carrying(
-                        items,
-                        lambda blobs: _reencode(
-                            comps.value, key, edge.write_coder, read_coder, blobs
-                        ),
-                    )
-                )
-            )
+            return reshuffled(source, edge, self.ctx.components, self.ctx.plan_key, self.par)
         raise NotImplementedError(f"edge kind {edge.kind} in streaming")
 
     def _group(self, edge):
