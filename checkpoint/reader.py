@@ -131,14 +131,31 @@ def namespace_records(
     a time: per range its base (unless not ``bases``) then its tail."""
     for sub, entry, snapshot in namespace_files(state, groups, bases):
         path = f"{directory}/{entry.name}"
-        if snapshot:
-            for kg, ns, key, value in read_materialization(storage, path, entry, sub):
-                if ns == namespace:
-                    yield Op.PUT, kg, key, value, path
-            continue
-        for op, kg, ns, key, value in _segment_records(storage, path, entry, sub, cache):
-            if ns == namespace:
-                yield op, kg, key, value, path
+        for op, kg, key, value in file_records(
+            storage, path, entry, snapshot, namespace, sub, cache
+        ):
+            yield op, kg, key, value, path
+
+
+def file_records(
+    storage: Storage,
+    path: str,
+    entry: FileEntry,
+    snapshot: bool,
+    namespace: str,
+    groups: KeyGroupRange | None = None,
+    cache: SegmentCache | None = None,
+) -> Iterator[tuple[Op, int, bytes, bytes]]:
+    """(op, key group, key, value) of ``namespace`` in one task-owned file, checked against its
+    manifest entry: a snapshot's rows as puts, a segment's records; of ``groups``, else all."""
+    if snapshot:
+        rows = read_materialization(storage, path, entry, groups)
+        return ((Op.PUT, kg, key, value) for kg, ns, key, value in rows if ns == namespace)
+    if groups is None:
+        records = iter_records(read_segment(storage, path, entry), path)
+    else:
+        records = _segment_records(storage, path, entry, groups, cache)
+    return ((op, kg, key, value) for op, kg, ns, key, value in records if ns == namespace)
 
 
 def _segment_records(storage, path, entry: FileEntry, groups: KeyGroupRange, cache):

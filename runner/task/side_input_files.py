@@ -39,12 +39,11 @@ from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.transforms.window import GlobalWindow
 
 from sparkbeam.checkpoint import state_layout
-from sparkbeam.checkpoint.changelog import Op, iter_records, read_segment
+from sparkbeam.checkpoint.changelog import Op
 from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.checkpoint.materialization import read_materialization
-from sparkbeam.checkpoint.reader import namespace_files
+from sparkbeam.checkpoint.reader import file_records, namespace_files
 from sparkbeam.checkpoint.task_state import NamespaceState
 from sparkbeam.runner.task.records import CommitRecord
 from sparkbeam.runner.task.staged_state import StateRound, task_store
@@ -307,18 +306,7 @@ def _read_file(files: SideInputFiles, part: FilePart) -> Iterator[Row]:
     storage = task_store(files.url).storage
     path = f"{pipeline_dir(files.pipeline)}/{part.entry.name}"
     ns = files.namespace
-    if part.snapshot:
-        records = (
-            (Op.PUT, kg, key, value)
-            for kg, n, key, value in read_materialization(storage, path, part.entry)
-            if n == ns
-        )
-    else:
-        records = (
-            (op, kg, key, value)
-            for op, kg, n, key, value in iter_records(read_segment(storage, path, part.entry), path)
-            if n == ns
-        )
+    records = file_records(storage, path, part.entry, part.snapshot, ns)
     for op, kg, key, value in records:
         if op is not Op.PUT:
             yield op, kg, key, None, None
