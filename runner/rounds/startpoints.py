@@ -25,17 +25,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sparkbeam.checkpoint.startpoints import Startpoints
-from sparkbeam.sdf.startpoints.applier import restriction_provider
 from sparkbeam.sdf.startpoints.errors import (
     StartpointFailedError,
-    UnknownStartpointTransformError,
 )
-from sparkbeam.sdf.startpoints.restrictions import check_supported
 from sparkbeam.sdf.startpoints.session import (
     DEFAULT_MAX_AGE_S,
     StartpointOutcome,
     StartpointSession,
     check_pipelines,
+    check_sources,
     fan_out,
     sdf_sources,
 )
@@ -59,11 +57,7 @@ def check_startpoints(startpoints: Startpoints, plan: Any) -> None:
             )
     check_pipelines(startpoints, plan)
     for pipeline in plan.pipelines:
-        sources = sdf_sources(plan, pipeline.id)
-        for sp in startpoints.list(pipeline.id):
-            if sp.source not in sources:
-                raise UnknownStartpointTransformError(pipeline.id, sp.source, sources)
-            check_supported(restriction_provider(sources[sp.source]), sp.source, sp)
+        check_sources(pipeline.id, sdf_sources(plan, pipeline.id), startpoints.list(pipeline.id))
 
 
 def record_failure(startpoints: Startpoints | None, error: StartpointFailedError) -> None:

@@ -97,6 +97,20 @@ def check_pipelines(startpoints: Startpoints, plan: Any) -> None:
             )
 
 
+def check_sources(
+    pipeline_id: str, sources: Mapping[str, SdfSource], startpoints: Iterable[Startpoint]
+) -> None:
+    """Every startpoint names one of the pipeline's SDF ``sources``, with a kind its restriction
+    provider can honour; else `UnknownStartpointTransformError` or `UnsupportedStartpointError`."""
+    providers: dict[str, Any] = {}  # a source's DoFn is unpickled once
+    for sp in startpoints:
+        if sp.source not in sources:
+            raise UnknownStartpointTransformError(pipeline_id, sp.source, sources)
+        if sp.source not in providers:
+            providers[sp.source] = restriction_provider(sources[sp.source])
+        check_supported(providers[sp.source], sp.source, sp)
+
+
 def stale_startpoints(
     startpoints: Iterable[Startpoint], max_age_s: float, now: float | None = None
 ) -> list[str]:
@@ -139,11 +153,7 @@ def fan_out(
         _LOG.info("Startpoint for %r already consumed by the restored checkpoint", sp.source)
     # Step 2. Every startpoint names a known SDF source, with a kind it can honour.
     current = startpoints.list(pipeline_id)
-    providers = {name: restriction_provider(src) for name, src in sources.items()}
-    for sp in current:
-        if sp.source not in sources:
-            raise UnknownStartpointTransformError(pipeline_id, sp.source, sources)
-        check_supported(providers[sp.source], sp.source, sp)
+    check_sources(pipeline_id, sources, current)
     session = StartpointSession(startpoints, pipeline_id, sources, current)
     # Step 3. A transform-level startpoint becomes one entry per element pending at restore, and
     # is deleted in the same atomic write: elements that appear later get nothing.
