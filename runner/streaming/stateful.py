@@ -23,7 +23,6 @@ import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from apache_beam.coders.coder_impl import create_OutputStream
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
 from apache_beam.utils import timestamp
 
@@ -126,15 +125,7 @@ class KeyedState:
             if t.fire_timestamp
             <= (self.now if timers.domains[k[0]] == _PROCESSING else self.watermark)
         }
-        if not due:
-            return None
-        earliest = min(t.fire_timestamp for t in due.values())
-        fired: dict = {}
-        for key in [k for k, t in due.items() if t.fire_timestamp == earliest]:
-            timer = timers.pending.pop(key)
-            fired.setdefault(key[0], create_OutputStream())
-            timers.coders[key[0]].encode_to_stream(timer, fired[key[0]], True)
-        return {k: [out.get()] for k, out in fired.items()}
+        return timers.pop_earliest(due) if due else None
 
     def finish(self, servicer, timers) -> Iterator:
         """Stage what changed of the keys this task touched; yield the commit and the report."""

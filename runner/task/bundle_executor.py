@@ -289,12 +289,17 @@ class PendingTimers:
 
         processing = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
         event = {k: t for k, t in self.pending.items() if self.domains[k[0]] != processing}
-        candidates = event or self.pending
-        earliest = min(t.fire_timestamp for t in candidates.values())
         if not event:  # processing-time timers only: wait for the wall clock to reach one
+            earliest = min(t.fire_timestamp for t in self.pending.values())
             wait = earliest.micros / 1e6 - time.time()
             if wait > 0 and earliest < timestamp.MAX_TIMESTAMP:
                 time.sleep(wait)
+        return self.pop_earliest(event or self.pending)
+
+    def pop_earliest(self, candidates: dict) -> dict[tuple[str, str], list[bytes]]:
+        """Remove and encode those of ``candidates`` (pending timers) at their earliest firing
+        time (batch: the next to fire; streaming: of those due by the watermark or clock)."""
+        earliest = min(t.fire_timestamp for t in candidates.values())
         fired: dict[tuple[str, str], Any] = {}
         for key in [k for k, t in candidates.items() if t.fire_timestamp == earliest]:
             timer = self.pending.pop(key)
