@@ -50,7 +50,7 @@ from __future__ import annotations
 import functools
 import itertools
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from sparkbeam.checkpoint import key_group_range, open_staged_writer, state_layout
@@ -246,22 +246,25 @@ class RowKeeper:
         self.rows += 1
 
     def finish(self) -> None:
-        """The range's snapshot when one is due, else its count."""
+        """The range's snapshot when one is due (or enough rows expired), else its count."""
         groups = self.groups
-        if self.expiry is not None and (self.due is not None or self.expired):
-            self._snapshot_unexpired()
-        elif self.due is not None:
-            self._snapshot()
-        elif self.rows:
-            known = _counted(self.chains, groups)
-            self.writer.count(self.namespace, groups.start, groups.stop, known + self.rows)
+        if self.due is None and not self.expired:
+            if self.rows:
+                known = _counted(self.chains, groups)
+                self.writer.count(self.namespace, groups.start, groups.stop, known + self.rows)
+            return
+        whole = self.due is Due.REQUESTED
+        items, keep, kept = self._unexpired(whole) if self.expiry else self._appended(whole)
+        self.writer.snapshot(
+            self.namespace, groups.start, groups.stop, items, self.spec.snapshot_file_bytes,
+            keep=tuple(keep), kept_entries=kept,
+        )  # fmt: skip
 
-    def _snapshot(self) -> None:
-        """As of this round: what the tail added and this round's rows, in new files beside
-        the base's; the whole range when asked for a fallback. Read a file at a time."""
+    def _appended(self, whole: bool) -> tuple[Iterable, list[FileEntry], int]:
+        """(rows, base files kept, their rows): what the tail added and this round's rows, in
+        new files beside the base's (``whole``: the range anew). Read a file at a time."""
         spec, chains, groups = self.spec, self.chains, self.groups
         assert chains is not None  # a range is due only as of a checkpoint's ranges
-        whole = self.due is Due.REQUESTED
         committed = iter_appended(
             task_store(spec.url).storage, pipeline_dir(spec.pipeline), self.namespace, chains,
             groups, bases=whole,
@@ -270,18 +273,14 @@ class RowKeeper:
         for _, r, _ in () if whole else chains.plan(groups):
             keep.update((f.name, f) for f in r.base)
         kept = sum(f.records for f in keep.values() if _inside(f.kg_start, f.kg_stop, groups))
-        self.writer.snapshot(
-            self.namespace, groups.start, groups.stop, itertools.chain(committed, self.made),
-            spec.snapshot_file_bytes, keep=tuple(keep.values()), kept_entries=kept,
-        )  # fmt: skip
+        return itertools.chain(committed, self.made), list(keep.values()), kept
 
-    def _snapshot_unexpired(self) -> None:
-        """As of this round, without the rows that expired: the base's files that hold none
-        stay part of it; the other files' rows that did not expire, and this round's, are
-        written anew (the whole range when asked for a fallback)."""
-        expiry, groups = self.expiry, self.groups
+    def _unexpired(self, whole: bool) -> tuple[Iterable, list[FileEntry], int]:
+        """`_appended` without the rows that expired: the base's files that hold none are
+        kept; the other files' rows that did not expire, and this round's, are written anew."""
+        expiry = self.expiry
         assert expiry is not None
-        horizon, whole = expiry.horizon, self.due is Due.REQUESTED
+        horizon = expiry.horizon
         dirty = {
             entry.name
             for entry, snapshot, rows in self.committed
@@ -301,10 +300,7 @@ class RowKeeper:
                         raise RuntimeError(f"{self.namespace}: row {key!r} held no chunk")
                     items.append((key, state_layout.encode_side_row(expiry.name, chunk, end)))
         items.extend(self.made)  # not expired: `add` was given only those
-        self.writer.snapshot(
-            self.namespace, groups.start, groups.stop, items, self.spec.snapshot_file_bytes,
-            keep=tuple(keep.values()), kept_entries=kept,
-        )  # fmt: skip
+        return items, list(keep.values()), kept
 
 
 def _inside(start: int, stop: int, groups: KeyGroupRange) -> bool:
