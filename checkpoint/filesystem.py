@@ -1,21 +1,16 @@
 """Byte storage under one root URL: the only place the checkpoint store touches a filesystem.
 
-Owns: the small `Storage` interface (read, atomic write, write-once create, exclusive create,
-list, delete, exists, size, mtime) and its backends -- `LocalStorage` for plain paths and
-``file://`` URLs, `MemoryStorage` for fast unit tests, `FileSystemsStorage`, an adapter over
-Beam's ``FileSystems`` for every other scheme (``hdfs://``, ...), and its object-store
-specializations (`sparkbeam.checkpoint.object_storage`: ``s3://`` `S3Storage`, ``gs://``
-`GcsStorage`, ``azfs://`` `AzureStorage`). `open_storage(url)` picks one. Leaves to others:
-file formats and what is written when (the other modules), and filesystem options
-(``FileSystems.set_options``; see `sparkbeam.checkpoint.filesystem_options`).
+Owns: the small `Storage` interface and its backends -- `LocalStorage` (plain paths,
+``file://``), `MemoryStorage` (fast unit tests), `FileSystemsStorage` over Beam's
+``FileSystems`` for any other scheme, and its object-store specializations (`object_storage`:
+``s3://``, ``gs://``, ``azfs://``) -- picked by `open_storage(url)`. Leaves to others: file
+formats, what is written when, and filesystem options (`filesystem_options`).
 
-Paths given to a storage are relative to its root and use ``/``. Writes are atomic for readers:
-local files are written to a temp name, fsynced and renamed. Object stores (``s3``, ``gs``,
-``azfs``) have no atomic rename (``rename`` is copy + delete) and no directories, but an object
-upload becomes visible whole when it completes, so there a write goes straight to its final name
-and listing is by key prefix. Data files have unique names nothing reads until a manifest
-names them, and a manifest -- written last -- has a write-once name (`Storage.write_new`); the
-few files replaced in place (lock, startpoints, drain request) are one whole-object upload each.
+Paths are relative to the root and use ``/``. Writes are atomic for readers: local files go to
+a synced temp name and are renamed; an object upload appears whole, so there a write goes
+straight to its final name (object stores have no atomic rename and no directories). Data files
+have unique names nothing reads until a manifest names them, and the manifest, written last,
+has a write-once name (`Storage.write_new`).
 """
 
 from __future__ import annotations
@@ -90,18 +85,13 @@ class Storage(ABC):
     def mtime(self, path: str) -> float:
         """Last modification, seconds since the epoch."""
 
-    def close(self) -> None:  # noqa: B027 - optional hook
-        """Release resources; default: nothing."""
-
 
 class LocalStorage(Storage):
     """A local directory; writes are temp file + fsync + rename + directory fsync.
 
-    `create_exclusive` writes a synced temp file and hard-links it to the final name (the
-    link fails if the name exists), so the file appears complete or not at all -- a crash
-    cannot leave an empty lock file. `delete` also removes the directories it empties, up to
-    (not including) the root, so per-round directories do not pile up; writers recreate a
-    directory that a concurrent delete removed.
+    `create_exclusive` hard-links a synced temp file to the final name, so a crash cannot leave
+    an empty lock file. `delete` removes the directories it empties (not the root), so
+    per-round directories do not pile up; writers recreate one a concurrent delete removed.
     """
 
     def __init__(self, root: str):
@@ -261,11 +251,14 @@ class MemoryStorage(Storage):
             self._files = self._shared.setdefault(name, {})
         self._lock = threading.Lock()
 
-    def read(self, path: str) -> bytes:
+    def _file(self, path: str) -> tuple[bytes, float]:
         try:
-            return self._files[path][0]
+            return self._files[path]
         except KeyError:
             raise FileNotFoundError(f"{self.url}/{path}") from None
+
+    def read(self, path: str) -> bytes:
+        return self._file(path)[0]
 
     def _write(self, path: str, data: bytes) -> None:
         with self._lock:
@@ -294,10 +287,7 @@ class MemoryStorage(Storage):
         return len(self.read(path))
 
     def mtime(self, path: str) -> float:
-        try:
-            return self._files[path][1]
-        except KeyError:
-            raise FileNotFoundError(f"{self.url}/{path}") from None
+        return self._file(path)[1]
 
 
 OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "azfs"})
@@ -305,14 +295,11 @@ OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "azfs"})
 
 
 class FileSystemsStorage(Storage):
-    """Any scheme Beam's ``FileSystems`` reaches (``gs://``, ``azfs://``, ``hdfs://``, ...).
+    """Any scheme Beam's ``FileSystems`` reaches (``hdfs://``, ...), Beam imported lazily.
 
-    Beam is imported lazily, inside the methods, so `sparkbeam.checkpoint` never imports Beam
-    for local or in-memory stores. On object stores (`OBJECT_STORE_SCHEMES`) a write is one
-    upload to the final name and nothing checks for directories; elsewhere (HDFS, ...) a write
-    goes to a unique temp name in the directory and is renamed. `create_exclusive` (and
-    `write_new`) check, then write: a best effort that relies on the store's lock; the object
-    stores' own backends (`OBJECT_BACKENDS`) have a real conditional create.
+    On object stores (`OBJECT_STORE_SCHEMES`) a write is one upload to the final name;
+    elsewhere it goes to a unique temp name and is renamed. `create_exclusive` checks, then
+    writes: a best effort the store's lock makes safe (`OBJECT_BACKENDS` create conditionally).
     """
 
     def __init__(self, url: str):

@@ -30,21 +30,13 @@ class FileEntry:
     """``crc32:xxxxxxxx`` of the whole file."""
     records: int = 0
     kg_start: int = 0
-    """First key group covered (0 with ``kg_stop`` 0: not recorded, as in changelog segments
-    written before sparkbeam recorded it)."""
+    """First key group covered (0 with ``kg_stop`` 0: not recorded, any may be held)."""
     kg_stop: int = 0
     """One past the last key group covered. A reader of some key groups skips a file whose
     range misses them."""
 
     def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "size": self.size,
-            "checksum": self.checksum,
-            "records": self.records,
-            "kg_start": self.kg_start,
-            "kg_stop": self.kg_stop,
-        }
+        return dict(vars(self))  # the fields, in order
 
     @classmethod
     def from_json(cls, d: dict) -> FileEntry:
