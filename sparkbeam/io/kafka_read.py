@@ -159,11 +159,7 @@ class ReadFromKafka(beam.PTransform):
         self.reader = (_ReadPartitions if bounded else _ReadUnboundedPartitions)(
             self.consumer_config,
             kafka_records.RecordMaker(
-                kafka_records.deserializer("key", key_deserializer),
-                kafka_records.deserializer("value", value_deserializer),
-                kafka_records.check_policy(timestamp_policy, max_delay_s),
-                with_metadata,
-                max_delay_s,
+                key_deserializer, value_deserializer, timestamp_policy, with_metadata, max_delay_s
             ),
             commit_offset_in_finalize=commit_offset_in_finalize,
             poll_timeout_s=float(consumer_polling_timeout),

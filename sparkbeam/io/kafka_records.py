@@ -1,17 +1,17 @@
 """How a Kafka record becomes a Beam element: deserializers, timestamps, the record shapes.
 
-Owns: the deserializers ``ReadFromKafka`` accepts (a Python callable ``bytes -> value``, or
-one of Beam's Java deserializer class names, mapped to its Python equivalent, so a pipeline
-written for ``apache_beam.io.kafka`` keeps its arguments), the timestamp policies
-(``ProcessingTime``, ``CreateTime``, ``LogAppendTime``), and the element: ``(key, value)`` or,
-``with_metadata=True``, a ``beam.Row`` with the fields of Beam's Kafka rows (``topic``,
-``partition``, ``offset``, ``timestamp``, ``timestampTypeId``, ``timestampTypeName``, ``key``,
-``value``, ``headers`` as rows of ``key``/``value``), and a polled batch's values in the global
-window. Leaves to others: polling (``kafka_read``).
+Owns: the Python equivalents of Beam's Java (de)serializer class names (so a pipeline written
+for ``apache_beam.io.kafka`` keeps its arguments; ``WriteToKafka`` uses the serializers), the
+timestamp policies (``ProcessingTime``, ``CreateTime``, ``LogAppendTime``), and the element:
+``(key, value)`` or, ``with_metadata=True``, a ``beam.Row`` with the fields of Beam's Kafka rows
+(``topic``, ``partition``, ``offset``, ``timestamp``, ``timestampTypeId``,
+``timestampTypeName``, ``key``, ``value``, ``headers`` as rows of ``key``/``value``), and a
+polled batch's values in the global window. Leaves to others: polling (``kafka_read``).
 """
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
@@ -37,39 +37,41 @@ def _signed(data: bytes) -> int:
     return int.from_bytes(data, "big", signed=True)
 
 
-def _utf8(data: bytes) -> str:
-    return data.decode("utf-8")
-
-
 def _identity(data: bytes) -> bytes:
     return data
 
 
 JAVA_DESERIALIZERS: dict[str, Callable[[bytes], Any]] = {
     _JAVA + "ByteArrayDeserializer": _identity,
-    _JAVA + "StringDeserializer": _utf8,
+    _JAVA + "StringDeserializer": lambda data: data.decode("utf-8"),
     _JAVA + "LongDeserializer": _signed,
     _JAVA + "IntegerDeserializer": _signed,
     _JAVA + "ShortDeserializer": _signed,
 }
+JAVA_SERIALIZERS: dict[str, Callable[[Any], bytes]] = {
+    _JAVA + "ByteArraySerializer": _identity,
+    _JAVA + "StringSerializer": lambda v: v.encode("utf-8"),
+    _JAVA + "LongSerializer": lambda v: struct.pack(">q", v),
+    _JAVA + "IntegerSerializer": lambda v: struct.pack(">i", v),
+}
 
 
-def deserializer(which: str, given: Any) -> Callable[[bytes], Any]:
-    """The Python deserializer for ``given`` (None: bytes as they are)."""
+def python_fn(arg: str, given: Any, java: dict[str, Callable], shape: str) -> Callable:
+    """The function for argument ``arg`` (``key_deserializer`` & co): ``given`` if callable,
+    the Python equivalent of a Java class name in ``java``, or (None) bytes as they are."""
     if given is None:
         return _identity
     if callable(given):
         return given
-    if isinstance(given, str) and given in JAVA_DESERIALIZERS:
-        return JAVA_DESERIALIZERS[given]
-    known = ", ".join(sorted(JAVA_DESERIALIZERS))
+    if isinstance(given, str) and given in java:
+        return java[given]
     raise KafkaConfigError(
-        f"{which}_deserializer={given!r} is neither a Python callable (bytes -> value) nor one "
-        f"of the Java deserializers sparkbeam maps to Python ({known}). Pass a callable."
+        f"{arg}={given!r} is neither a Python callable ({shape}) nor one of the Java classes "
+        f"sparkbeam maps to Python ({', '.join(sorted(java))}). Pass a callable."
     )
 
 
-def check_policy(policy: str, max_delay_s: float = 0.0) -> str:
+def check_policy(policy: str, max_delay_s: float) -> str:
     if policy not in POLICIES:
         raise KafkaConfigError(
             f"timestamp_policy={policy!r} is not one of {', '.join(POLICIES)} (Beam's "
@@ -97,10 +99,14 @@ class RecordMaker:
     """Turns a confluent-kafka ``Message`` into the element and its event time."""
 
     def __init__(
-        self, key_fn, value_fn, policy: str, with_metadata: bool, max_delay_s: float = 0.0
+        self, key_deserializer, value_deserializer, policy: str, with_metadata: bool, max_delay_s
     ) -> None:
+        key_fn, value_fn = (
+            python_fn(f"{which}_deserializer", given, JAVA_DESERIALIZERS, "bytes -> value")
+            for which, given in (("key", key_deserializer), ("value", value_deserializer))
+        )
         self.key_fn, self.value_fn = key_fn, value_fn
-        self.policy, self.with_metadata = policy, with_metadata
+        self.policy, self.with_metadata = check_policy(policy, max_delay_s), with_metadata
         self.max_delay_micros = int(max_delay_s * 1e6)
         self._as_they_are = key_fn is _identity and value_fn is _identity and not with_metadata
 

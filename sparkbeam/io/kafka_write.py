@@ -1,51 +1,30 @@
 """``WriteToKafka``: each element produced to a topic by an idempotent producer.
 
-Owns: the sink transform (Beam's ``apache_beam.io.kafka.WriteToKafka`` argument names), its
-serializers (a Python callable ``value -> bytes`` or one of Beam's Java serializer class
-names), and delivery: records are produced asynchronously and the producer is flushed when
-the bundle finishes; a record that is not acknowledged fails the bundle with one line, and
-the runner retries it. The guarantee is at-least-once: a retried bundle (or a round replayed
-after a driver kill) produces its records again. The idempotent producer
-(``enable.idempotence``, ``acks=all``) only removes duplicates from librdkafka's own retries.
-Exactly-once through Kafka transactions bound to sparkbeam's checkpoint is not built.
-Leaves to others: reading (``kafka_read``), broker questions (``kafka_client``).
+Owns: the sink transform (Beam's ``apache_beam.io.kafka.WriteToKafka`` argument names) and
+delivery: records are produced asynchronously and flushed when the bundle finishes; a record
+not acknowledged fails the bundle with one line, and the runner retries it. At-least-once: a
+retried bundle (or a round replayed after a driver kill) produces its records again; the
+idempotent producer (``enable.idempotence``, ``acks=all``) only removes duplicates from
+librdkafka's own retries. Exactly-once through Kafka transactions is not built. Leaves to
+others: serializers (``kafka_records``), reading (``kafka_read``), broker questions
+(``kafka_client``).
 """
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import apache_beam as beam
 
 from sparkbeam.io import kafka_client
 from sparkbeam.io.errors import KafkaBrokerUnreachableError, KafkaConfigError
+from sparkbeam.io.kafka_records import JAVA_SERIALIZERS, python_fn
 
 __all__ = ["WriteToKafka"]
 
-_JAVA = "org.apache.kafka.common.serialization."
-JAVA_SERIALIZERS: dict[str, Callable[[Any], bytes]] = {
-    _JAVA + "ByteArraySerializer": lambda v: v,
-    _JAVA + "StringSerializer": lambda v: v.encode("utf-8"),
-    _JAVA + "LongSerializer": lambda v: struct.pack(">q", v),
-    _JAVA + "IntegerSerializer": lambda v: struct.pack(">i", v),
-}
 PRODUCER_DEFAULTS = {"enable.idempotence": "true", "acks": "all", "linger.ms": "5"}
 FLUSH_TIMEOUT_S = 60.0
-
-
-def serializer(which: str, given: Any) -> Callable[[Any], bytes]:
-    if given is None:
-        return JAVA_SERIALIZERS[_JAVA + "ByteArraySerializer"]
-    if callable(given):
-        return given
-    if isinstance(given, str) and given in JAVA_SERIALIZERS:
-        return JAVA_SERIALIZERS[given]
-    raise KafkaConfigError(
-        f"{which}_serializer={given!r} is neither a Python callable (value -> bytes) nor one "
-        f"of {', '.join(sorted(JAVA_SERIALIZERS))}. Pass a callable."
-    )
 
 
 class WriteToKafka(beam.PTransform):
@@ -68,10 +47,11 @@ class WriteToKafka(beam.PTransform):
                 "producer_config has no 'bootstrap.servers'; pass the broker list, e.g. "
                 "{'bootstrap.servers': 'localhost:9092'}."
             )
-        self.fn = _Produce(
-            config, topic, serializer("key", key_serializer),
-            serializer("value", value_serializer), with_headers,
-        )  # fmt: skip
+        key_fn, value_fn = (
+            python_fn(f"{which}_serializer", given, JAVA_SERIALIZERS, "value -> bytes")
+            for which, given in (("key", key_serializer), ("value", value_serializer))
+        )
+        self.fn = _Produce(config, topic, key_fn, value_fn, with_headers)
 
     def expand(self, pcoll):
         return pcoll | "Produce" >> beam.ParDo(self.fn)
