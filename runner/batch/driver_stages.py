@@ -1,18 +1,15 @@
 """Small stages that only feed side inputs run on the driver of a local master: no Spark job.
 
-A side input is read by a Spark job before the stage that reads it is built
-(``build_order``). When what produces it starts at an Impulse -- ``WriteToText``'s
-initialization, ``Create`` -- that job ran one tiny task, on the critical path: in a word
-count the read could not start until it was done (0.8 s: a job, a Python worker, a bundle
-processor). On a local master the driver shares the executor's host, interpreter and files,
-and a side input's value is collected to the driver anyway, so such a stage runs here,
-through the very task body a Spark task runs (``stage_rdd.StageRdds.task_body``); its output
-is the side input's value and, for main-input readers, a one-partition dataset.
+A side input is read by a Spark job before its reader is built (``build_order``); when its
+producer starts at an Impulse (``WriteToText``'s initialization, ``Create``) that job is one
+tiny task on the critical path (0.8 s in a word count). On a local master the driver shares the
+executor's host, interpreter and files, and collects the side input's value anyway, so such a
+stage runs here through the task body a Spark task runs (``stage_rdd.StageRdds.task_body``).
 
 A stage qualifies when it leads to a side input through qualifying stages only, is neither
-a splittable-DoFn nor a stateful stage, reads no side input, and each of its inputs is an
-Impulse or a materialized or reshuffled buffer every writer of which ran here (a reshuffle
-between two of them only re-encodes: one process holds all its elements).
+an SDF nor a stateful stage, reads no side input, and each of its inputs is an Impulse or a
+materialized or reshuffled buffer every writer of which ran here (a reshuffle between two of
+them only re-encodes: one process holds all its elements).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Driver side: walk an ExecutionPlan and run its stages as Spark jobs.
 
-Stages are built lazily, in topological order: each is a ``mapPartitions`` (``stage_rdd``)
-over its input edges (``sparkbeam.runner.rounds.edges``), persisted only when its output is
-read more than once. Spark runs them when something needs their data — a side input
-(collected once and broadcast), a splittable-DoFn stage (which runs in rounds:
-``rounds.loop.RoundLoop`` over a ``stage_rounds.StageRounds``), or the final job that drives
-every remaining stage and gathers the typed reports (metrics, warnings, sink files) their
-tasks returned. A stage's reports travel with its data to one ordinary consumer
-(``rounds.carry``), so that final job reads only the stages nobody carries: a chain of
-ordinary stages is one Spark job and one Python task per partition, not one per stage.
+Stages are built lazily, in waves (``build_order``), each a ``stage_rdd`` over its input edges
+(``rounds.edges``). Spark runs them when something needs their data: a side input (collected
+once and broadcast), an SDF stage (in rounds: ``stage_rounds``), or the final job that drives
+every remaining stage and gathers their reports. Reports travel with the data to one ordinary
+consumer (``rounds.carry``), so a chain of ordinary stages is one Spark job and one Python
+task per partition.
 """
 
 from __future__ import annotations
@@ -263,9 +260,10 @@ class PlanExecutor:
             self._lazy.append((stage, rdd))
             return [rdd]
         state = self._state_for(stage.pipeline)
-        completed = state.completed() if self.ctx.durable else frozenset()
-        rdds = self._run_in_rounds(stage, side_bc, state, completed)
-        if state_layout.input_marker(stage.id) not in completed:  # round 0 read (and ran) its input
+        # A committed round consumed the input: resume; else round 0 reads (and runs) it.
+        resume = self.ctx.durable and state_layout.input_marker(stage.id) in state.completed()
+        rdds = self._run_in_rounds(stage, side_bc, state, resume)
+        if not resume:
             self._ran |= self.plan.upstream(stage.input_buffers)
         return rdds
 
@@ -279,10 +277,8 @@ class PlanExecutor:
         self._absorb(stage, reports)
         return self.plane.parallelize(data, 1)
 
-    def _run_in_rounds(self, stage: StagePlan, side_bc, state, completed) -> list:
+    def _run_in_rounds(self, stage: StagePlan, side_bc, state, resume: bool) -> list:
         """The stage's round loop, until nothing is pending; every round's output RDD."""
-        # a committed round consumed the input:
-        resume = state_layout.input_marker(stage.id) in completed
         job = StageRounds(
             self.ctx, self.rdds, stage, side_bc, state,
             input_rdd=None if resume else self.edges.stage_input(stage),

@@ -1,14 +1,9 @@
 """The RDD of one batch stage run: its input through the bundle executor in Spark tasks.
 
-Every batch stage — an ordinary one once, an SDF process stage once per round — is a lazy
-``mapPartitions`` (persisted when its output is read more than once) whose tasks apply the
-pipeline's startpoints to the rows, run the stage, collect the sink files they staged, for a
-durable SDF stage keep its residuals and output chunks in their key groups, and pass on the
-reports upstream stages carried to them: ``rounds.task_body``, in that order. Nothing runs
-here until an action needs the RDD.
-
-Leaves to others: which input a run reads (``executor``, ``stage_rounds``) and what happens
-to its reports (the round loop, or the executor's final job).
+Every run (an ordinary stage once, an SDF stage once per round) is a lazy ``mapPartitions``
+over ``rounds.task_body``, persisted when its output is read more than once. Leaves to others
+which input a run reads (``executor``, ``stage_rounds``) and what becomes of its reports (the
+round loop, or the executor's final job).
 """
 
 from __future__ import annotations
@@ -63,9 +58,10 @@ class StageRdds:
             rdd = subtasks.mapPartitionsWithIndex(body.by_subtask)
         else:
             rdd = input_rdd.mapPartitions(self.task_body(stage, side_bc, round_no))
-        if not cache:
-            return rdd
-        rdd = self.ctx.plane.persist(rdd, f"{self.labels[stage.id]} (round {round_no})")
+        return self._persist(rdd, f"{self.labels[stage.id]} (round {round_no})") if cache else rdd
+
+    def _persist(self, rdd, label: str):
+        rdd = self.ctx.plane.persist(rdd, label)
         self.persisted.append(rdd)
         return rdd
 
@@ -110,9 +106,7 @@ class StageRdds:
         spec = self.residual_round(stage, round_no, None)
         label = f"{self.labels[stage.id]} (restored output)"
         subtasks = self.ctx.plane.as_subtasks(None, self.ctx.parallelism)
-        rdd = subtasks.mapPartitionsWithIndex(reading_outputs(spec, stage.id))
-        rdd = self.ctx.plane.persist(rdd, label)
-        self.persisted.append(rdd)
+        rdd = self._persist(subtasks.mapPartitionsWithIndex(reading_outputs(spec, stage.id)), label)
         self.ctx.plane.describe_job(self.group, label)
         with self.ctx.plane.call_site(label):
             run_guarded(stage.id, rdd.count, self.labels.get)

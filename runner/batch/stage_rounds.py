@@ -1,16 +1,13 @@
 """A batch SDF stage's part of a round: its input first, then its due residuals.
 
 ``StageRounds`` is the batch ``RoundJob`` of ``sparkbeam.runner.rounds.loop.RoundLoop``.
-Round 0 runs the stage over its input. Each residual a task returns is kept as state + a
-timer: with a store by the task itself, in its key groups (``task.residual_state``; every
-round is one task per subtask, which feeds its due residuals), without one by the driver
-(``rounds.feed``); between rounds the loop sleeps until the earliest timer — no polling, no
-CPU — and the due residuals are the next round's input (Approach 1 of seed 003). Every round's
-output RDD is kept for the stage's consumers. The loop ends when nothing is pending.
+Round 0 runs the stage over its input; each later round over the residuals due by then, kept
+as state + a timer by the tasks in their key groups with a store (``task.residual_state``),
+by the driver without (``rounds.feed``). Between rounds the loop sleeps until the earliest
+timer, without polling. Every round's output RDD is kept for the stage's consumers.
 
-On resume (``--checkpoint_dir``, the stage's input consumed by a committed round) the stage
-starts from its committed output chunks and its pending residuals; its round number comes
-from the restored checkpoint's ``RoundMetadata``.
+A resumed stage starts from its committed output chunks and pending residuals, at the round
+its restored ``RoundMetadata`` names.
 """
 
 from __future__ import annotations
@@ -52,7 +49,7 @@ class StageRounds:
         self.virtual_time = False  # batch rounds wait for their residuals on the wall clock
         self.restores_on_open = False  # the executor restores, once, before any stage
         self.side_bc, self.state, self.input = side_bc, state, input_rdd
-        self.restored_metadata = restored_metadata or {}
+        self.restored = RoundMetadata.from_dict(restored_metadata or {})
         self.outputs: list = []  # every round's output RDD (and the restored chunks)
         self.sink_files: list[tuple[str, str]] = []  # (staged, final) of every round
         self.resumed: int | None = None  # residuals pending when the stage resumed
@@ -61,16 +58,14 @@ class StageRounds:
         resume = self.input is None
         if resume and state_layout.stage_output(self.stage.id) in self.state.namespaces():
             self.outputs.append(self.rdds.restored_outputs(self.stage, self.restored_round()))
-        residuals = RoundMetadata.from_dict(self.restored_metadata).residuals
         metadata = RoundMetadata(self.restored_round() if resume else -1, 0, None)
-        metadata.residuals = residuals if resume else {}
+        metadata.residuals = self.restored.residuals if resume else {}
         session = self.rdds.startpoints.get(self.stage.pipeline)
         return Opened(self.state, metadata, None, session, input_done=resume)
 
     def restored_round(self) -> int:
         """The last committed round of this stage (-1: none)."""
-        restored = RoundMetadata.from_dict(self.restored_metadata)
-        return restored.round_no if restored.stage == self.stage.id else -1
+        return self.restored.round_no if self.restored.stage == self.stage.id else -1
 
     def opened(self, loop: RoundLoop, pending: int) -> None:
         if self.input is None:
