@@ -1,29 +1,23 @@
 """Where a worker holds a key-group range's state past its memory budget: the executor's disk.
 
-A task's read of its key groups (``staged_state``) is kept for the next round. Up to the
-round's memory budget (``--task_state_memory_mb``) it is a dict in the Python worker. Past
-the budget it spills into a RocksDB (``rocksdict``) under the executor's Spark local directory,
-one per (store, pipeline, namespace, key groups), so state larger than the executor's memory
-is read, changed and snapshotted a record at a time instead of failing. Any Python worker of
-the executor opens the range's database next; RocksDB's own lock keeps it to one at a time,
-and a second worker that finds it held takes the next directory of the range.
+A read kept for the next round (``staged_state``) is a dict up to ``--task_state_memory_mb``;
+past it, a RocksDB (``rocksdict``) under the executor's Spark local directory, one per (store,
+pipeline, namespace, key groups), so state larger than memory is read, changed and snapshotted
+a record at a time instead of failing. Any Python worker of the executor opens it next;
+RocksDB's lock keeps it to one at a time (a second worker takes the range's next directory).
 
-What a database holds is named by its claim, kept inside it (a column family of its own, apart
-from the range's keys): the range it is of, the manifest files its state is as of, the files
-an attempt staged on top, its entry count and bytes. The claim is deleted before the first
-change and written after the last, in the database's one sequence of writes, so whatever
-RocksDB recovers (a worker killed in between, a lost write-ahead log) holds either no claim
-or one its records agree with. Nothing beside the database vouches for it: a directory
-deleted (a /tmp cleaner, a lost disk) reopens as a new database with no claim, one replaced
-by another range's holds that range's claim, and one with files missing does not open (it
-is removed and made anew, with a warning). A range with no claim of its own is replayed from
-the durable store. A read or write the database fails (a damaged table; RocksDB's iterator
-would end early without a word, so an iteration is counted against the claim) removes it and
-fails the task by name (`SpilledStateError`): its retry replays the range.
+What a database holds is named by its claim, inside it (a column family of its own): the
+range, the manifest files its state is as of, the files an attempt staged on top, its count
+and bytes. The claim is deleted before the first change and written after the last, in the
+database's one sequence of writes, so whatever RocksDB recovers holds no claim or a true one.
+Nothing beside the database vouches for it: a directory deleted, replaced or with files
+missing holds no claim of its own, and the range is replayed from the store. A failed read or
+write (RocksDB's iterator ends early, silently, on a damaged table, so iterations are counted
+against the claim) removes the database and fails the task by name (`SpilledStateError`): its
+retry replays the range.
 
-A spilled range is closed when the stage that read it is done with it (`release`; one Spark
-task may run a GroupByKey and the SDF stage it feeds, each with its own range); one a failed
-task left open is closed by the next task of its worker.
+A range is closed when its stage is done with it (`release`; one task may run a GroupByKey and
+the SDF stage it feeds); one a failed task left open, by the worker's next task.
 """
 
 from __future__ import annotations

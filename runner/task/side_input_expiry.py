@@ -1,17 +1,13 @@
 """Task side of dropping a streaming side input's expired windows when nothing new comes for it.
 
-A keeping task drops a side input's expired rows from the store as it keeps new ones
-(``task.side_input_files``, ``task.side_input_view``); a side input whose writers stopped (a
-``PeriodicImpulse`` that ended, a source no stage of the round runs) has no keeping task, so
-what it held would stay in the store and in readers' workers for good. The driver learns from
-every keeping task the latest end of what it keeps (`SideInputHeld`), and once the horizon
-passed it, or after a restore (the ends are not in the checkpoint), a round runs one task per
-subtask with no new data (`dropping_expired`): it deletes the expired rows, or view windows, of
-its key groups, and reports the latest end of what is left, of its whole range.
+A keeping task drops expired rows as it keeps new ones (``task.side_input_files``,
+``task.side_input_view``), but a side input whose writers stopped has no keeping task, so what
+it held would stay for good. Keeping tasks report the latest end they keep (`SideInputHeld`);
+once the horizon passed it, or after a restore (the ends are not checkpointed), a round runs
+one task per subtask with no new data (`dropping_expired`).
 
-Owns: that task body, and the task body of a triggered side input's keeping task with its
-report (`keeping_view_reporting`: ``task.side_input_view`` `keeping_view`, which makes the
-report). Leaves when such a round runs to ``streaming.side_input_store``.
+Owns: that task body, and a triggered side input's keeping task with its report
+(`keeping_view_reporting`). Leaves when such a round runs to ``streaming.side_input_store``.
 """
 
 from __future__ import annotations
@@ -29,10 +25,15 @@ from sparkbeam.runner.task.side_input_view import keeping_view
 from sparkbeam.runner.task.staged_state import StateRound
 
 
-def keeping_view_reporting(spec: StateRound, keeping: Keeping, subtask: int, rows) -> Iterator:
-    """Task body of a triggered side input's keeping task (`keeping_view`); then a
-    `SideInputHeld` of the new windows that had not expired."""
-    return _view(spec, keeping, subtask, rows, report=True)
+def keeping_view_reporting(
+    spec: StateRound, keeping: Keeping, subtask: int, rows, report: bool = True
+) -> Iterator:
+    """Task body of a triggered side input's keeping task (`keeping_view`); then, with
+    ``report``, a `SideInputHeld` of the new windows that had not expired."""
+    return keeping_view(
+        spec, keeping.buffer, keeping.plan_key, keeping.components, keeping.coder, subtask,
+        rows, horizon=keeping.files.horizon, report=report,
+    )  # fmt: skip
 
 
 def dropping_expired(spec: StateRound, keeping: Keeping, subtask: int, _rows) -> Iterator:
@@ -40,16 +41,8 @@ def dropping_expired(spec: StateRound, keeping: Keeping, subtask: int, _rows) ->
     data (it drops what expired by the horizon from this subtask's range), then a complete
     `SideInputHeld` of what the range keeps."""
     if keeping.files.view:
-        yield from _view(spec, keeping, subtask, [])
+        yield from keeping_view_reporting(spec, keeping, subtask, [], report=False)
     else:
-        records = keeping_side_input(spec, keeping, subtask, ())
-        yield from records  # its CommitRecord only (no report asked)
+        yield from keeping_side_input(spec, keeping, subtask, ())  # its CommitRecord only
     groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
     yield SideInputHeld(keeping.buffer, held_latest(keeping.files, groups), complete=True)
-
-
-def _view(spec: StateRound, keeping: Keeping, subtask: int, rows, report=False) -> Iterator:
-    return keeping_view(
-        spec, keeping.buffer, keeping.plan_key, keeping.components, keeping.coder, subtask,
-        rows, horizon=keeping.files.horizon, report=report,
-    )  # fmt: skip

@@ -1,28 +1,20 @@
 """Task side of a streaming side input kept in the store: its tasks write it, readers read files.
 
-A side input fills over rounds. Rather than collecting it on the driver and broadcasting all of
-it each round, the round that first reads a side input has its tasks keep what its writers
-emitted, each in its own key groups, and the driver learns only the staged files' handles.
-Without a trigger, every chunk stays part of it (``side-rows/<buffer>``, task-owned and
-append-only: ``task.task_range``, one task per subtask, `keeping_side_input`); a triggered side
-input is per window its latest firing (``side-view/<buffer>``: ``task.side_input_view``). A
-reading task gets `SideInputFiles` -- the checkpoint's files of the namespace and the ones this
-round staged, never a chunk -- and reads them (`side_input_chunks`). Each Python worker keeps
-what it read per file (files are immutable), so a round reads only the files that are new
-since the worker's last read: about one per writing subtask, and a range's snapshot once
-after it is written.
+Rather than collecting a side input on the driver and broadcasting all of it each round, the
+tasks of the round that first reads it keep what its writers emitted, each in its own key
+groups: every chunk (``side-rows/<buffer>``, append-only, `keeping_side_input`), or for a
+triggered side input per window its latest firing (``side-view/<buffer>``,
+``task.side_input_view``). A reading task gets `SideInputFiles` -- handles, never a chunk --
+and reads them (`side_input_chunks`); each Python worker keeps what it read per (immutable)
+file, so a round reads only the files new since: about one per writing subtask.
 
-A window's data is needed until the watermark of every stage that reads it has passed the
-window's end plus the largest allowed lateness of the side input and of its readers' main
-inputs (a late main element reads its window); the driver passes that horizon with the
-files (`SideInputFiles.horizon`). Every row carries its windows' latest end
-(`state_layout.encode_side_row`, `encode_side_view`): a worker drops the chunks of rows that
-ended by the horizon from what it holds and merges, and a keeping task leaves them out of its
-range's snapshot (``task.task_range`` `RowExpiry`), which it writes once they are a quarter of
-its range's rows. The global window never ends: a global-window side input without a trigger
-keeps every chunk (bounded only by its input). A keeping task reports the latest end of what
-it kept (`SideInputHeld`), so the driver knows when what a side input no stage writes any more
-has expired (``task.side_input_expiry`` then drops it).
+A window is needed until every reader's watermark passed its end plus the largest allowed
+lateness (a late main element reads its window): the driver passes that horizon
+(`SideInputFiles.horizon`). Every row carries its windows' latest end: workers drop the chunks
+that ended by it, and a keeping task leaves them out of its range's snapshot
+(``task.task_range`` `RowExpiry`). The global window never ends. A keeping task reports the
+latest end it kept (`SideInputHeld`), so the driver knows when a side input no stage writes
+any more has expired (``task.side_input_expiry``).
 
 Leaves which buffers are kept how, and the handles, to the driver
 (``streaming.side_input_store``); serving the chunks to the SDK to ``task.side_input_state``.

@@ -1,32 +1,20 @@
 """A triggered side input's view in streaming: per window, the contents of its latest firing.
 
-Beam's programming guide (side inputs and windowing): when a side input has several trigger
-firings, the main input reads the value of the latest one; in ACCUMULATING mode that firing
-already holds everything so far. This is what the "slowly updating global-window side input"
-pattern relies on: an ``AsSingleton`` of a ``Repeatedly(AfterCount(1))`` global window sees one
-version at a time, the newest.
+Beam's programming guide: a main input reads a side input's latest trigger firing (in
+ACCUMULATING mode it holds everything so far), which the "slowly updating global-window side
+input" pattern relies on. Rounds run in order, so what a round brings for a window replaces the
+view's entry; within a round a higher pane index is a later firing, and elements no trigger
+fired (timing UNKNOWN) are each their own firing, the latest by timestamp. Elements of one
+firing are all kept. A side input with the default trigger fires once per window, so its
+chunks are kept as they come (``SideInput.triggered`` says which).
 
-Which firing is the latest: a streaming round reads what the side input's writers emitted
-since the last round, and rounds run in order, so what a round brings for a window replaces
-what the view held for it (windows the round brought nothing for keep their view). Within one
-round, Beam's ``PaneInfo`` orders the firings: a higher pane index is a later firing of the
-trigger (a GroupByKey can fire an early and an on-time pane in one round); elements no trigger
-fired (timing UNKNOWN, index 0: a ``WindowInto`` with a trigger and no GroupByKey after it)
-are each their own firing, the latest by timestamp. Elements of the same firing are all kept.
-A side input with the default trigger fires once per window with every element, so its chunks
-are kept as they come, not folded (``SideInput.triggered`` says which is which).
-
-Owns: the fold, and the view kept as task-owned state: namespace ``side-view/<buffer>``, key
-``window/`` + the encoded window, value the window's latest firing as one Beam-encoded chunk
-(`state_layout.encode_side_view`). The round that first reads the side input has its new
-elements keyed by window (`window_keyed`) and shuffled to the subtask that owns the window's
-key group, which folds them and replaces those windows' entries (`keeping_view`): one entry
-per window, replaced by each firing, and a restore reads the view as it was at the checkpoint.
-A window's entry carries its end (`state_layout.encode_side_view`) and is deleted once no
-reader needs it (the driver's horizon, ``task.side_input_files``). Leaves reading the view's
-files (``task.side_input_files``), when a main input may read (``streaming.pushback``) and
-serving the view to the SDK (``task.side_input_state``) to others. Batch reads a bounded side
-input whole, every pane, as Beam's FnApiRunner does.
+Owns: the fold, and the view as task-owned state (``side-view/<buffer>``, key ``window/`` +
+the encoded window, value the latest firing's chunk with the window's end,
+`state_layout.encode_side_view`): new elements are keyed by window (`window_keyed`) and
+shuffled to the window's subtask, which replaces those entries and deletes the windows no
+reader needs (`keeping_view`). Leaves reading the files (``task.side_input_files``), when a
+main input may read (``streaming.pushback``) and serving the SDK (``task.side_input_state``)
+to others. Batch reads a bounded side input whole, every pane, as Beam's FnApiRunner does.
 """
 
 from __future__ import annotations

@@ -1,22 +1,17 @@
 """Task side of keyed state: read a subtask's key groups, keep the read for the next round.
 
-A keyed stage (GroupByKey buffers, user state, SDF residuals) keeps its state in tasks: each
-round's task reads the key groups it owns as of the previous round's committed checkpoint and
-stages its changes for the round's checkpoint (two-phase commit: only the attempt whose report
-reaches the driver is committed). Each worker process keeps one read-only store per URL, whose
-segment cache means a changelog segment is fetched and checked once per process, and the last
-state it read per (namespace, key groups): the next round's read applies only the changelog
-segments committed since, when the checkpoint extends the one it read (same materialization,
-its changelog a prefix; files are immutable and named with their checksums in the manifest),
-instead of replaying the whole state. A task that staged changes keeps its read with them
-applied (``keep_staged``): when the next checkpoint names exactly the files this attempt
-staged, that is the next read, with no replay at all.
+A keyed stage's task reads the key groups it owns as of the last committed checkpoint and
+stages its changes for the round's (two-phase: only the attempt whose report reaches the
+driver is committed). Each worker process keeps a read-only store per URL (a segment is
+fetched and checked once per process) and its last read per (namespace, key groups): when the
+checkpoint extends that read (same materialization, its changelog a prefix; files are
+immutable), only the segments committed since are applied. A task keeps its read with its
+changes applied (``keep_staged``): when the next checkpoint names exactly the files it staged,
+that is the next read, with no replay.
 
-Where a read is kept depends on its size against the round's memory budget
-(``StateRound.memory_bytes``, ``--task_state_memory_mb``): within it, a dict in the worker,
-which another Python worker of the executor catches up from through ``shared_reads``; past it,
-the executor's disk (``held_state``: a RocksDB per range, which any worker of the executor
-extends next), so state larger than memory is read and changed a record at a time.
+Within the memory budget (``--task_state_memory_mb``) a read is a dict, which another Python
+worker of the executor catches up from (``shared_reads``); past it, a RocksDB on the
+executor's disk (``held_state``).
 """
 
 from __future__ import annotations

@@ -1,48 +1,25 @@
 """A task's key-group range of a task-owned namespace in one round: read, change, stage; or
 append rows to it.
 
-Every keyed task (a GroupByKey's buffers, a stateful DoFn's cells and timers, an SDF stage's
-residuals, a triggered side input's view) does the same with its range: read it as of the
-round's checkpoint (``staged_state.read_task_state``: kept by the worker between rounds, a
-dict or, past the memory budget, a RocksDB on the executor's disk), change some keys, stage
-the changes and the range's count or snapshot in the attempt's writer (`TaskRange.stage`:
-when the range's tail has grown past its threshold it has the snapshot written in the
-background, ``background_snapshots``; when the commit asked for one, or the tail is overdue,
-it writes it in the round, streamed from the read so a range larger than memory is written in
-parts), and after the writer finished keep the read with the changes applied as the next
-round's read (``keep_staged``) and release it. `TaskRange` is that sequence; a task says only
-what is special to it. Several ranges (namespaces) may stage into one writer (a stateful
-stage's cells and timers): `finish` finishes it and keeps each.
+Every keyed task (GroupByKey buffers, stateful cells and timers, SDF residuals, a triggered
+side input's view) reads its range as of the round's checkpoint (``staged_state``), changes
+some keys, stages the changes with the range's count or snapshot (`TaskRange.stage`; a grown
+tail is snapshotted in the background, ``background_snapshots``), and once the writer finished
+keeps the read, changes applied, as the next round's read. `TaskRange` is that sequence; a
+task says only what is special to it. Several ranges may stage into one writer: `finish`.
 
-Append-only rows (`RowKeeper`) are chunks a task keeps in its own key groups without reading
-the range.
-Two kinds of rows are kept this way (`state_layout.APPEND_ONLY_PREFIXES`), each a name and
-Beam-encoded bytes: a durable batch SDF stage's output chunks (``stage-output/<stage>``, read
-back when the stage resumes: ``runner.batch.stage_rdd``) and a streaming stage's main input
-pushed back until its side inputs are ready (``pushback/<stage>``, read back by the round
-that finds them ready, which drops them: ``runner.streaming.pushback``). A task keeps each
-under a key in its own key groups (round, partition and sequence number, and an id), in the
-round's checkpoint: two-phase, only the committed attempt's rows count. The driver holds the
-segments' handles, never the rows.
+Append-only rows (`RowKeeper`: a durable batch SDF stage's output chunks, a streaming stage's
+pushed-back input, `state_layout.APPEND_ONLY_PREFIXES`) are kept in the task's own key groups
+without reading the range, two-phase: only the committed attempt's rows count, and the driver
+holds handles, never rows. A range due a snapshot rewrites only what its tail added since the
+base (each row is rewritten about once), or the whole range when the commit asked for a
+fallback (the next checkpoint then shares no file with the retained one). One task per subtask
+keeps rows (``as_subtasks``): two tasks snapshotting one range would each miss the other's.
+Rows with an end (`RowExpiry`) leave the snapshot once expired, and a quarter expired makes
+one due, so the store shrinks as windows expire.
 
-When the task's range is due a snapshot (`task_state.Due`, as of the checkpoint the round
-reads), the task reads back what the range's tail added since its base and writes it, with
-this round's rows, into new files; the base's files stay part of the range's snapshot, so
-each row is rewritten about once. When the commit asked for a fallback (`Due.REQUESTED`) it
-rewrites the whole range instead: the next checkpoint then shares no file with the retained
-one. One task per subtask keeps rows (``as_subtasks``): two tasks snapshotting one range
-would each miss the other's rows.
-
-Rows that carry their windows' latest end (a streaming side input's, `RowExpiry`) are left
-out of the range's snapshot once every reader's watermark passed it: such a snapshot keeps
-only the base's files that hold no expired row and rewrites the rest, and it is due, too,
-once a quarter of the range's rows expired, so the store shrinks as windows expire.
-
-Reading back (`read_rows`), one task per subtask reads its key groups' rows, streamed a file
-at a time.
-
-Leaves to others: how a read is kept and caught up (``staged_state``), when a range is due a
-snapshot (``task_state.snapshot_due``), what the values mean (``state_layout``).
+Leaves to others: how a read is kept (``staged_state``), when a range is due a snapshot
+(``task_state.snapshot_due``), what the values mean (``state_layout``).
 """
 
 from __future__ import annotations
