@@ -1,12 +1,9 @@
 """Exceptions of sparkbeam.io's Kafka source and sink.
 
-Owns: one small class per failure a user can act on (broker unreachable, credentials refused,
-topic missing, a deserializer that raised, a bad ``timestamp_policy``), each subclassing a
-builtin, with a one-line message that names the broker, topic or partition and ends with what
-to do; and the warning of a partition that lags and makes no progress
-(``KafkaReadStalledWarning``: a task's warning reaches the driver, which re-issues it).
-Leaves to others: deciding when to raise (``kafka_client``, ``kafka_read``, ``kafka_write``,
-``kafka_pace``).
+Owns: one small class per failure a user can act on, each subclassing a builtin, with a
+one-line message that names the broker, topic or partition and ends with what to do; and the
+warning of a lagging partition that makes no progress (``KafkaReadStalledWarning``). Leaves to
+others: deciding when to raise.
 """
 
 from __future__ import annotations

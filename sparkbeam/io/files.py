@@ -1,18 +1,13 @@
 """``WriteToFilesOnCheckpoint``: a line-file sink whose files appear only once committed.
 
 Each bundle's lines go to a uniquely named staged file under
-``<dirname(path_prefix)>/.sparkbeam-staging/``; the file is renamed to its final name only
-when the Spark task attempt that wrote it is committed (batch: at the end of a successful
-run; streaming: after the checkpoint covering it). A failed or retried attempt's files are
-never renamed, so each element appears in exactly one visible file. Final names are made of
-the round, stage, partition and a per-task sequence, never the attempt, so finalizing twice
-is harmless; a restore that falls back past a lost checkpoint removes the files its rounds
-published before replaying them. The protocol itself lives in
-``sparkbeam.runner.rounds.sink_files``.
-
-Outside a sparkbeam task (DirectRunner, other runners) the staged file is renamed right
-after it is written: the files still appear whole, but a retried bundle writes its lines
-again (at-least-once, like Beam's own file sinks).
+``<dirname(path_prefix)>/.sparkbeam-staging/``, renamed to its final name only when the Spark
+task attempt that wrote it is committed (batch: at the end of a successful run; streaming:
+after the checkpoint covering it), so each element appears in exactly one visible file. Final
+names (round, stage, partition, a per-task sequence; never the attempt) make finalizing twice
+harmless. The protocol, and the removal of what lost rounds published, live in
+``sparkbeam.runner.rounds.sink_files``. Outside a sparkbeam task (other runners) a staged file
+is renamed at once: at-least-once, like Beam's own file sinks.
 """
 
 from __future__ import annotations

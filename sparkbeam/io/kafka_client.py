@@ -1,23 +1,21 @@
 """What sparkbeam asks a Kafka broker, over confluent-kafka (librdkafka), with the workarounds.
 
-Owns: consumers configured for a source (``consumer``; each remembers the broker's refusal of
-its credentials, which librdkafka reports only to an error callback) or for broker questions
-(``question_consumer``: a long fetch wait), the partitions of a topic
-(``partitions_of``, with one-line errors for an unreachable broker, refused credentials or a
-missing topic), a
-partition's end offset (``end_offset``) and the first offset at or after a time
-(``offset_for_time``). Leaves to others: reading records (``kafka_read``).
+Owns: consumers for a source (``consumer``; each remembers the broker's refusal of its
+credentials, which librdkafka reports only to an error callback) or for broker questions
+(``question_consumer``), a topic's partitions (``partitions_of``, with one-line errors for an
+unreachable broker, refused credentials or a missing topic), a partition's end offset
+(``end_offset``) and the first offset at or after a time (``offset_for_time``). Leaves to
+others: reading records (``kafka_read``).
 
 Two broker answers are not trusted, because Tansu (the test broker) gets them wrong:
 
-- ``ListOffsets(latest)`` (``get_watermark_offsets``) returns the base offset of the last
-  record *batch* plus one, not the high watermark: 1 after 1,000 records produced in one
-  batch. A Fetch response carries the true high watermark, so ``end_offset`` fetches one
-  record at that answer minus one and then reads librdkafka's cached watermark.
-- ``ListOffsets(timestamp)`` (``offsets_for_times``) returns the oldest offset whatever the
-  time. ``offset_for_time`` checks the answer against the records around it and, when it is
-  wrong, binary-searches the partition by fetching single records (record timestamps are
-  assumed non-decreasing within a partition, as with CreateTime from one clock).
+- ``ListOffsets(latest)`` returns the base offset of the last record *batch* plus one, not the
+  high watermark (1 after 1,000 records produced in one batch). A Fetch response carries the
+  true one, so ``end_offset`` fetches the record before that answer and reads librdkafka's
+  cached watermark.
+- ``ListOffsets(timestamp)`` returns the oldest offset whatever the time. ``offset_for_time``
+  checks the answer against the records around it and, when wrong, binary-searches the
+  partition by single-record fetches (timestamps assumed non-decreasing within a partition).
 
 On a real Kafka broker both checks cost one small fetch and agree with the broker.
 """
@@ -44,17 +42,15 @@ FETCH_TIMEOUT_S = 5.0
 CLOSE_TIMEOUT_S = 10.0
 QUESTION_FETCH_WAIT_MS = 500
 
-# Defaults a source's consumer gets unless the user's consumer_config sets them: partitions
-# are assigned (no group rebalancing), offsets live in sparkbeam's checkpoint.
+# A source's consumer defaults (consumer_config overrides them): partitions are assigned (no
+# group rebalancing), offsets live in sparkbeam's checkpoint.
 SOURCE_DEFAULTS = {
     "enable.auto.commit": "false",
     "enable.auto.offset.store": "false",
     "enable.partition.eof": "true",
-    # How long the broker holds a fetch that finds nothing new. A read ends at the
-    # partition's end (librdkafka's EOF event, which waits for such an empty fetch, and for
-    # the one still in flight from the previous read): 100 ms made each caught-up read take
-    # 200 ms, 5 ms takes 10. Only a caught-up read waits: one with records gets them at once.
-    # The read's starting wait: it grows for a partition that lags (kafka_pace).
+    # The broker holds a fetch that finds nothing new this long, and a caught-up read waits
+    # for two such fetches (the EOF event's and the previous read's): 100 ms made it 200 ms.
+    # The starting wait: it grows for a partition that lags (kafka_pace).
     "fetch.wait.max.ms": "5",
 }
 
@@ -93,10 +89,8 @@ def consumer(config: dict[str, Any], **overrides: Any):
 
 
 def question_consumer(config: dict[str, Any]):
-    """A consumer for broker questions (``end_offset``, ``offset_for_time``): each fetches
-    one record that exists, so a long fetch wait costs nothing on a broker that answers, and
-    lets one that is slow to gather a partition's records answer at all (see
-    ``kafka_pace``)."""
+    """A consumer for broker questions (``end_offset``, ``offset_for_time``): each fetches a
+    record that exists, so a long fetch wait costs nothing and lets a slow broker answer."""
     return consumer(config, **{"fetch.wait.max.ms": str(QUESTION_FETCH_WAIT_MS)})
 
 
@@ -152,12 +146,8 @@ def _metadata(client: Any, bootstrap: str, topic: str | None = None):
 
 def poll(client: Any, batch_size: int, timeout_s: float) -> list:
     """Up to ``batch_size`` records and events, as soon as any arrived (``[]`` after
-    ``timeout_s`` without any).
-
-    librdkafka's ``consume(n, timeout)`` waits for ``n`` messages or the whole timeout: with
-    fewer records than ``n`` ready, every call took its whole timeout, even at the partition's
-    end. So this takes what is queued (a timeout of 0); when nothing is, it waits for the first
-    message (``poll`` returns as it arrives) and takes what came with it."""
+    ``timeout_s`` without any): librdkafka's ``consume(n, timeout)`` waits for ``n`` messages
+    or the whole timeout, so this takes what is queued, else waits for the first message."""
     messages = client.consume(batch_size, timeout=0)
     if messages:
         return messages

@@ -1,15 +1,14 @@
 """Which topic-partitions a ``ReadFromKafka`` covers, and where each starts and stops.
 
-Owns: the listing once, when the job first starts (``ListPartitions``: an ``Impulse``, every
-partition of the topics, and of the topics matching ``topic_pattern``, with its start and,
-for bounded reads, its stop; a restore continues from the checkpointed residuals instead),
-and, with ``dynamic_read_poll_interval_seconds``, the listing while the job runs
-(``DiscoverPartitions``): a ``PeriodicImpulse`` lists them again and a stateful step keyed by
-``<topic>-<partition>`` passes each on once; its "seen" state is checkpointed, so a restored
-job reads no partition twice. A partition starts where Kafka's consumer would start it:
-``start_read_time``, else the group's committed offset, else ``auto.offset.reset``, found
-later as at the start (as a Kafka consumer subscribed to a pattern does). Leaves to others:
-reading (``kafka_read``), broker questions (``kafka_client``).
+Owns: the listing when the job first starts (``ListPartitions``: every partition of the topics
+and of those matching ``topic_pattern``, with its start and, for bounded reads, its stop; a
+restore continues from the checkpointed residuals instead), and, with
+``dynamic_read_poll_interval_seconds``, the listing while the job runs
+(``DiscoverPartitions``: a ``PeriodicImpulse`` lists them again and a step with checkpointed
+state per ``<topic>-<partition>`` passes each on once, so a restored job reads none twice). A
+partition starts where Kafka's consumer would start it: ``start_read_time``, else the group's
+committed offset, else ``auto.offset.reset``. Leaves to others: reading (``kafka_read``),
+broker questions (``kafka_client``).
 """
 
 from __future__ import annotations
@@ -67,8 +66,8 @@ def list_topic_partitions(client, config, topics, pattern) -> list[tuple[str, in
 
 class ListPartitions(beam.DoFn):
     """Impulse -> ``(topic, partition, start, stop)`` for every partition of the topics, and
-    with ``max_read_time`` (seconds) when the read ends, as epoch ms from now (so it is
-    checkpointed with each partition's residual: a resumed job keeps the same end)."""
+    with ``max_read_time`` when the read ends, in epoch ms (checkpointed with each residual:
+    a resumed job keeps the same end)."""
 
     def __init__(
         self, config, topics, pattern, start_read_time, max_num_records, stop_offsets,

@@ -1,23 +1,19 @@
-"""How long a Kafka read lets the broker hold a fetch of a partition, and when the read says
-that the partition makes no progress.
+"""How long a Kafka read lets the broker hold a fetch of a partition, and when it says the
+partition makes no progress.
 
-A fetch that finds nothing new is held by the broker for ``fetch.wait.max.ms``. The source
-starts at 5 ms (``kafka_client.SOURCE_DEFAULTS``), so a caught-up partition's read ends in
-~10 ms. But a broker that needs longer than the wait to gather a partition's records answers
-with nothing: Tansu (the test broker) scans a partition's record batches, and at 30,000
-one-record batches every 5 ms fetch comes back empty, while 50 ms reads them all. So a poll
-that gets nothing while the partition's end offset (the high watermark of the consumer's
-fetches) is past the read's position is lag, not idleness: the partition's wait doubles, up to
-``max_fetch_wait_ms``, and halves again once it has gone ``RELAX_S`` without growing. A
-partition that lags and gets no record for ``stall_warning_s`` is named in a
-``KafkaReadStalledWarning``, at most once a minute: a task's warnings reach the driver.
+The source's fetch wait (``fetch.wait.max.ms``) starts at 5 ms (``kafka_client.SOURCE_DEFAULTS``)
+so that a caught-up read ends in ~10 ms. A broker that needs longer to gather a partition's
+records answers nothing: Tansu (the test broker), at 30,000 one-record batches, comes back empty
+at 5 ms and reads them all at 50. So a poll that gets nothing while the partition's end (as the
+consumer's fetches saw it) is past the read's position is lag, not idleness: the wait doubles,
+up to ``max_fetch_wait_ms``, and halves after ``RELAX_S`` without growing. A partition that lags
+and gets nothing for ``stall_warning_s`` is named in a ``KafkaReadStalledWarning``.
 
-Owns: ``FetchPace`` (the wait and the stall of one partition, carried from read to read in
-its restriction, ``KafkaOffsetRange.pace``), ``Pacing`` (a reader's settings, and the rules
-above), ``Hold`` (a read call's consumer, position and the end its fetches saw: whether the
-partition lags) and ``Consumers`` (a reader's consumers, one per wait: librdkafka fixes a consumer's
-``fetch.wait.max.ms`` when it is made). Leaves to others: polling (``kafka_read``), the
-restriction (``kafka_restrictions``), making and closing consumers (``kafka_client``).
+Owns: ``FetchPace`` (carried in the restriction, ``KafkaOffsetRange.pace``), ``Pacing`` (a
+reader's settings and these rules), ``Hold`` (a read call's consumer and position) and
+``Consumers`` (one per wait: librdkafka fixes a consumer's ``fetch.wait.max.ms`` when it is
+made). Leaves to others: polling (``kafka_read``), the restriction (``kafka_restrictions``),
+making and closing consumers (``kafka_client``).
 """
 
 from __future__ import annotations
@@ -49,9 +45,8 @@ class FetchPace:
 
 @dataclasses.dataclass(frozen=True)
 class Pacing:
-    """A reader's settings: the starting wait (the consumer config's ``fetch.wait.max.ms``),
-    the most it grows to, and how long a lagging partition goes without a record before the
-    read warns."""
+    """A reader's settings: the starting wait, the most it grows to, and how long a lagging
+    partition goes without a record before the read warns."""
 
     start_ms: int
     max_ms: int
@@ -73,9 +68,8 @@ class Pacing:
         return cls(int(start), max(int(start), max_fetch_wait_ms), float(stall_warning_s))
 
     def pace_of(self, restriction: Any, now: float) -> FetchPace:
-        """The restriction's pace (a new one if it has none: written before it, or by a
-        startpoint), within this reader's bounds, relaxed if due; the read changes it in
-        place and the residual carries it on."""
+        """The restriction's pace (new if it has none), within this reader's bounds, relaxed if
+        due; the read changes it in place and the residual carries it on."""
         pace = getattr(restriction, "pace", None) or FetchPace(self.start_ms)
         pace.wait_ms = min(max(pace.wait_ms, self.start_ms), self.max_ms)
         if pace.wait_ms > self.start_ms and now - (pace.grown_at or 0.0) >= RELAX_S:
@@ -102,9 +96,8 @@ class Pacing:
     def stall_warning(
         self, pace: FetchPace, now: float, name: str, position: int, end: int, age_s: float
     ) -> str | None:
-        """The warning to issue now for partition ``name`` (``<topic>-<partition>``), which
-        lags and got nothing (None: not for ``stall_s`` yet, or one was issued within
-        ``WARN_EVERY_S``)."""
+        """The warning for partition ``name``, which lags and got nothing (None: not for
+        ``stall_s`` yet, or one was issued within ``WARN_EVERY_S``)."""
         if pace.stalled_since is None or now - pace.stalled_since < self.stall_s:
             return None
         if pace.warned_at is not None and now - pace.warned_at < WARN_EVERY_S:
@@ -127,9 +120,8 @@ def progressed(pace: FetchPace) -> None:
 
 
 class Hold:
-    """One read call's hold on its partition: the consumer assigned to it at ``position``
-    (the next offset to read), the end offset its fetches saw when its first batch came and the
-    largest they saw, and since when (monotonic) the call has got nothing."""
+    """One read call's hold on its partition: the consumer assigned at ``position`` (the next
+    offset to read), the ends its fetches saw, and since when the call has got nothing."""
 
     def __init__(self, topic: str, partition: int, position: int, consumer: Any) -> None:
         from confluent_kafka import TopicPartition
@@ -155,25 +147,22 @@ class Hold:
         return self._high() > self.position
 
     def reached_end(self) -> bool:
-        """Whether the read has taken all that its consumer's newest fetch saw in the partition
-        (caught up as of that fetch). librdkafka's partition-EOF event comes only with a fetch
-        that found nothing new, which a partition written every few ms seldom answers: without
-        this, such a read went on until ``max_poll_s``, a round for every partition it read."""
+        """Whether the read has taken all that its consumer's newest fetch saw (caught up as of
+        that fetch): librdkafka's partition-EOF event needs a fetch that found nothing new,
+        which a partition written every few ms seldom gets."""
         return 0 <= self._high() <= self.position
 
     def more_since_start(self, n: int) -> bool:
         """Whether the call has taken all that the partition held when its first batch came
-        (as its consumer's fetches then saw it) and ``n`` or more records were written since:
-        those wait for the next call, so that a call reads the backlog it began with. Every
-        fetch of a partition written faster than it is fetched brings more: its calls went on
-        for ``max_poll_s`` (a round as long), or, caught up with a fetch for an instant, took
-        the partition for idle and waited the resume delay while records kept coming."""
+        and ``n`` or more records were written since: those wait for the next call, so that a
+        call reads the backlog it began with, neither chasing a partition written faster than
+        it is fetched for ``max_poll_s`` nor taking it for idle when caught up for an instant."""
         high = self._high()
         return 0 <= self.first_end <= self.position and high - self.position >= n
 
     def _high(self) -> int:
-        """The partition's end as this consumer's newest fetch saw it (cached: no broker call;
-        -1 before any fetch), noted in ``end_seen`` (and in ``first_end`` the first time)."""
+        """The partition's end as this consumer's newest fetch saw it (cached; -1 before any
+        fetch), noted in ``end_seen`` (and ``first_end`` the first time)."""
         _, high = self.consumer.get_watermark_offsets(self.tp, cached=True)
         self.end_seen = max(self.end_seen, high)
         if self.first_end < 0:
@@ -214,8 +203,7 @@ class Consumers:
         return time.monotonic() - made
 
     def drop(self, consumer: Any) -> None:
-        """Close ``consumer`` for good: librdkafka reported an error it cannot go on after
-        (a fatal error); the next read of its wait gets a new one."""
+        """Close ``consumer`` after a fatal error; the next read of its wait gets a new one."""
         for wait, (c, _) in list(self._made.items()):
             if c is consumer:
                 del self._made[wait]

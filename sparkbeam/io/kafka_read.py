@@ -1,23 +1,16 @@
 """``ReadFromKafka``: a splittable DoFn over confluent-kafka, one restriction per partition.
 
 Owns: the transform (Beam's ``apache_beam.io.kafka.ReadFromKafka`` argument names where they
-apply) and the read loop: assign one partition at its restriction's start, poll in batches,
-claim each batch at once (``kafka_restrictions.ClaimUpTo``), and, once the partition is caught
-up (librdkafka's partition-EOF event, or all that the newest fetch saw is read,
-``Hold.reached_end``), or once it has read all the partition held when it began while a batch
-or more came since (``Hold.more_since_start``: for the next round, at once), or after
-``max_poll_s``, defer the remainder -- with
-``idle_resume_delay_s`` when caught up, or ``max_idle_resume_delay_s`` once the partition's
-reads have found nothing for that long (the streak travels in the restriction,
-``KafkaOffsetRange``), ending on a multiple of the delay on the wall clock so that the
-partitions of an idle topic poll in the same round: one small fetch each per delay. A poll
-that gets nothing while the partition lags is not idleness: the partition's fetch wait grows
-and the call reads on, the consumer kept; after ``consumer_polling_timeout`` of nothing the
-remainder is deferred, not caught up (``kafka_pace``). The residual is sparkbeam's SDF
-residual: offsets live in the checkpoint, never in the consumer group. Leaves to others:
-which partitions and where they start (``kafka_listing``), restrictions, watermarks and
-startpoints (``kafka_restrictions``), fetch waits and stalls (``kafka_pace``), records
-(``kafka_records``), broker questions (``kafka_client``).
+apply) and the read loop: poll one partition in batches, claim each batch at once, and defer
+the remainder once caught up (librdkafka's partition-EOF event, or ``Hold.reached_end``), once
+it has read the backlog it began with while more came (``Hold.more_since_start``), or after
+``max_poll_s``. A caught-up partition waits ``idle_resume_delay_s`` (``max_idle_resume_delay_s``
+once its reads have found nothing that long), ending on a multiple of the delay on the wall
+clock so that an idle topic's partitions poll in the same round. Offsets live in the
+checkpoint (the SDF residual), never in the consumer group. Leaves to others: which
+partitions and where they start (``kafka_listing``), restrictions, watermarks and startpoints
+(``kafka_restrictions``), fetch waits and stalls (``kafka_pace``), records (``kafka_records``),
+broker questions (``kafka_client``).
 """
 
 from __future__ import annotations

@@ -1,16 +1,13 @@
 """The restriction side of ``ReadFromKafka``: one offset range per topic-partition.
 
 Owns: the element (``(topic, partition, start, stop)``, a tuple with a deterministic coder;
-``stop`` is ``sys.maxsize`` for an unbounded read), its restriction (``KafkaOffsetRange``: an
-``OffsetRange`` that also carries since when the partition has been quiet, and its fetch wait
-and stall) and tracker (an
-unbounded range splits only at the current position: a runner-initiated split is a
+``stop`` is ``sys.maxsize`` for an unbounded read), its restriction (``KafkaOffsetRange``) and
+tracker (an unbounded range splits only at its position: a runner-initiated split is a
 checkpoint, never a cut at half of ``sys.maxsize``), the size and backlog estimates, the
-per-partition watermark estimator (the largest record timestamp seen; when the partition is
-caught up it advances to the processing time, so an idle partition does not hold the pipeline
-back), and the startpoint hooks of ``sparkbeam.sdf.startpoints`` (key ``<topic>-<partition>``;
-offset, timestamp through ``offset_for_time``, oldest, upcoming through ``end_offset``).
-Leaves to others: polling (``kafka_read``), broker questions (``kafka_client``).
+per-partition watermark estimator (the largest record timestamp seen, or the processing time
+once caught up, so an idle partition does not hold the pipeline back), and the startpoint
+hooks (key ``<topic>-<partition>``). Leaves to others: polling (``kafka_read``), broker
+questions (``kafka_client``).
 """
 
 from __future__ import annotations
@@ -45,14 +42,11 @@ def note_end_offset(topic: str, partition: int, end: int) -> None:
 
 
 class KafkaOffsetRange(OffsetRange):
-    """An offset range that also carries what a read learnt of its partition for the next:
-    since when (epoch s) its reads have found nothing (``idle_since``; None: its last read
-    found records, or that is not known), so a read that finds nothing knows whether to poll
-    again soon or back off; and its fetch wait and stall (``pace``, ``kafka_pace.FetchPace``;
-    None: not known). A read sets them on its tracker's current restriction before it defers;
-    ``split_at`` hands them to the residual. Pickled as its restriction coder does with any
-    object; a plain ``OffsetRange`` (written before it, or by a startpoint), or one written
-    before ``pace``, is read as one that knows nothing."""
+    """An offset range that carries what a read learnt of its partition to the next: since
+    when (epoch s) its reads have found nothing (``idle_since``), so the next knows whether
+    to back off, and its fetch wait and stall (``pace``, ``kafka_pace.FetchPace``); None: not
+    known, as for a plain ``OffsetRange`` (a startpoint's) or one pickled without ``pace``.
+    ``split_at`` hands them to the residual."""
 
     def __init__(
         self, start: int, stop: int, idle_since: float | None = None, pace: Any = None
@@ -77,10 +71,9 @@ def mark_idle_since(tracker, since: float | None) -> None:
 
 
 class ClaimUpTo:
-    """A polled batch's claim: ``tracker.try_claim(ClaimUpTo(last))`` claims every offset up
-    to ``last`` or to the range's stop, whichever comes first, in one call (under the lock of
-    Beam's thread-safe tracker, so a runner-initiated split can only cut after it);
-    ``claimed`` is then the last offset that is this call's (None: none is)."""
+    """``tracker.try_claim(ClaimUpTo(last))`` claims a polled batch, up to ``last`` or the
+    range's stop, in one call (under the thread-safe tracker's lock, so a runner-initiated
+    split can only cut after it); ``claimed`` is then the last offset claimed (None: none)."""
 
     __slots__ = ("last", "claimed")
 
@@ -180,9 +173,8 @@ class KafkaRestrictionProvider(RestrictionProvider):
 
 
 class KafkaWatermarkEstimator(WatermarkEstimator):
-    """The largest record timestamp seen, a polled batch at a time (``observe_batch``, before
-    the read outputs the batch); ``advance_idle(at)`` when caught up (``at``: when the poll
-    that found the end began, less ``max_delay_s``)."""
+    """The largest record timestamp seen, a polled batch at a time (``observe_batch``), or
+    when caught up the start of the poll that found the end (``advance_idle``)."""
 
     def __init__(self, state: Timestamp | None) -> None:
         self._watermark = MIN_TIMESTAMP if state is None else state
