@@ -1,21 +1,17 @@
 """Snapshots of a key-group range written in the background, off the round's critical path.
 
-When a range's changelog tail has grown (`task_state.Due.GROWN`), the round's task hands its
-state to a thread of its Python worker and returns: the read's keys and values (shared, not
-copied: bytes do not change, and the read itself may change in the next round) and the round's
-changes. A later round's task of the range reports the finished snapshot with its commit
-message, as of the log position it holds (``TaskSnapshot.since``), whichever Python worker of
-the executor runs it: the handoff is a JSON file (file handles, no state) in the range's
-executor directory (`shared_reads`).
+When a range's tail has grown (`task_state.Due.GROWN`), the task hands the read's keys and
+values (shared, not copied) and the round's changes to a thread of its Python worker and
+returns. A later round's task of the range, on whichever worker of the executor, reports the
+finished snapshot as of the log position it holds (``TaskSnapshot.since``); the handoff is a
+JSON file of handles in the range's executor directory (`shared_reads`).
 
-A snapshot is reported only if the files it holds, by name, are still the range's base and
-log (its round's attempt committed; no restore abandoned them), no other segment changed the
-range before the last of them, within `WITHIN_ROUNDS` rounds, and its own files are still
-there (a fallback runs rounds again: a sweep of the abandoned ones may have deleted them);
-else it is dropped, and its files, named for the last round that may commit them, are swept
-as any uncommitted staged file. One whose thread died with its worker never comes back: the
-range grows on until it is overdue and snapshotted in the round. Where there is no executor
-directory (outside Spark), or the state is on disk, it is written in the round.
+It is reported only if the files it holds are still the range's base and log (its attempt
+committed; no restore abandoned them), no other segment changed the range before the last of
+them, within `WITHIN_ROUNDS` rounds, and its own files are still there; else it is dropped and
+its files, named for the last round that may commit them, are swept as uncommitted. One whose
+thread died with its worker never comes back: the range becomes overdue and is snapshotted in
+the round, as it is outside Spark or when the state is on disk.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
-"""Runs one executable stage inside a Spark task through Beam's bundle processor.
+"""Runs one executable stage inside a Spark task: the per-task loop over bundles.
 
-The stage's in-process SDK worker is ``stage_worker``'s. This module owns the per-task loop:
-cut the partition into bundles (an ordinary stage's bundle pulls rows until it has flushed
-output or read ``STREAMED_BUNDLE_BYTES``; an SDF stage's bundles are cut at ``BUNDLE_BYTES`` of
-input, whole for its splitter),
-feed side inputs through the state API, collect outputs and metrics, fire timers (batch: after
-all input, in timestamp order), and re-feed residuals due within the task's budget.
-Runner-initiated splits of SDF bundles are ``bundle_splits``'s; what they leave unprocessed
-goes to the driver here, as zero-delay residuals.
+Cuts the partition into bundles (an ordinary stage's pulls rows until it has flushed output
+or read ``STREAMED_BUNDLE_BYTES``; an SDF stage's are cut at ``BUNDLE_BYTES``, whole for its
+splitter), feeds side inputs, collects outputs and metrics, fires timers (batch: after all
+input, in timestamp order) and re-feeds residuals due within the task's budget. What splits
+(``bundle_splits``) leave goes to the driver as zero-delay residuals. The stage's SDK worker
+is ``stage_worker``'s.
 """
 
 from __future__ import annotations
@@ -50,21 +48,17 @@ class StageTask:
     plan_key: str
     stage: StagePlan
     bundle_bytes: int = BUNDLE_BYTES
-    # A residual due within this many seconds of the task's start is re-fed by
-    # the task itself (sleeping, no CPU); later ones go to the driver's
-    # checkpoint handler as durable state under a timer. 0: always the driver.
+    # A residual due within this many seconds of the task's start is re-fed by the task
+    # (sleeping); later ones leave as durable state under a timer. 0: none re-fed here.
     residual_budget_s: float = 30.0
-    # SDF stages only: runner-initiated splits of long-running bundles (dynamic
-    # rebalancing); what a split moves out goes to the driver for the next round.
-    splits: SplitPolicy = SplitPolicy()
+    splits: SplitPolicy = SplitPolicy()  # SDF stages only
     # A TestStream's virtual processing time (residuals are produced "now"); None: wall clock.
     clock_micros: int | None = None
 
 
-# Beam logs a user exception at ERROR with its traceback where it is raised
-# (`DoFnRunner._reraise_augmented`), then raises it: the task fails with it, the driver prints it
-# once, summarized (`runner/errors.py`), and Spark's executor log keeps the task's traceback. Left
-# on, another task's copy of it lands on the driver's stderr after that summary, at random.
+# Beam logs a user exception at ERROR where it is raised (`DoFnRunner._reraise_augmented`), then
+# raises it: the driver prints it once, summarized (`runner/errors.py`). Left on, another task's
+# copy of it lands on the driver's stderr after that summary, at random.
 _BEAM_USER_ERROR_LOG = logging.getLogger("apache_beam.runners.common")
 
 
@@ -162,10 +156,8 @@ class _TaskLoop:
 
     def _until_output(self, first: tuple[str, bytes], rows: Iterator) -> Iterator[tuple]:
         """A bundle's input: rows until the bundle has flushed output (Beam flushes an output
-        stream at 10 MB) or read ``STREAMED_BUNDLE_BYTES``, so a pre-combine (a lifted
-        combiner's table) sees a large share of the task's input -- a whole task's, for a
-        word count -- while the input is not held in memory, the output held stays bounded,
-        and so does what a DoFn buffers until its bundle finishes."""
+        stream at 10 MB) or read ``STREAMED_BUNDLE_BYTES``, so a pre-combine sees a large share
+        of the task's input while the output held, and what a DoFn buffers, stay bounded."""
         before = self.worker.flushed_outputs()
         size = len(first[1])
         yield first
@@ -245,11 +237,9 @@ def _bundles(rows: Iterable[tuple[str, bytes]], limit: int) -> Iterator[dict[str
 class PendingTimers:
     """Timers set by the stage, deduplicated per (key, tag, window), fired in order.
 
-    Batch semantics: once all input is processed the input watermark is at
-    +infinity, so event-time timers fire earliest first; a timer set or
-    cleared while firing replaces the pending one. Processing-time timers
-    fire when the wall clock reaches them.
-    """
+    Batch: after all input the watermark is +infinity, so event-time timers fire earliest
+    first (one set or cleared while firing replaces the pending one); processing-time timers
+    fire when the wall clock reaches them."""
 
     def __init__(self, coders: dict[tuple[str, str], Any], domains: dict[tuple[str, str], int]):
         self.coders = coders  # (transform, family) -> the family's timer coder impl

@@ -1,18 +1,11 @@
 """Runner-initiated splits of a running splittable-DoFn bundle (dynamic rebalancing).
 
-Owns: the second thread that sends ``ProcessBundleSplitRequest``s to the
-in-process ``SdkWorker`` while one bundle of an SDF process stage runs, and
-reading the responses back as the two things a runner must re-process:
-
-- ``residual_roots``: the unclaimed rest of the element being processed (the
-  SDF's own ``try_split``), handed back as a zero-delay residual;
-- ``channel_splits``: input elements from ``first_residual_element`` on, which
-  were already written to the data channel but which the bundle will now skip.
-  Several splits of one bundle only ever move that index down, so the unread
-  elements are those from the lowest ``first_residual_element`` to the end.
-
-``primary_roots`` need nothing: the bundle finishes them. Leaves to
-``bundle_executor``: turning both into ``ResidualRecord``s for the driver.
+Owns: the second thread that sends ``ProcessBundleSplitRequest``s to the in-process
+``SdkWorker`` while an SDF bundle runs, and what the responses leave to re-process: the
+``residual_roots`` (the unclaimed rest of the element in progress) and, from
+``channel_splits``, the input elements from the lowest ``first_residual_element`` on (written
+to the channel, now skipped; later splits only move it down). ``primary_roots`` the bundle
+finishes. Leaves turning both into ``ResidualRecord``s to ``bundle_executor``.
 """
 
 from __future__ import annotations
@@ -42,18 +35,13 @@ class BundleSplitError(RuntimeError):
 
 @dataclass(frozen=True)
 class SplitPolicy:
-    """When and how far to split the bundles of one SDF stage.
+    """When and how far to split the bundles of one SDF stage: every ``after_s`` seconds
+    (None or 0: never), keeping the next of ``fractions`` (cycled) of the remaining work.
 
-    The first split is sent ``after_s`` seconds into a bundle, then one every
-    ``after_s`` while it still runs; each keeps the next of ``fractions``
-    (cycled) of the bundle's remaining work. ``after_s`` None or 0: never.
-
-    Only a bundle of one element is split unless ``every_bundle``: the fusion break before
-    an SDF stage already spreads several elements over the tasks, and splitting their
-    bundles only moves work behind the next round's barrier (word count, 100 MB on 2
-    cores: 22.5 s splitting every bundle, 19.5 s not). One element is what a task cannot
-    share without a split. ``every_bundle`` is for testing SDFs (``check_sdf``).
-    """
+    Only a bundle of one element is split unless ``every_bundle`` (for ``check_sdf``): the
+    fusion break already spreads several elements over the tasks, and splitting their bundles
+    only moves work behind the next round's barrier (word count, 100 MB on 2 cores: 22.5 s
+    splitting every bundle, 19.5 s not)."""
 
     after_s: float | None = 2.0
     fractions: tuple[float, ...] = (0.5,)
@@ -102,11 +90,8 @@ def encoded_elements(coder_impl, chunks: Sequence[bytes]) -> list[bytes]:
 
 
 class BundleSplitter:
-    """Splits one running bundle from a second thread; use as a context manager.
-
-    ``with BundleSplitter(...) as s: worker.do_instruction(process_bundle)``;
-    after the block, ``s.outcome()`` says what the bundle did not process.
-    """
+    """Splits one running bundle from a second thread while in its ``with`` block; then
+    ``outcome()`` says what the bundle did not process."""
 
     def __init__(
         self,
@@ -183,11 +168,8 @@ class BundleSplitter:
         return self._elements[transform]
 
     def outcome(self) -> SplitOutcome:
-        """Residual roots and unread input elements of every split that happened.
-
-        Call after the bundle's own error was checked: a user error wins over a
-        split request that failed because of it.
-        """
+        """Residual roots and unread input elements of every split that happened. Call after
+        the bundle's own error was checked: it wins over a split request it made fail."""
         if self._error is not None:
             raise BundleSplitError(
                 f"split request for bundle {self.bundle_id!r} failed: "

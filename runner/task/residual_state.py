@@ -1,18 +1,14 @@
 """Task side of SDF residuals: each task keeps the residuals of its key groups.
 
-An SDF process stage with a store runs as exactly ``parallelism`` tasks a round, task ``p``
-being subtask ``p`` (``runner.plane`` ``as_subtasks``). Before its input, a task reads the
-residuals of its key groups as of the round's checkpoint (a `task_range.TaskRange`: kept
-between rounds by the worker, only the segments committed since are applied), and feeds
-the stage those due by the round's clock (at most ``limit``, earliest first) after its input.
-Each residual the stage returns is kept under a key in the task's own key groups (so it stays
-with this subtask, and follows its key group when a restore changes the parallelism). After
-the bundle, the task stages what changed (the residuals fed are deleted, the new ones put) in
-the round's checkpoint and reports the count, the earliest timer and the watermark hold of
-its range (`ResidualReport`): all the driver learns of them.
+An SDF process stage with a store runs as ``parallelism`` tasks a round, task ``p`` being
+subtask ``p`` (``runner.plane`` ``as_subtasks``). A task reads its key groups' residuals as of
+the round's checkpoint (a `task_range.TaskRange`), feeds the stage those due by the round's
+clock after its input, and keeps each new residual under a key in its own key groups (so it
+follows its key group when a restore changes the parallelism). It stages the changes and
+reports count, earliest timer and watermark hold (`ResidualReport`): all the driver learns.
 
-Leaves to others: the handler's timers and codec (``sdf.checkpoint_handler``), the reads,
-staging and snapshots of a key-group range (``task_range``), scheduling rounds (``rounds.feed``).
+Leaves to others: the handler's timers and codec (``sdf.checkpoint_handler``), the range's
+reads and snapshots (``task_range``), scheduling rounds (``rounds.feed``).
 """
 
 from __future__ import annotations

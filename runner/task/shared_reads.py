@@ -1,20 +1,16 @@
 """What the Python workers of one executor share of the streaming state they read.
 
-A round's task lands on any idle Python worker of the executor (PySpark hands them out in
-turn), so the worker that ran a key-group slot last round is seldom the one that runs it
-next. Two kinds of files in the executor's Spark local directory (deleted by Spark when the
-executor stops; outside a Spark task nothing is shared) let the next worker catch up:
+PySpark hands a round's task to any idle Python worker, so the worker that ran a key-group
+slot last round is seldom the one that runs it next. Two kinds of files in the executor's
+Spark local directory (gone with the executor) let the next worker catch up: a slot's **whole
+read** (``save``/``load``), written after a whole replay or a long catch-up, and a **delta**
+per staged segment (``save_delta``/``load_delta``; the last ``KEEP_DELTAS`` kept), which loads
+in ~0.5 ms where replaying the segment costs ~3 us a record.
 
-* a slot's **whole read** (``save``/``load``): written after a whole replay or a long catch-up;
-* a **delta** per staged changelog segment (``save_delta``/``load_delta``): the changes a
-  task staged to the slot, as a dict (~0.5 ms to load a round's 5,000 keys, where replaying
-  the segment costs ~3 us a record). The last ``KEEP_DELTAS`` of a slot are kept.
-
-Every file is replaced whole (``os.replace``), so a reader sees a complete file or none. Each
-names its slot and carries a CRC-32 of its content (~3 GB/s, a tenth of unmarshalling it):
-a file cut, changed (a bad block) or another slot's reads as none, and the caller replays
-from the store, as it does when there is none. Files are read whole and then unmarshalled:
-``marshal.load`` on a file reads it piecewise, ten times slower.
+Every file is replaced whole (``os.replace``), names its slot and carries a CRC-32 of its
+content (a tenth of the cost of unmarshalling it): a file cut, changed or another slot's reads
+as none, and the caller replays from the store. Files are read whole, then unmarshalled
+(``marshal.load`` on a file is ten times slower).
 """
 
 from __future__ import annotations
