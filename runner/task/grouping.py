@@ -1,10 +1,8 @@
 """Worker-side shuffles: GroupByKey, key partitioning and reshuffle on Spark.
 
 Spark moves the bytes (``partitionBy`` on the key's key group, ``partition_for_key``); Beam's
-own machinery gives the semantics: ``GroupingBuffer`` groups by encoded key
-and runs the batch trigger driver, so every window fn (fixed, sliding,
-sessions, custom merging), trigger and timestamp combiner behaves exactly as
-in Beam's FnApiRunner.
+``GroupingBuffer`` groups by encoded key and runs the batch trigger driver, so every window
+fn, trigger and timestamp combiner behaves as in Beam's FnApiRunner.
 """
 
 from __future__ import annotations

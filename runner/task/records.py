@@ -1,13 +1,10 @@
 """Typed records that cross the Spark task boundary.
 
-A stage's Spark partition yields these, never positional streams: data for
-an output buffer (``OutputRecord``) and *reports* for the driver — the bundle
-metrics of the task, its warnings, (for SDF stages) the residuals it could not
-finish, the commit messages of its staged state, the files it staged for sinks,
-the startpoints it met and what its keyed state holds after the round.
-``is_report`` is the one test that tells a report from data, in batch and
-streaming alike; the driver absorbs reports into a ``RoundLedger``
-(``sparkbeam.runner.rounds.ledger``). Data rows are never told apart by shape.
+A stage's Spark partition yields these, never positional streams: data for an output buffer
+(``OutputRecord``) and *reports* for the driver (metrics, warnings, residuals, commit
+messages, sink files, startpoints met, what keyed state holds). ``is_report`` is the one test
+that tells a report from data, in batch and streaming alike; the driver absorbs reports into
+a ``RoundLedger`` (``sparkbeam.runner.rounds.ledger``).
 """
 
 from __future__ import annotations

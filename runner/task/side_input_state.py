@@ -1,10 +1,8 @@
 """Serving materialized side inputs to the SDK through the Fn API state protocol.
 
 Owns: writing a stage's side-input chunks (collected, or read from a streaming side input's
-files: ``side_input_files``) into the in-process
-``StateServicer`` under the state keys the SDK reads (iterable, multimap and
-its keys). Leaves collecting them (``executor``) and running the stage
-(``bundle_executor``) to others.
+files, ``side_input_files``) into the in-process ``StateServicer`` under the state keys the SDK
+reads. Leaves collecting them and running the stage (``bundle_executor``) to others.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """An in-process SDK worker for one stage: Beam's ``SdkWorker`` over in-memory channels.
 
-As in Beam's embedded worker, the SDK's ``SdkWorker`` and ``BundleProcessor`` run in this
-process; a bundle's input is written to an in-memory data channel, or pulled from the task's
-rows as the bundle processor reads it (``StreamedInputChannel``), and its outputs and timers
-are read back when the bundle ends. User state and side inputs go through the state API
-(``user_state``). Every ProcessBundleResponse field this runner does not handle raises, by
-name (``check_handled``). The per-task loop over bundles is ``bundle_executor``'s.
+As in Beam's embedded worker, a bundle's input is written to an in-memory data channel, or
+pulled from the task's rows as the bundle processor reads it (``StreamedInputChannel``), and
+its outputs and timers are read back when it ends; state goes through the state API
+(``user_state``). A ProcessBundleResponse field this runner does not handle raises, by name
+(``check_handled``). The loop over bundles is ``bundle_executor``'s.
 """
 
 from __future__ import annotations
@@ -62,17 +61,16 @@ class BundleOutput:
     split: SplitOutcome = field(default_factory=SplitOutcome)
 
 
-# Beam's DoFn invoker keeps a DoFn's globally windowed side-input arguments for the life of its
-# bundle processor unless this experiment is set (apache/beam#28776), and the SDK reuses
-# processors across bundles: a task's side inputs change (a streaming round's view, another
-# run's data), so processors of stages with side inputs are made with it.
+# Beam's DoFn invoker keeps globally windowed side-input arguments for the life of its bundle
+# processor unless this is set (apache/beam#28776); processors are reused across bundles while
+# a task's side inputs change, so processors of stages with side inputs are made with it.
 _NO_ARGS_CACHE = "disable_global_windowed_args_caching"
 
 
 @contextlib.contextmanager
 def _side_inputs_read_per_bundle():
-    """Invokers made meanwhile (the SDK makes a stage's processors in its bundles) read their
-    side inputs in each bundle. The experiment is read once, when an invoker is made."""
+    """Invokers made meanwhile (the SDK makes processors in bundles) read their side inputs
+    in each bundle (the experiment is read when an invoker is made)."""
     previous = RuntimeValueProvider.experiments
     RuntimeValueProvider.experiments = set(previous or ()) | {_NO_ARGS_CACHE}
     try:

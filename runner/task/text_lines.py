@@ -1,17 +1,15 @@
 """The lines of a ``ReadFromText`` range, read in bulk in a Spark task (``translation.text_reads``).
 
-The lines are Beam's: a range ``[start, end)`` of a file owns the lines that start in it (a
-range past the file's start begins just after the first ``\\n`` at or after ``start - 1``, as
-Beam's text source and Hadoop's line reader do); a line ends at ``\\n``, a ``\\r`` just before
-it dropped too, or at the end of the file, kept whole. A compressed file is one range, read to
-its end through Beam's ``FileSystems`` (which knows the codecs, as it knows ``s3://``).
+The lines are Beam's: a range ``[start, end)`` owns the lines that start in it (past the
+file's start it begins just after the first ``\\n`` at or after ``start - 1``, as Beam's and
+Hadoop's readers do); a line ends at ``\\n`` (a ``\\r`` before it dropped) or at the end of
+the file. A compressed file is one range, read through Beam's ``FileSystems``.
 
-Each block is checked to be UTF-8 (a file that is not fails, as in Beam's reader, naming the
-byte) and goes to the stage as one chunk: its lines, each ended by ``\\n``. The stage's input
-operation (``TextLinesInputOperation``, the SDK's data input for ``TEXT_LINES_INPUT_URN``)
-decodes a chunk at once and emits each line as Beam's ``Read`` does -- a string in the global
-window at the minimum timestamp -- without a windowed-value encoding to write and decode and
-the data input's lock per line (~6% of a word count's read stage, py-spy).
+Each block is checked to be UTF-8 (a file that is not fails, naming the byte) and goes to the
+stage as one chunk of ``\\n``-ended lines, which ``TextLinesInputOperation`` (the data input
+of ``TEXT_LINES_INPUT_URN``) emits as Beam's ``Read`` does -- global window, minimum timestamp
+-- without a windowed-value encoding and the data input's lock per line (~6% of a word
+count's read stage, py-spy).
 """
 
 from __future__ import annotations

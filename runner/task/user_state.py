@@ -1,11 +1,10 @@
 """The in-process Fn API state servicer, with the user-state cells a task touched.
 
-Beam's ``worker_handlers.StateServicer`` serves the SDK's state requests in process (as in
-Beam's FnApiRunner). A streaming stateful task must persist, after its bundles, every user
-state cell the SDK wrote or cleared; this subclass notes them as the requests arrive, so the
-task reads them back through the same public requests (``get_raw``) and restores them with
-``append_raw`` — never through the servicer's private dicts. Leaves what is stored, and how,
-to ``sparkbeam.runner.streaming.stateful`` and ``sparkbeam.checkpoint.state_layout``.
+Beam's ``worker_handlers.StateServicer`` serves the SDK's state requests in process. A
+streaming stateful task persists every cell the SDK wrote or cleared: this subclass notes them
+as requests arrive, and reads and restores them through the public requests (``get_raw``,
+``append_raw``), never the servicer's private dicts. Leaves what is stored, and how, to
+``sparkbeam.runner.streaming.stateful`` and ``sparkbeam.checkpoint.state_layout``.
 """
 
 from __future__ import annotations

@@ -1,11 +1,9 @@
 """The operation behind ``WINDOW_INTO_URN``: Beam's standard WindowFns without a DoFn per element.
 
-Same windows as the SDK's ``WindowInto`` DoFn (``bundle_processor.create_assign_windows``),
-which runs once per input window and emits the element with its timestamp, the windows its
-timestamp falls in, and no pane: computed here from integer microseconds, and each window
-object made once per task (a round's elements fall in few windows). Registered with Beam's
-``BeamTransformFactory`` on import (``stage_worker`` imports it), so the SDK's bundle
-processor builds it like any of its own operations, counters and state sampling included.
+The same windows as the SDK's ``WindowInto`` DoFn (``bundle_processor.create_assign_windows``),
+computed from integer microseconds, each window object made once per task (a round's elements
+fall in few windows). Registered with Beam's ``BeamTransformFactory`` on import (by
+``stage_worker``), so the SDK builds it like its own operations, counters included.
 """
 
 from __future__ import annotations

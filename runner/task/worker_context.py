@@ -1,14 +1,10 @@
 """Per-Python-worker caches of what the driver ships: plan components, filesystem options.
 
-A Spark Python worker runs many tasks of one job. Coders and windowing
-strategies (and, in ``bundle_executor``, bundle processors) are rebuilt once
-per worker process per plan, keyed by ``plan_key``, from bytes shipped with the
-task (never from driver memory). The key is derived from the plan's code, so a
-changed DoFn body gets new processors and an unchanged plan reuses them, in
-batch and streaming runs alike. Every task
-that registers its plan also applies the filesystem options its job carries
-(``sparkbeam.runner.spark.filesystem_options``), so the store and sinks reach
-``s3://``, ``gs://``, ... with the pipeline's options.
+A Spark Python worker runs many tasks of a job, so coders and windowing strategies (and, in
+``stage_worker``, bundle processors) are built once per worker per ``plan_key``, from bytes
+shipped with the task. The key hashes the plan's code: a changed DoFn body gets new processors.
+Registering a plan also applies the job's filesystem options
+(``sparkbeam.runner.spark.filesystem_options``), so the store and sinks reach ``s3://``, ...
 """
 
 from __future__ import annotations
@@ -27,11 +23,8 @@ _CONTEXTS: dict[str, pipeline_context.PipelineContext] = {}
 
 
 def plan_key(plan) -> str:
-    """The key workers cache a plan under: its shape's fingerprint and a hash of its code.
-
-    The code is the serialized components and every stage's bundle descriptor (a DoFn body
-    is pickled into both), so two plans that differ only in a DoFn body get different keys,
-    and the same plan always gets the same key (a drain plan, with truncation, gets its own)."""
+    """The key workers cache a plan under: its shape's fingerprint and a hash of its code (the
+    components and every stage's descriptor, into which DoFn bodies are pickled)."""
     code = hashlib.sha256(plan.components)
     for stage in plan.stages:
         code.update(stage.descriptor)
