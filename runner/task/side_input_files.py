@@ -27,7 +27,6 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.transforms.window import GlobalWindow
 
 from sparkbeam.checkpoint import state_layout
@@ -95,11 +94,8 @@ def window_end(window) -> int:
 
 def latest_end(coder_impl, chunk: bytes) -> int:
     """The latest end of the windows of a chunk's elements (Beam-encoded, ``coder_impl``)."""
-    stream, end = create_InputStream(chunk), -state_layout.END_NEVER
-    while stream.size() > 0:
-        value = coder_impl.decode_from_stream(stream, True)
-        end = max(end, *(window_end(w) for w in value.windows))
-    return end
+    ends = (window_end(w) for value in coder_impl.decode_all(chunk) for w in value.windows)
+    return max(ends, default=-state_layout.END_NEVER)
 
 
 @dataclass(frozen=True)

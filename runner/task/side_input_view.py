@@ -22,7 +22,6 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Iterator
 
-from apache_beam.coders.coder_impl import create_InputStream, create_OutputStream
 from apache_beam.utils.windowed_value import PaneInfoTiming, WindowedValue
 
 from sparkbeam.checkpoint import state_layout
@@ -82,9 +81,7 @@ def _per_window(impl, chunks) -> Iterator[tuple[object, WindowedValue]]:
     """(window, the element in that window alone) per window of each element of ``chunks``
     (Beam-encoded by ``impl``)."""
     for chunk in chunks:
-        stream = create_InputStream(chunk)
-        while stream.size() > 0:
-            value = impl.decode_from_stream(stream, True)
+        for value in impl.decode_all(chunk):
             for window in value.windows:
                 one = value
                 if len(value.windows) > 1:
@@ -94,10 +91,7 @@ def _per_window(impl, chunks) -> Iterator[tuple[object, WindowedValue]]:
 
 def _encoded(impl, values: Iterable[WindowedValue]) -> bytes:
     """One chunk of ``values``, Beam-encoded by ``impl``."""
-    out = create_OutputStream()
-    for value in values:
-        impl.encode_to_stream(value, out, True)
-    return out.get()
+    return b"".join(impl.encode_nested(value) for value in values)
 
 
 def keeping_view(

@@ -140,8 +140,9 @@ def _read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[
         if shared is not None and (tail is None or len(shared.rest) < len(tail.rest)):
             tail = shared
     spilled = None if tail is not None else held_state.open_spilled(slot, budget)
-    if spilled is not None:  # this range was larger than the budget: the executor kept it
-        tail = _Tail.of(_spilled_read(spilled), view, groups)
+    if spilled is not None and spilled.identity is not None:  # larger than the budget: kept
+        materialization, changelog, staged, _, size = spilled.identity
+        tail = _Tail.of(_Read(materialization, changelog, spilled, size, staged), view, groups)
     where = f"checkpoint {checkpoint_id} of pipeline {spec.pipeline!r} in store {spec.url!r}"
     read = _Apply(store, spec.pipeline, namespace, groups, slot, budget, where)
     if tail is None or not read.extend(tail):
@@ -158,13 +159,6 @@ def _read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[
         if read.replayed >= CATCH_UP_SHARE:  # a long way from the last whole read shared
             shared_reads.save(slot, kept.materialization, kept.changelog, *read.result, None)
     return read.state
-
-
-def _spilled_read(spilled: held_state.SpilledState) -> _Read | None:
-    if spilled.identity is None:
-        return None
-    materialization, changelog, staged, _, size = spilled.identity
-    return _Read(materialization, changelog, spilled, size, staged)
 
 
 @dataclass(frozen=True)
@@ -384,14 +378,10 @@ def keep_staged(
 
 
 def _keep(slot: tuple, read: _Read, budget: int) -> None:
+    """Keep ``read`` as ``slot``'s; drop the least recently read while over ``budget``."""
     with _LOCK:
         _READS[slot] = read
-        _evict(budget)
-
-
-def _evict(budget: int) -> None:
-    """Drop the least recently read states while the cache is over ``budget`` (under _LOCK)."""
-    total = sum(r.size for r in _READS.values())
-    while total > budget and len(_READS) > 1:
-        _, old = _READS.popitem(last=False)
-        total -= old.size
+        total = sum(r.size for r in _READS.values())
+        while total > budget and len(_READS) > 1:
+            _, old = _READS.popitem(last=False)
+            total -= old.size
