@@ -1,21 +1,11 @@
-"""Streaming: each independent pipeline runs in rounds, each round one checkpoint.
+"""Streaming: each independent pipeline runs in rounds on its own driver thread.
 
-A round of one pipeline is one Spark job over all its stages: the Impulse (in
-the first round only), the residuals whose timers are due, and the state its
-GroupByKeys buffered. When the job has succeeded, every task's staged state
-changes, the checkpoint handler's residuals, the completed-work markers and
-the sink files of the round are committed as one checkpoint: the round's end
-is the barrier of a Chandy-Lamport snapshot, since nothing of the round is in
-flight any more. Then the round's sink files become visible.
-
-Each pipeline (connected component of the plan) has its own driver thread,
-Spark job group, round counter and checkpoint chain; the pipelines' rounds share
-sparkbeam's FAIR scheduler pool, so concurrent rounds get fair shares. When one of its
-rounds fails beyond Spark's task retries, only that pipeline drops its working
-state and restores its last checkpoint; the others never notice. A restarted
-driver restores every pipeline from its latest checkpoint. A pipeline ends
-when its inputs are done: no Impulse to run, no residual pending, no
-GroupByKey state left.
+A round is one Spark job over the pipeline's live stages; once it succeeded, its staged state,
+residuals, completed-work markers and sink files commit as one checkpoint (nothing of the
+round is in flight: the barrier of a Chandy-Lamport snapshot), then its sink files become
+visible. Each pipeline has its own thread, job group, round counter and checkpoint chain; the
+pipelines share sparkbeam's FAIR scheduler pool. A round failing beyond Spark's task retries
+restores only its own pipeline's last checkpoint.
 
 Each pipeline's rounds are a ``rounds.loop.RoundLoop`` over a ``pipeline.PipelineRounds``,
 sharing one ``RunContext``; this module owns their threads, the signals and the drain.

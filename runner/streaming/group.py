@@ -1,20 +1,13 @@
 """Streaming GroupByKey: Beam's trigger driver over state kept in the checkpoint store.
 
-In batch, a GroupByKey sees all its input at once (``grouping.group_partition``).
-In streaming it sees one round at a time, so what it buffered must survive the
-round: per key, the trigger driver's state (elements still encoded, trigger
-and pane bookkeeping, watermark holds, timers) is one entry of namespace
-``gbk/<buffer>`` in the pipeline's checkpoint store, keyed by the encoded key, in the
-explicit format of ``sparkbeam.checkpoint.state_layout`` (never pickled).
-
-Each round, task ``p`` owns the key groups ``key_group_range(p, parallelism)``:
-it reads their state as of the previous round's checkpoint, runs Beam's
-``GeneralTriggerDriver`` over the new elements (input watermark: the previous
-round's), fires the timers the round's watermark passed (event time) or the
-clock passed (processing time), drops windows past their allowed lateness,
-and stages the changed entries for the round's checkpoint. Because key groups
-(not partitions) own state, another ``--parallelism`` on restore just assigns
-the key groups differently.
+A streaming GroupByKey sees its input a round at a time, so per key the trigger driver's state
+(encoded elements, trigger and pane bookkeeping, holds, timers) is one entry of namespace
+``gbk/<buffer>``, keyed by the encoded key, in ``state_layout``'s format (never pickled). Each
+round task ``p`` reads its key groups' entries as of the previous checkpoint, runs the new
+elements (input watermark: the previous round's), fires the timers the watermark or the clock
+passed, drops windows past their allowed lateness, and stages what changed. Key groups, not
+partitions, own state, so another ``--parallelism`` on restore only assigns them differently.
+The default trigger's common case is ``on_time_panes``.
 """
 
 from __future__ import annotations
@@ -261,25 +254,10 @@ def _collect_garbage(state, watermark, allowed_lateness) -> None:
         state.global_state.pop(tag, None)
 
 
-def _next_processing_timer(state) -> float | None:
-    times = [
-        float(ts)
-        for timers in state.timers.values()
-        for (_, domain, _), ts in timers.items()
-        if domain == trigger.TimeDomain.REAL_TIME
-    ]
-    return min(times) * 1000.0 if times else None
-
-
 def dump_state(state, allowed_lateness, codec=None) -> bytes | None:
-    """The bytes of one key's trigger state, or None when nothing is left to keep.
-
-    Element values inside are already encoded; windows go through the windowing's
-    window coder, timestamps and trigger bookkeeping through the layout's tree codec.
-    A fixed header says when the key next needs a round (an event-time timer, a
-    window to forget, a processing-time timer) and its watermark hold, so idle keys
-    are skipped without decoding.
-    """
+    """The bytes of one key's trigger state, or None when nothing is left to keep. Its header
+    says when the key next needs a round (an event-time timer, a window to forget, a
+    processing-time timer) and its watermark hold, so idle keys are skipped undecoded."""
     windows = state.global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag) or {}
     if not state.state and not state.timers and not windows:
         return None
@@ -288,18 +266,18 @@ def dump_state(state, allowed_lateness, codec=None) -> bytes | None:
         {w: dict(t) for w, t in state.timers.items()},
         dict(state.global_state),
     )
-    wakes = [
-        ts.micros
-        for timers in state.timers.values()
-        for (_, domain, _), ts in timers.items()
-        if domain != trigger.TimeDomain.REAL_TIME
-    ]
-    wakes += [(w.max_timestamp() + allowed_lateness).micros + 1 for w in windows]
-    real = _next_processing_timer(state)
+    wakes = [(w.max_timestamp() + allowed_lateness).micros + 1 for w in windows]
+    real_ms: list[float] = []
+    for timers in state.timers.values():
+        for (_, domain, _), ts in timers.items():
+            if domain == trigger.TimeDomain.REAL_TIME:
+                real_ms.append(float(ts) * 1000.0)
+            else:
+                wakes.append(ts.micros)
     return state_layout.encode_group(
         state_layout.GROUP_TRIGGER,
         min(wakes, default=MAX_MICROS),
-        math.inf if real is None else real,
+        min(real_ms, default=math.inf),
         state.get_earliest_hold().micros,
         (codec or trigger_state_codec(None)).encode(plain),
     )

@@ -1,10 +1,6 @@
 """The default trigger's per-key state in a streaming GroupByKey: a flat buffer per window.
 
-``OnTimePanes`` is ``group``'s fast path for the common windowing (default trigger, no
-merging, no allowed lateness, end-of-window timestamps): each window fires once, ON_TIME, when
-the watermark reaches its end. Its state is the encoded values per window, kept flat
-(``GROUP_ON_TIME_FLAT``: per window its encoded bytes, end and values) and keyed by the
-encoded window, so a key's round builds no window objects and hashes none of Beam's.
+``OnTimePanes`` is ``group``'s fast path for the common windowing; ``group`` keeps the state.
 """
 
 from __future__ import annotations

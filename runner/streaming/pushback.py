@@ -1,17 +1,12 @@
 """Streaming side inputs: hold a stage's main input back until its side inputs are ready.
 
-In batch a side input is complete before its consumer runs. In streaming it fills over
-rounds, so a consumer that ran at once would see it empty — Beam's ``WriteToText``
-finalizes its files through side inputs that only fill when its GroupByKey fires, and
-would finalize nothing. As in Beam's runners, a side input is *ready* once data has
-arrived for it or its watermark is at +infinity (nothing more can come); until every side
-input of a stage is ready, the stage's main input is pushed back: its tasks (one per
-subtask) keep the rows in their key groups in the round's checkpoint (namespace
-``pushback/<stage>``, task-owned and append-only: ``task.task_range``) instead of processing
-them. The round that finds the side inputs ready has one task per subtask read its key
-groups' rows back into the stage's input, and drops the namespace from its checkpoint: the
-driver holds the rows' handles, never the rows. While rows are pushed back the stage holds
-its output watermark at -infinity, so nothing downstream fires windows those rows belong to.
+A streaming side input fills over rounds, so a consumer run at once would see it empty
+(``WriteToText`` finalizes its files through side inputs filled only when its GroupByKey
+fires). As in Beam's runners a side input is *ready* once data arrived for it or its watermark
+is +inf. Until then the stage's tasks keep its main input in their key groups (task-owned,
+append-only namespace ``pushback/<stage>``: ``task.task_range``) and the stage holds its output
+watermark at -inf. The round that finds them ready reads the rows back, one task per subtask,
+and drops the namespace: the driver holds the rows' handles, never the rows.
 """
 
 from __future__ import annotations

@@ -1,19 +1,12 @@
 """One streaming round as one Spark job, with as few Python tasks as the plan allows.
 
-``RoundBuilder`` turns the live stages of a round into RDDs: the Impulse only
-until its round committed, every SDF stage as one task per subtask that feeds the due
-residuals of its key groups and keeps the new ones (``task.residual_state``), every
-GroupByKey a key-group-partitioned shuffle into ``streaming_group.group_round``
-over the previous checkpoint's state, every stateful stage a key-group
-shuffle into a task that loads and stages its keys' state.
-
-Each task's reports (commit messages, residuals, metrics, ...) are *carried*
-downstream with the data to one consumer — through narrow stages and through
-shuffles alike — until a stage that feeds nobody hands them to the round's
-final ``collect``. So a stage read once needs no cache and no second Python
-pass to extract its reports: a chain of stages is one Python task per
-partition. A stage read more than once (several consumers, or a side input)
-is persisted and carries its reports on exactly one path.
+``RoundBuilder`` turns a round's live stages into RDDs: the Impulse until its round committed,
+an SDF stage as one task per subtask that feeds its due residuals and keeps the new ones
+(``task.residual_state``), a GroupByKey or a stateful stage as a key-group shuffle into tasks
+that load and stage their keys' state (``group``, ``stateful``). Each task's reports ride with
+the data to one consumer (``rounds.carry``) until a stage that feeds nobody hands them to the
+round's ``collect``: a chain of stages is one Python task per partition, and only a stage read
+more than once (several consumers, or a side input) is persisted.
 """
 
 from __future__ import annotations

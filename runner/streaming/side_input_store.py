@@ -1,28 +1,19 @@
 """A streaming pipeline's side inputs across rounds: kept by tasks, passed to readers as files.
 
-A side input fills over rounds. The first stage of a round that reads it runs one Spark job
-in which tasks keep what its writers emitted this round, each in its own key groups
-(``task.side_input_files``): without a trigger every chunk (one task per subtask), a
-triggered side input per window its latest firing (its elements shuffled to the subtask that
-owns the window, ``task.side_input_view``). The driver collects the jobs' commit messages
-(handles, never a chunk) into the round's reports, and passes each reading stage the files:
-the checkpoint's, and the ones this round staged.
+The first stage of a round that reads a side input runs one Spark job in which tasks keep what
+its writers emitted this round in their key groups (``task.side_input_files``): every chunk
+without a trigger, a triggered one's latest firing per window, shuffled to the window's subtask
+(``task.side_input_view``). The driver collects only commit messages (handles), and passes
+each reading stage the checkpoint's files and the round's.
 
-A window's side-input data is dropped once no reader can need it: the driver computes, per
-side input and round, the expiry horizon -- the lowest input watermark of the stages that
-read it, minus how long its data may still be read (the largest allowed lateness of the side
-input and of its readers' main inputs) -- and passes it with the files (a number,
-never data). Readers leave out what ended by it; the keeping tasks leave it out of their
-ranges' snapshots (``task.side_input_files``, ``task.side_input_view``). The horizon does
-not move at a watermark of +inf (a drain: elements may still come). A side input once given
-data stays ready (`state_layout.side_data_marker`) when its windows expire.
-
-A side input no stage writes in a round (its source is done, or not run) has no keeping task
-then; what it holds expires all the same. Keeping tasks report the latest end of what they
-keep (`SideInputHeld`, a number per task), so the driver knows when the horizon passed
-everything a side input holds; only then (or once after a restore: the ends are not in the
-checkpoint) does a round that brings it nothing run its keeping tasks without data
-(``task.side_input_expiry``), which drop what expired and report what is left.
+A window's data is dropped once no reader can need it: by the expiry horizon, the lowest input
+watermark of its readers minus the largest allowed lateness of the side input and of its
+readers' main inputs, passed to readers and keeping tasks with the files. The horizon never
+goes back and does not move at +inf (a drain: elements may still come). A side input once given
+data stays ready (``state_layout.side_data_marker``). Keeping tasks report the latest end they
+keep (``SideInputHeld``); a round that brings a side input nothing runs its keeping tasks
+without data (``task.side_input_expiry``) only once the horizon passed that end, or once after
+a restore (the ends are not in the checkpoint).
 """
 
 from __future__ import annotations

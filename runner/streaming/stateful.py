@@ -1,20 +1,13 @@
 """Streaming stateful DoFns: user state and timers survive rounds in the checkpoint store.
 
-A stateful stage's input is partitioned by the key group of each element's
-encoded key, so task ``p`` of a round sees exactly the keys of subtask ``p``.
-Before its input it loads their user state (bag, multimap and ordered-list
-state cells of the Fn API, put back through the state servicer's append requests) and their
-pending timers from the previous round's checkpoint; it fires the event-time
-timers the round's watermark passed and the processing-time timers the clock
-passed; after, it stages what changed for the round's checkpoint and reports
-its earliest timer hold (the stage's output watermark hold) and next
-processing-time timer, so the driver knows when a round is due.
-
-Store layout, one entry per user key (its encoded bytes, so the key group of
-the entry is the key group the input was partitioned by): namespace
-``user-state/<stage>`` holds the key's state cells (Fn API state keys and their raw
-bytes), ``user-timers/<stage>`` its timers encoded with their family's timer coder,
-both in the explicit formats of ``sparkbeam.checkpoint.state_layout``.
+A stateful stage's input is partitioned by the key group of each element's encoded key, so
+task ``p`` sees exactly subtask ``p``'s keys. It restores their state cells (through the state
+servicer) and timers from the previous checkpoint, fires the event-time timers the watermark
+passed and the processing-time timers the clock passed, stages what changed, and reports its
+earliest timer hold and next processing-time timer, so the driver knows when a round is due.
+Per user key (its encoded bytes, so the entry's key group is the input's) ``user-state/<stage>``
+holds its Fn API state cells and ``user-timers/<stage>`` its timers, in ``state_layout``'s
+formats.
 """
 
 from __future__ import annotations
@@ -23,12 +16,14 @@ import itertools
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
+from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2
+from apache_beam.runners import pipeline_context
 from apache_beam.utils import timestamp
 
 from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.task import clock
-from sparkbeam.runner.task.grouping import partition_for_key
+from sparkbeam.runner.task.grouping import partition_for_key, split_elements
 from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport
 from sparkbeam.runner.task.staged_state import StateRound
 from sparkbeam.runner.task.task_range import TaskRange, finish, staged_writer_for_task
@@ -153,15 +148,13 @@ class KeyedState:
         """Put or delete each ``changed`` key whose value differs from the one stored."""
         stored = task_range.stored
         for key in changed:
-            blob = after.get(key)
-            old = stored.get(key)
-            if blob is None:
-                if old is not None:
-                    task_range.delete(key)
-                continue
-            self._check_owned(key)
-            if old != blob:
-                task_range.put(key, blob)
+            blob, old = after.get(key), stored.get(key)
+            if blob is None and old is not None:
+                task_range.delete(key)
+            elif blob is not None:
+                self._check_owned(key)
+                if old != blob:
+                    task_range.put(key, blob)
 
     def _keys_held(self, with_state: int) -> int:
         """Keys with state or timers after the round: those with state (counted) and those
@@ -223,13 +216,9 @@ _KEY_ENCODERS: dict = {}
 def sdk_keyed(plan_key: str, stage, transform: str, blobs) -> Iterator[tuple[bytes, bytes]]:
     """(key bytes exactly as the SDK encodes them for state and timers, element) per element.
 
-    The runner's wire coders may stand in for a key coder the runner does not know (a
-    length-prefixed pickled key arrives as bytes), so the key is taken through the stage's
-    own descriptor coders: the data input's coder decodes the element as the SDK does, and
-    the stateful ParDo's key coder encodes the key as its state requests will.
+    Through the stage's own descriptor coders, not the runner's wire coders, which may stand in
+    for a key coder the runner does not know (a length-prefixed pickled key arrives as bytes).
     """
-    from sparkbeam.runner.task.grouping import split_elements
-
     wire, key_impl = _encoders(plan_key, stage, transform)
     for blob in blobs:
         for windowed, encoded in split_elements(blob, wire):
@@ -239,19 +228,11 @@ def sdk_keyed(plan_key: str, stage, transform: str, blobs) -> Iterator[tuple[byt
 def _encoders(plan_key: str, stage, transform: str):
     """(wire coder impl of ``transform``'s input, the stateful ParDo's key coder impl)."""
     cache_key = (plan_key, stage.id, transform)
-    if cache_key not in _KEY_ENCODERS:
-        _KEY_ENCODERS[cache_key] = _key_encoder(stage, transform)
-    return _KEY_ENCODERS[cache_key]
-
-
-def _key_encoder(stage, transform: str):
-    from apache_beam.portability import common_urns
-    from apache_beam.portability.api import beam_runner_api_pb2 as runner_api
-    from apache_beam.runners import pipeline_context
-
+    if cache_key in _KEY_ENCODERS:
+        return _KEY_ENCODERS[cache_key]
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
     context = pipeline_context.PipelineContext(
-        runner_api.Components(
+        beam_runner_api_pb2.Components(
             coders=descriptor.coders,
             windowing_strategies=descriptor.windowing_strategies,
             environments=descriptor.environments,
@@ -259,13 +240,13 @@ def _key_encoder(stage, transform: str):
     )
     port = beam_fn_api_pb2.RemoteGrpcPort.FromString(descriptor.transforms[transform].spec.payload)
     wire = context.coders[port.coder_id].get_impl()
-    pardo = common_urns.primitives.PAR_DO.urn
     for proto in descriptor.transforms.values():
-        if proto.spec.urn != pardo:
+        if proto.spec.urn != common_urns.primitives.PAR_DO.urn:
             continue
-        payload = runner_api.ParDoPayload.FromString(proto.spec.payload)
+        payload = beam_runner_api_pb2.ParDoPayload.FromString(proto.spec.payload)
         if payload.state_specs or payload.timer_family_specs:
             main = next(pc for tag, pc in proto.inputs.items() if tag not in payload.side_inputs)
             kv = context.coders[descriptor.pcollections[main].coder_id]
-            return wire, kv.key_coder().get_impl()
+            _KEY_ENCODERS[cache_key] = wire, kv.key_coder().get_impl()
+            return _KEY_ENCODERS[cache_key]
     raise RuntimeError(f"Stage {stage.id} has no stateful ParDo (data input {transform!r})")

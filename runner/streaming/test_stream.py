@@ -1,16 +1,11 @@
 """Playing a TestStream: one event per round, each applied only when the pipeline is idle.
 
-A round applies the next event of the pipeline's TestStream when the previous rounds left
-nothing to do at the current (virtual) time: no watermark would move, no timer or residual
-is due. An element batch feeds its elements into the round; a watermark advance moves the
-output watermark of one output tag before the round's watermarks are computed; a
-processing-time advance moves the virtual clock every task of the round reads (processing-time
-timers, ``AfterProcessingTime`` triggers, SDF resume delays). After the last event every
-output's watermark is at +inf, and the clock jumps to the next pending timer, so a 1-hour
-resume delay costs one round, not an hour. The position (next event, clock, watermarks) is in
-each round's checkpoint, so a TestStream pipeline resumes where it stopped.
-
-The clock starts at 0 (the epoch), as Beam's ``TestClock`` does.
+Idle: no watermark would move and no timer or residual is due at the current (virtual) time.
+An element event feeds the round; a watermark event moves one output's watermark before the
+round's watermarks are computed; a processing-time event moves the virtual clock the round's
+tasks read (starting at 0, the epoch, as Beam's ``TestClock``). After the last event every
+output is at +inf and the clock jumps to the next pending timer, so a 1-hour resume delay costs
+one round. The position is in each round's checkpoint, so the pipeline resumes where it stopped.
 """
 
 from __future__ import annotations

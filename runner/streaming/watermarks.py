@@ -1,15 +1,11 @@
 """Per-round watermarks of one streaming pipeline, computed on the driver.
 
-A round's watermarks are fixed before the round runs, from what the previous
-round left behind: an Impulse is at -inf until its round committed and +inf
-after; a TestStream output is where its last watermark event put it; a
-splittable-DoFn stage holds its output back to the earliest hold of
-its pending residuals (their output watermarks, reported by the SDK's
-watermark estimators); a stateful stage to the earliest output timestamp of
-its pending event-time timers; a GroupByKey holds its output back to the earliest
-hold of the panes it buffers. Everything else passes the minimum of its
-inputs through. A GroupByKey's *input* watermark (what fires its event-time
-timers) excludes its own hold, otherwise it could never fire.
+Fixed before a round runs, from what the previous round left: an Impulse is at -inf until its
+round committed, +inf after; a TestStream output where its last watermark event put it. An SDF
+stage holds its output back to its pending residuals' earliest hold (the SDK's watermark
+estimators), a stateful stage to its pending event-time timers', a GroupByKey to its buffered
+panes'; other stages pass the minimum of their inputs. A GroupByKey's *input* watermark (what
+fires its timers) excludes its own hold, otherwise it could never fire.
 """
 
 from __future__ import annotations
