@@ -1,29 +1,18 @@
 """The store on ``azfs://``: one Azure Blob request per storage call, a real exclusive create.
 
-Owns: `AzureStorage`, the `ObjectStorage` for ``azfs://account/container/prefix`` URLs (Beam's
-form). It talks to Azure Blob Storage through the ``BlobServiceClient`` Beam's own Azure
-filesystem builds (``apache_beam.io.azure.blobstorageio.BlobStorageIO``: from
-``--azure_connection_string`` or ``AZURE_STORAGE_CONNECTION_STRING``, else
-``--blob_service_endpoint`` with ``DefaultAzureCredential`` and
-``--azure_managed_identity_client_id``), from the same options as Beam's ``FileSystems`` in
-this process, with the client's retry policy (at first contact without connect retries,
-`ObjectStorage.first_contact`). Leaves to others: the file formats and the commit protocol
-(the store), and the options (``filesystem_options``).
+Owns: `AzureStorage`, the `ObjectStorage` for ``azfs://account/container/prefix`` (Beam's form),
+over the ``BlobServiceClient`` Beam's ``BlobStorageIO`` builds (``--azure_connection_string`` or
+``AZURE_STORAGE_CONNECTION_STRING``, else ``--blob_service_endpoint`` with
+``DefaultAzureCredential``), with the client's retry policy (at first contact without connect
+retries). Leaves to others: file formats, the commit protocol and the options
+(``filesystem_options``).
 
-Beam's client serves one account, whatever a URL names: a URL of another account than the
-client's is refused here (Beam's filesystem would write to the client's). Why not Beam's
-``BlobStorageFileSystem`` calls: they build a client per call, upload through a temporary
-file, rename by copy + delete, and offer no conditional write. Here:
-
-- ``write`` is one Put Blob to the final name (up to 64 MiB; larger ones are blocks committed
-  by one Put Block List), with an MD5 the server checks. A blob is visible whole when its
-  upload completes, with read-after-write consistency.
-- ``create_exclusive`` and ``write_new`` upload with ``If-None-Match: *`` (``overwrite=False``):
-  Azure refuses it (409) if the blob exists, atomically -- the store's lock and its
-  write-once manifests rely on that.
-- ``read`` is one GET (more past 32 MiB), ``read_range`` one with a ``Range``; ``list`` is List
-  Blobs under the prefix (a page per 5000); ``delete`` one Delete Blob (a missing blob is no
-  error); ``exists``/``size``/``mtime`` one Get Blob Properties.
+Beam's client serves one account: a URL of another account is refused here (Beam's filesystem
+would write to the client's). Not Beam's ``BlobStorageFileSystem`` calls: they build a client
+per call, upload through a temporary file, rename by copy + delete and have no conditional
+write. Here a write is one Put Blob to the final name (its MD5 checked by the server),
+``create_exclusive`` one with ``If-None-Match: *`` (Azure refuses it atomically, 409, if the blob
+exists), a read one GET.
 """
 
 from __future__ import annotations
@@ -70,9 +59,7 @@ def _foreign(error: Exception) -> bool:
 
 
 class AzureStorage(ObjectStorage):
-    """``azfs://account/container/prefix``; see the module docstring for what each call costs.
-    A wrong endpoint, account, key or container, or a refused request raise `StoreAccessError`
-    (one line, `explain`)."""
+    """``azfs://account/container/prefix``; what a user can fix raises `StoreAccessError`."""
 
     service = "Azure Blob"
     extra = "azure"

@@ -1,40 +1,27 @@
 """The store on ``gs://``: one GCS request per storage call, and a real exclusive create.
 
-Owns: `GcsStorage`, the `ObjectStorage` for ``gs://bucket/prefix`` URLs. It talks to GCS
-through the google-cloud-storage client Beam's own GCS filesystem builds
-(``apache_beam.io.gcp.gcsio.create_storage_client``: Application Default Credentials,
-``--impersonate_service_account``, ``--project``), from the same options as Beam's
-``FileSystems`` in this process, with Beam's retry policy (``gcsio_retry``; at first contact
-without its retries of a refused connection, `ObjectStorage.first_contact`). The client honours
-``STORAGE_EMULATOR_HOST`` (an emulator's address). Leaves to others: the file formats and the
-commit protocol (the store), and the options (``filesystem_options``).
+Owns: `GcsStorage`, the `ObjectStorage` for ``gs://bucket/prefix``, over the
+google-cloud-storage client Beam's GCS filesystem builds (``gcsio.create_storage_client``:
+Application Default Credentials, ``--impersonate_service_account``, ``--project``; it honours
+``STORAGE_EMULATOR_HOST``), with Beam's retry policy (``gcsio_retry``; at first contact without
+retries of a refused connection). Leaves to others: file formats, the commit protocol and the
+options (``filesystem_options``).
 
-Why not Beam's ``GCSFileSystem`` calls: they build a client per call, read through a
-``BlobReader`` that fetches metadata first, rename by rewrite + delete, and offer no
-conditional write. Here:
-
-- ``write`` is one upload to the final name (up to 8 MiB one multipart request, with a CRC32C
-  the server checks; larger ones a resumable upload). GCS makes an object visible whole when
-  its upload completes, with read-after-write consistency.
-- ``create_exclusive`` and ``write_new`` upload with ``ifGenerationMatch=0``: GCS refuses it
-  (412) if the object exists, atomically -- the store's lock and its write-once manifests rely
-  on that.
-- ``read`` is one media GET (the client checks the CRC32C of a whole object), ``read_range``
-  one with a ``Range``; ``list`` is ``objects.list`` under the prefix (a page per 1000);
-  ``delete`` one DELETE (a missing object is no error); ``exists``/``size``/``mtime`` one GET
-  of the object's metadata.
-
-An upload's 404 can only mean the bucket is missing (uploads create objects), and so does a
-listing's: both say so in one line. A read's 404 is a missing file.
+Not Beam's ``GCSFileSystem`` calls: they build a client per call, fetch metadata before a read,
+rename by rewrite + delete and have no conditional write. Here a write is one upload to the
+final name (its CRC32C checked by the server), ``create_exclusive`` one with
+``ifGenerationMatch=0`` (GCS refuses it atomically, 412, if the object exists), a read one media
+GET. An upload's or a listing's 404 can only mean the bucket is missing, and says so in one
+line; a read's is a missing file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from typing import Any
 
-from sparkbeam.checkpoint.errors import StoreAccessError
 from sparkbeam.checkpoint.object_storage import ObjectStorage, client_for, connection_failure
 
 _CREDENTIALS_HELP = (
@@ -81,9 +68,7 @@ def _foreign(error: BaseException) -> str | None:
 
 
 class GcsStorage(ObjectStorage):
-    """``gs://bucket/prefix``; see the module docstring for what each call costs. A wrong
-    endpoint, missing or refused credentials, or a missing bucket raise `StoreAccessError`
-    (one line, `explain`)."""
+    """``gs://bucket/prefix``; what a user can fix raises `StoreAccessError` (`explain`)."""
 
     service = "GCS"
     extra = "gcp"
@@ -113,32 +98,38 @@ class GcsStorage(ObjectStorage):
         except RequestRangeNotSatisfiable:  # the range starts at or past the end
             return b""
 
+    @contextlib.contextmanager
+    def _in_bucket(self) -> Iterator[None]:
+        """An upload's or a listing's 404 (GCS's, not a foreign service's): no bucket."""
+        from google.api_core.exceptions import NotFound
+
+        try:
+            yield
+        except NotFound as e:
+            if _foreign(e):
+                raise
+            raise self.access_error(
+                f"names bucket {self.bucket!r}, which does not exist there; create it, or fix "
+                "the bucket in --checkpoint_dir"
+            ) from None
+
     def _put(self, key: str, data: bytes, exclusive: bool) -> bool:
-        from google.api_core.exceptions import NotFound, PreconditionFailed
+        from google.api_core.exceptions import PreconditionFailed
 
         condition = {"if_generation_match": 0} if exclusive else {}
         try:
-            self._blob(key).upload_from_string(
-                data, content_type="application/octet-stream", **condition, **self._calls()
-            )
+            with self._in_bucket():
+                self._blob(key).upload_from_string(
+                    data, content_type="application/octet-stream", **condition, **self._calls()
+                )
         except PreconditionFailed:  # it exists (or a concurrent create won)
             return False
-        except NotFound as e:
-            if _foreign(e):
-                raise
-            raise self._missing_bucket() from None
         return True
 
     def _keys(self, prefix: str) -> Iterator[str]:
-        from google.api_core.exceptions import NotFound
-
         blobs = gcs_client().list_blobs(self.bucket, prefix=prefix, **self._calls())
-        try:
+        with self._in_bucket():
             yield from (b.name for b in blobs)
-        except NotFound as e:
-            if _foreign(e):
-                raise
-            raise self._missing_bucket() from None
 
     def _remove(self, key: str) -> None:
         from google.api_core.exceptions import NotFound
@@ -151,12 +142,6 @@ class GcsStorage(ObjectStorage):
     def _stat(self, key: str) -> tuple[int, float] | None:
         blob = gcs_client().bucket(self.bucket).get_blob(key, **self._calls())
         return None if blob is None else (int(blob.size), blob.updated.timestamp())
-
-    def _missing_bucket(self) -> StoreAccessError:
-        return self.access_error(
-            f"names bucket {self.bucket!r}, which does not exist there; create it, or fix the "
-            "bucket in --checkpoint_dir"
-        )
 
     def explain(self, error: Exception) -> str | None:
         """A google-cloud-storage or google-auth error as what to set."""

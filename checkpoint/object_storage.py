@@ -1,23 +1,19 @@
 """What the object-store backends share: one request per storage call, one client per process.
 
-Owns: `ObjectStorage`, the base of `S3Storage` (``s3://``), `GcsStorage` (``gs://``) and
-`AzureStorage` (``azfs://``): the URL as a bucket (or container) and a key prefix, every
-`Storage` call as one request of the backend's (`_get`, `_put`, `_keys`, `_remove`, `_stat`),
-write-once names over its conditional create, listing by key prefix, and errors made one line
-(`StoreAccessError` naming the store, the endpoint and what to set, from the backend's
-`explain`). `client_for` keeps one client per kind for this process's ``FileSystems`` options.
-Leaves to the backends: the requests and what each cloud's errors mean; to
-``filesystem_options``: the options.
+Owns: `ObjectStorage`, the base of `S3Storage`, `GcsStorage` and `AzureStorage`: the URL as a
+bucket (or container) and a key prefix, each `Storage` call as one request of the backend's
+(`_get`, `_put`, `_keys`, `_remove`, `_stat`), and backend errors made one `StoreAccessError`
+line (the backend's `explain`); `client_for`: one client per kind for this process's
+``FileSystems`` options. Leaves to the backends the requests and what each cloud's errors mean.
 
-Object stores have no directories, no rename and no partial writes: an upload becomes visible
-whole when it completes, so a write goes straight to its final key; a conditional create is the
-cloud's own (S3 ``If-None-Match: *``, GCS ``ifGenerationMatch=0``, Azure ``If-None-Match: *``),
-atomic on the server -- the store's lock and its write-once manifests rely on it.
+Object stores have no directories, no rename and no partial writes: an upload appears whole, so
+a write goes straight to its final key, and the cloud's conditional create, atomic on the
+server, backs the store's lock and its write-once manifests.
 
 A wrong endpoint fails within seconds: until an endpoint has answered a request of this process
-(`first_contact`), a refused connection or an unknown host name (`connection_failure`) is retried
-a few times over 3.5 s, not waited out by the client's own retries (GCS 120 s, Azure 90 s); once
-it has answered, such a failure is a transient fault and the client's policy applies unchanged.
+(`first_contact`), a refused connection or an unknown host (`connection_failure`) is retried
+over 3.5 s, not waited out by the client's own retries (GCS 120 s, Azure 90 s); after that it is
+a transient fault under the client's policy.
 """
 
 from __future__ import annotations

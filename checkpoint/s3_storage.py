@@ -1,27 +1,16 @@
 """The store on ``s3://``: one S3 request per storage call, and a real exclusive create.
 
-Owns: `S3Storage`, the `ObjectStorage` for ``s3://bucket/prefix`` URLs. It talks to S3
-through the boto3 client inside Beam's own S3 client wrapper
-(``apache_beam.io.aws.clients.s3.boto3_client.Client``), built from the same options as Beam's
-``FileSystems`` in this process (``FileSystems.set_options``; unset values come from boto3's
-environment: ``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL_S3``, roles, ...). Leaves to others: the
-file formats and the commit protocol (the store), and the options (``filesystem_options``).
+Owns: `S3Storage`, the `ObjectStorage` for ``s3://bucket/prefix``, over the boto3 client inside
+Beam's S3 client wrapper, built from this process's ``FileSystems`` options (unset values come
+from boto3's environment: ``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL_S3``, roles, ...). Leaves to
+others: file formats, the commit protocol and the options (``filesystem_options``).
 
-Why not Beam's ``S3FileSystem`` calls: they build a client per call, upload with a three-request
-multipart upload, read with a HEAD before the GET, rename by copy + delete, and offer no
-conditional write. Here:
-
-- ``write`` is one ``PutObject`` to the final key. S3 makes an object visible whole when its
-  PUT completes (and gives read-after-write consistency), so no temp name and no rename. A
-  single PUT holds up to 5 GiB, far above any segment, snapshot or manifest.
-- ``create_exclusive`` and ``write_new`` are one ``PutObject`` with ``IfNoneMatch='*'``: S3
-  refuses it (412) if the key exists, atomically -- the store's lock and its write-once
-  manifests rely on that. A store that does not support conditional writes (501) falls back
-  to check-then-write, with a warning.
-- ``list`` is ``ListObjectsV2`` under the key prefix (a page per 1000 keys): S3 has no
-  directories, so nothing checks that a "directory" exists first.
-- ``read`` is one ``GetObject``, ``read_range`` one with a ``Range``; ``delete`` one
-  ``DeleteObject`` (deleting a missing key is not an error in S3).
+Not Beam's ``S3FileSystem`` calls: they build a client per call, upload in three requests, read
+with a HEAD first, rename by copy + delete and have no conditional write. Here a write is one
+``PutObject`` to the final key (visible whole once complete; up to 5 GiB), ``create_exclusive``
+one with ``IfNoneMatch='*'`` (S3 refuses it atomically, 412, if the key exists; a store without
+conditional writes, 501, falls back to check-then-write with a warning), a read one
+``GetObject`` (with a ``Range`` for a span), a listing ``ListObjectsV2`` under the key prefix.
 """
 
 from __future__ import annotations
@@ -56,9 +45,7 @@ def _status(error) -> int:
 
 
 class S3Storage(ObjectStorage):
-    """``s3://bucket/prefix``; see the module docstring for what each call costs. A wrong
-    endpoint, missing credentials or bucket, or a refused request raise `StoreAccessError`
-    (one line, `explain`)."""
+    """``s3://bucket/prefix``; what a user can fix raises `StoreAccessError` (`explain`)."""
 
     service = "S3"
     extra = "aws"
