@@ -22,6 +22,7 @@ the SDF stage it feeds); one a failed task left open, by the worker's next task.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import marshal
 import os
@@ -69,10 +70,8 @@ class SpilledState(Mapping):
         return value
 
     def get(self, key: bytes, default=None):
-        try:
+        with self._guarded():
             value = self._db.get(key)
-        except Exception as e:  # rocksdict raises a bare Exception
-            self._refuse(e)
         return default if value is None else value
 
     def __contains__(self, key: object) -> bool:
@@ -85,12 +84,10 @@ class SpilledState(Mapping):
         """(key, value) in key order, read from disk as they are iterated; all of them, or
         `SpilledStateError` (RocksDB's iterator ends early, silently, on a damaged table)."""
         n, expected = 0, self.count
-        try:
+        with self._guarded():
             for row in self._db.items():
                 n += 1
                 yield row
-        except Exception as e:
-            self._refuse(e)
         if n != expected:
             self._refuse(f"{n} records where its claim counts {expected}")
 
@@ -102,10 +99,8 @@ class SpilledState(Mapping):
     def forget(self) -> None:
         """Delete the claim before the first change (a kill then leaves none)."""
         if self.identity is not None:
-            try:
+            with self._guarded():
                 del self._claims[_CLAIM]
-            except Exception as e:
-                self._refuse(e)
             self.identity = None
 
     def put(self, key: bytes, value: bytes, *, new: bool = False) -> None:
@@ -117,10 +112,8 @@ class SpilledState(Mapping):
             self.size += len(key) + len(value)
         else:
             self.size += len(value) - len(old)
-        try:
+        with self._guarded():
             self._db[key] = value
-        except Exception as e:
-            self._refuse(e)
 
     def delete(self, key: bytes) -> None:
         self.forget()
@@ -128,10 +121,8 @@ class SpilledState(Mapping):
         if old is not None:
             self.count -= 1
             self.size -= len(key) + len(old)
-            try:
+            with self._guarded():
                 del self._db[key]
-            except Exception as e:
-                self._refuse(e)
 
     def put_all(self, items) -> None:
         """Put ``items`` (absent keys: a dict being spilled) in batches."""
@@ -139,7 +130,7 @@ class SpilledState(Mapping):
 
         self.forget()
         batch = WriteBatch(raw_mode=True)
-        try:
+        with self._guarded():
             for key, value in items:
                 batch.put(key, value)
                 self.count += 1
@@ -148,21 +139,25 @@ class SpilledState(Mapping):
                     self._db.write(batch)
                     batch = WriteBatch(raw_mode=True)
             self._db.write(batch)
-        except Exception as e:
-            self._refuse(e)
 
     def claim(self, materialization, changelog, staged) -> None:
         """Write the claim: the state is that of these manifest files (and staged files)."""
         identity = (tuple(materialization), tuple(changelog), staged, self.count, self.size)
-        try:
+        with self._guarded():
             self._claims[_CLAIM] = marshal.dumps(
                 (list(self.slot), list(identity[0]), list(identity[1]),
                  None if staged is None else list(staged), self.count, self.size)
             )  # fmt: skip
-        except Exception as e:
-            self._refuse(e)
         self.identity = identity
         self.read_as = identity[:2]
+
+    @contextlib.contextmanager
+    def _guarded(self) -> Iterator[None]:
+        """A database failure in the block refuses it (rocksdict raises a bare Exception)."""
+        try:
+            yield
+        except Exception as e:
+            self._refuse(e)
 
     def _refuse(self, cause: Exception | str) -> NoReturn:
         """The database failed (a table damaged, its directory gone): remove it, so that the
