@@ -1,28 +1,15 @@
 """StateAndTimerBundleCheckpointHandler: residuals become keyed state + timers.
 
-The design of seed 003 ("SDF self-checkpoint on the Flink runner"). For each residual root a
-bundle returns:
-
-1. a key: the encoded residual application plus a unique id, chosen by the state that keeps
-   it (a task's state picks an id whose key group is one of its own, so the residual stays
-   with the task that made it and follows its key group when parallelism changes on restore);
-2. the encoded residual written as keyed state, namespace ``sdf-residual/<stage>``;
-3. a processing-time timer at ``produced + requested_time_delay`` (ms), whose output
-   timestamp (the watermark hold) is the min of the residual's output watermarks, else the
-   input element's timestamp.
-
-When timers come due their residuals are handed back (Approach 1: fed to the same stage) and
-their state and holds are cleared. Where the state lives is the caller's: in a Spark task, the
-key-group range of the task (``runner.task.residual_state``: read from the checkpoint store,
-its changes staged into the round's checkpoint); on the driver of a batch run without a store,
-memory (`MemoryResiduals`).
-
-The timers (`ResidualTimerService`): an in-memory index (a heap of (fire time, key)) over
-timers whose payloads live in the state, rebuilt from it on restore, so never the source of
-truth; its holds give the stage's output watermark. Both heaps drop cleared timers lazily
-(when they reach the top); once dead entries outnumber the live timers, the heaps are rebuilt
-from the live ones, so a fired residual's key is not kept alive (a polling SDF fires one per
-poll for as long as it runs).
+Each residual root a bundle returns is kept under a key (the encoded residual application plus
+an id the state chooses: a task's state picks one in its own key groups, so the residual stays
+with its task and follows its key group when parallelism changes on restore) as keyed state of
+``sdf-residual/<stage>``, under a processing-time timer at ``produced + requested_time_delay``
+(ms) that holds the watermark at the min of the residual's output watermarks, else the input
+element's timestamp. Due residuals are handed back to the same stage and their state cleared.
+Where the state lives is the caller's: a task's key-group range
+(``runner.task.residual_state``), or memory (`MemoryResiduals`: a batch run without a store).
+The timers (`ResidualTimerService`) are an in-memory index over the state, rebuilt from it on
+restore, never the source of truth; their holds give the stage's output watermark.
 """
 
 from __future__ import annotations

@@ -1,13 +1,12 @@
 """Task side of startpoints: rewrite the restrictions entering an SDF process stage.
 
-The input of a ``ProcessSizedElementsAndRestrictions`` stage is a chunk of windowed values of
-``((element, (restriction, watermark_estimator_state)), size)``, both for the initial restrictions
-of a fresh start and for re-fed residuals on restore. `StartpointApplier` decodes each with the
-stage's own data-input coder, asks the DoFn's restriction provider (unpickled from the
-ParDoPayload, as Beam's ``bundle_processor`` does) for the restriction a startpoint implies,
-recomputes the size, and re-encodes. Every element that meets a startpoint yields a
-`StartpointOutcome` for the driver, applied or not, so that only applied startpoints are deleted.
-Leaves to others: which startpoints apply (`startpoints`), the hooks (`startpoint_restrictions`).
+`StartpointApplier` decodes each ``((element, (restriction, watermark_estimator_state)), size)``
+entering a ``ProcessSizedElementsAndRestrictions`` stage (initial restrictions and re-fed
+residuals alike) with the stage's own data-input coder, asks the DoFn's restriction provider for
+the restriction a startpoint implies, recomputes the size and re-encodes. Every element that
+meets a startpoint yields a `StartpointOutcome`, applied or not, so that only applied
+startpoints are deleted. Leaves to others: which startpoints apply (`session`), the hooks
+(`restrictions`).
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ what a position means for its restrictions. Optional hooks it may define:
 Without ``restriction_for_startpoint``, ``OffsetRange`` restrictions get the built-in: offset ->
 ``[offset, stop)``; oldest -> ``[initial_restriction(element).start, stop)``; upcoming ->
 ``[latest_offset(element), stop)``, or ``[stop, stop)`` for a bounded range (nothing of it is new).
-Leaves to others: decoding elements (`startpoint_applier`) and the lifecycle (`startpoints`).
+Leaves to others: decoding elements (`applier`) and the lifecycle (`session`).
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ HOOK = "restriction_for_startpoint"
 LATEST_HOOK = "latest_offset"
 KEY_HOOK = "startpoint_key"
 ESTIMATOR_HOOK = "estimator_state_for_startpoint"
+_DEFINE_HOOK = f"Define {HOOK}(element, restriction, startpoint) on its RestrictionProvider."
 
 
 def estimator_state_for_startpoint(
@@ -90,36 +91,24 @@ def parse_offset(source: str, startpoint: Startpoint) -> int:
 def restriction_for_startpoint(
     provider: Any, source: str, element: Any, restriction: Any, startpoint: Startpoint
 ) -> Any | None:
-    """The restriction this element continues from, or None to keep the startpoint for later."""
+    """The restriction this element continues from, or None to keep the startpoint for later:
+    the provider's hook, else the OffsetRange built-in (see the module docstring)."""
     hook = getattr(provider, HOOK, None)
     if hook is not None:
         return hook(element, restriction, startpoint)
-    if not isinstance(restriction, OffsetRange):
-        raise UnsupportedStartpointError(
-            source,
-            startpoint.kind.value,
-            f"its restriction is a {type(restriction).__name__}, not an OffsetRange",
-            f"Define {HOOK}(element, restriction, startpoint) on its RestrictionProvider.",
-        )
-    return offset_range_for_startpoint(provider, source, element, restriction, startpoint)
-
-
-def offset_range_for_startpoint(
-    provider: Any, source: str, element: Any, restriction: OffsetRange, startpoint: Startpoint
-) -> OffsetRange | None:
-    """The built-in for OffsetRange restrictions (see the module docstring)."""
-    stop = restriction.stop
     kind = startpoint.kind
+    if not isinstance(restriction, OffsetRange):
+        reason = f"its restriction is a {type(restriction).__name__}, not an OffsetRange"
+        raise UnsupportedStartpointError(source, kind.value, reason, _DEFINE_HOOK)
+    stop = restriction.stop
     if kind is StartpointKind.OFFSET:
         offset = parse_offset(source, startpoint)
         return OffsetRange(offset, stop) if offset <= stop else None
     if kind is StartpointKind.OLDEST:
         initial = provider.initial_restriction(element)
         if not isinstance(initial, OffsetRange):
-            raise UnsupportedStartpointError(
-                source, kind.value, "its initial restriction is not an OffsetRange",
-                f"Define {HOOK}(element, restriction, startpoint) on its RestrictionProvider.",
-            )  # fmt: skip
+            reason = "its initial restriction is not an OffsetRange"
+            raise UnsupportedStartpointError(source, kind.value, reason, _DEFINE_HOOK)
         return OffsetRange(min(initial.start, stop), stop)
     if kind is StartpointKind.UPCOMING:
         latest = getattr(provider, LATEST_HOOK, None)

@@ -1,26 +1,23 @@
-"""Driver side of startpoints (seed 002): fan-out at start, assignments per round, delete on commit.
+"""Driver side of startpoints: fan-out at start, assignments per round, delete on commit.
 
 Lifecycle of one independent pipeline's startpoints over one run (`StartpointSession`):
 
 1. `fan_out` at start or restore: delete what the restored checkpoint already consumed (its
    metadata names the tokens), check every startpoint names an SDF source of the plan with a kind
-   its provider can honour, copy a transform-level startpoint to one per-element entry for every
-   element pending in the restored state, and report startpoints older than ``max_age_s``.
+   its provider can honour, copy a transform-level startpoint to each element pending in the
+   restored state, and report startpoints older than ``max_age_s``.
 2. `assignment(stage)` before each round of an SDF process stage: per-element startpoints, plus
-   the transform-level one while its fan-out is open (the stage's first round in this run: the
-   elements that exist at start). Tasks apply it with `StartpointApplier`.
+   the transform-level one while its fan-out is open (the stage's first round in this run).
 3. `prepare_commit(outcomes)` before the round's checkpoint: write a per-element copy for each
-   element that met the transform-level startpoint but had no data at its position (it keeps it);
-   returns the checkpoint metadata naming the consumed tokens.
+   element that met the transform-level startpoint with no data at its position; returns the
+   checkpoint metadata naming the consumed tokens.
 4. `committed()` after the checkpoint commits: delete exactly the consumed tokens and close the
    fan-out.
 
-Samza's two failure modes cannot happen: an element that saw no data is never deleted (only
-outcomes with ``applied`` are consumed), and an element that appears after the fan-out closed
-gets nothing (the transform-level entry is gone and no copy names it). A crash between 3 and 4 is
-repaired at the next start by step 1, so a consumed startpoint is never applied twice. Leaves to
-others: decoding/applying (`startpoint_applier`), the hooks (`startpoint_restrictions`), storage
-(`sparkbeam.checkpoint.startpoints`), calling these at the right points (the runner's loops).
+So an element that saw no data keeps its startpoint, an element that appears after the fan-out
+closed gets none, and a crash between 3 and 4 is repaired by step 1 at the next start: a
+consumed startpoint is never applied twice. Leaves to others: applying (`applier`), the hooks
+(`restrictions`), storage (`sparkbeam.checkpoint.startpoints`), when to call these (the runner).
 """
 
 from __future__ import annotations
