@@ -2,29 +2,24 @@
 
 Owns: the scenarios, their comparison and the report. A check runs, in order:
 
-1. ``static`` — restriction / watermark-state coder round trips, sizes, and
-   ``try_split`` coverage (``sparkbeam.sdf.testing.static``), no Spark;
-2. ``baseline`` — ``Create(elements) | ParDo(dofn)`` on SparkCheckpointRunner;
-3. ``checkpoint-every-claim`` — the same with a real ``defer_remainder()``
-   forced after every successful claim (residuals re-fed by the runner);
-4. ``kill-and-resume`` — 3. in a child process with ``--checkpoint_dir``,
-   SIGKILLed once a committed checkpoint holds pending residuals, then rerun;
-5. ``resume-other-parallelism`` — the same kill point, rerun at another
-   ``--parallelism``;
-6. ``runner-initiated-splits`` — the runner sends ProcessBundleSplitRequests
-   to every running bundle (``--sdf_split_after_s``) keeping seeded random
-   fractions of the remainder; the probe paces its claims so the requests land
-   mid-element. At least one split must take effect.
-7. ``virtual-clock`` (on request) — the elements come from a ``TestStream`` in
-   streaming mode and every claim defers the remainder by one hour
-   (``VIRTUAL_DELAY_S``): the runner resumes them on the TestStream's virtual
-   clock, so hours of resume delays take seconds.
+1. ``static``: restriction / watermark-state coder round trips, sizes and ``try_split``
+   coverage (``sparkbeam.sdf.testing.static``), no Spark;
+2. ``baseline``: ``Create(elements) | ParDo(dofn)`` on SparkCheckpointRunner;
+3. ``checkpoint-every-claim``: the same with a real ``defer_remainder()`` forced after every
+   successful claim (residuals re-fed by the runner);
+4. ``kill-and-resume``: 3. in a child process with ``--checkpoint_dir``, SIGKILLed once a
+   committed checkpoint holds pending residuals, then rerun;
+5. ``resume-other-parallelism``: the same kill point, rerun at another ``--parallelism``;
+6. ``runner-initiated-splits``: the runner asks every running bundle to split
+   (``--sdf_split_after_s``) at seeded random fractions, while the probe paces its claims so
+   the requests land mid-element; at least one split must take effect;
+7. ``virtual-clock`` (on request): the elements come from a ``TestStream`` in streaming mode
+   and every claim defers the remainder by an hour, resumed on the TestStream's virtual
+   clock: hours of resume delays take seconds.
 
-Every run must give the baseline's multiset of outputs (compared by ``repr``).
-Scenarios 4 and 5 need the DoFn in the child process: pass it as a
-``"module:attr"`` string, or as an object whose class is importable (it is
-cloudpickled; see ``sparkbeam.sdf.testing.run``). Leaves to others: running
-pipelines (``testing_run``) and static checks (``testing_static``).
+Every run must give the baseline's multiset of outputs (compared by ``repr``). Scenarios 4 and
+5 need the DoFn in the child process: pass a ``"module:attr"`` string, or an object whose class
+is importable. Leaves to others: running pipelines (``run``) and static checks (``static``).
 """
 
 from __future__ import annotations
@@ -104,14 +99,7 @@ class SdfCheckReport:
 
         rows = [("scenario", "outputs", "residuals", "splits", "result", "seconds")]
         rows += [
-            (
-                s.name,
-                cell(s.outputs),
-                cell(s.residuals),
-                cell(s.splits),
-                s.status,
-                f"{s.seconds:.1f}",
-            )
+            (s.name, *map(cell, (s.outputs, s.residuals, s.splits)), s.status, f"{s.seconds:.1f}")
             for s in self.scenarios
         ]
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
@@ -136,13 +124,12 @@ def check_sdf(
     scenarios: Sequence[str] | None = None,
     raise_on_failure: bool = True,
 ) -> SdfCheckReport:
-    """Check a splittable DoFn (object or ``"module:attr"``) on ``elements``.
+    """Check a splittable DoFn (object or ``"module:attr"``) on ``elements``; returns the report.
 
-    ``scenarios`` selects a subset of ``SCENARIOS`` (default: all but ``virtual-clock``).
-    Returns the
-    report; raises ``SdfCheckError`` (an AssertionError) naming each fault when a
-    scenario fails and ``raise_on_failure`` is true. ``seed`` picks the random
-    split fraction, the element order of the checkpointing runs and the kill round.
+    ``scenarios`` selects a subset of ``SCENARIOS`` (default: all but ``virtual-clock``). A
+    failed scenario raises ``SdfCheckError`` (an AssertionError) naming each fault, unless
+    ``raise_on_failure`` is false. ``seed`` picks the random split fraction, the element order
+    of the checkpointing runs and the kill round.
     """
     dofn_ref, fn = dofn, load_dofn(dofn)
     elements = list(elements)

@@ -1,21 +1,14 @@
 """Run a splittable DoFn under test as a real pipeline on SparkCheckpointRunner.
 
-Owns: the *probe* — a subclass of the user's DoFn whose ``process`` hands the
-user a tracker view that records claims and deferrals and, in "checkpoint
-after every claim" mode, calls the real ``defer_remainder`` after one
-successful claim per process call (so every residual is a real Beam
-``DelayedBundleApplication`` that goes through the runner), and in "paced" mode
-sleeps after each claim so the runner's split requests land mid-element; the scenario
-pipeline ``Create(elements) | ParDo(probe) | WriteToText(json lines)``; running
-it in-process, or in a child process that the parent SIGKILLs once a committed
-checkpoint holds pending residuals and then reruns (``python -m
-sparkbeam.sdf.testing.run SPEC OUT [flags]``). Leaves to others: what counts as
-a pass (``sparkbeam.sdf.testing.check``).
-
-A child process gets the DoFn from a cloudpickle ``spec`` file: a
-``"module:attr"`` reference is stored as the string and imported in the child;
-a DoFn object is pickled by cloudpickle (its class must then be importable in
-the child: the child gets the parent's ``sys.path`` as ``PYTHONPATH``).
+Owns: the *probe*, a subclass of the user's DoFn whose tracker view records claims and
+deferrals, and can force a real ``defer_remainder`` after one claim per process call (each
+residual a real ``DelayedBundleApplication`` through the runner) or sleep after each claim
+(so the runner's split requests land mid-element); the scenario pipeline; running it here, or
+in a child process (``python -m sparkbeam.sdf.testing.run SPEC OUT [flags]``) that the parent
+SIGKILLs once a committed checkpoint holds pending residuals, then reruns. The child gets the
+DoFn from a cloudpickle ``spec`` file: a ``"module:attr"`` string, imported there, or the
+pickled DoFn, whose class must be importable (the child gets the parent's ``sys.path``).
+Leaves to others: what counts as a pass (``sparkbeam.sdf.testing.check``).
 """
 
 from __future__ import annotations
@@ -182,11 +175,8 @@ class _WriteEvents(beam.DoFn):
 
 
 def run_direct(dofn, elements) -> list[Event] | None:
-    """The outputs of calling process() in this process, without runner or coders.
-
-    Only for DoFns whose process() takes just the element and the tracker (None otherwise):
-    initial restriction -> split() -> one tracker per part, claimed to the end.
-    """
+    """The outputs of calling process() here, without runner or coders (None unless process()
+    takes just the element and the tracker): each part of the initial split, to its end."""
     from apache_beam.runners.sdf_utils import ThreadsafeRestrictionTracker
 
     args, defaults = beam.DoFn.get_function_arguments(dofn, "process")
@@ -214,12 +204,9 @@ def build(
     pace_s: float = 0.0,
     test_stream: bool = False,
 ) -> None:
-    """The scenario pipeline: Create | ParDo(probe) | one group | a JSON-lines file.
-
-    The GroupByKey keeps the writer out of the SDF's fused stage, so it runs once, at the
-    end, on committed outputs only (a killed run writes nothing). ``test_stream``: the
-    elements come from a TestStream instead (a streaming run on the TestStream's clock).
-    """
+    """The scenario pipeline: Create (or, ``test_stream``, a TestStream) | ParDo(probe) | one
+    group | a JSON-lines file. The group keeps the writer out of the SDF's fused stage, so it
+    runs once, at the end, on committed outputs only (a killed run writes nothing)."""
     from apache_beam.testing.test_stream import TestStream
     from apache_beam.transforms import trigger, window
 
