@@ -82,10 +82,8 @@ def report(writer: StagedWriter, slot: tuple, chains: NamespaceState, groups) ->
 
 
 def _files_kept(writer: StagedWriter, snapshot: TaskSnapshot) -> bool:
-    """Whether the files of ``snapshot`` are all still there. They are named for the last
-    round that may report it and swept after it; a fallback runs rounds again, so a snapshot
-    an executor kept from before it may have lost its files to a sweep of the rounds it
-    abandoned (one HEAD request a file, once per reported snapshot)."""
+    """Whether the files of ``snapshot`` are all still there: a fallback runs rounds again,
+    and a sweep of the rounds it abandoned may have deleted them (a HEAD request a file)."""
     directory = pipeline_dir(writer.pipeline_id)
     return all(writer.storage.exists(f"{directory}/{f.name}") for f in snapshot.files)
 

@@ -70,10 +70,8 @@ def run_stage_partition(
     keyed_state=None,
 ) -> Iterator[tuple]:
     """The body of one Spark task: yields OutputRecords, then one MetricsRecord.
-
-    ``keyed_state`` (streaming stateful stages, ``sparkbeam.runner.streaming.stateful``)
-    loads the task's user state and timers before the input and takes them back after.
-    """
+    ``keyed_state`` (``runner.streaming.stateful``) loads the task's user state and timers
+    before the input and takes them back after."""
     _BEAM_USER_ERROR_LOG.setLevel(logging.CRITICAL)
     try:
         register_plan(task.plan_key, components)

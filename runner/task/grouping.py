@@ -21,10 +21,8 @@ CHUNK_BYTES = 1 << 20
 
 
 def partition_for_key(key, parallelism: int, max_key_groups: int) -> int:
-    """The task that owns ``key``: the subtask of its key group, for shuffles and state alike.
-
-    The one key-ownership function: batch and streaming shuffles place a key where a restore
-    (at any parallelism) puts its state. A carried report (``ReportKey``) goes anywhere."""
+    """The task that owns ``key``: its key group's subtask, so shuffles place a key where a
+    restore (at any parallelism) puts its state. A carried report (``ReportKey``) goes anywhere."""
     if is_report_key(key):
         return key.spread % parallelism
     return subtask_for_key_group(key_group(key, max_key_groups), parallelism, max_key_groups)

@@ -103,9 +103,8 @@ def is_report(record) -> bool:
 
 
 class ReportKey(NamedTuple):
-    """The shuffle key of a report carried through a shuffle (data keys are bytes).
-
-    ``spread`` (the sending partition) only spreads reports over the receiving tasks."""
+    """The shuffle key of a carried report (data keys are bytes); ``spread`` (the sending
+    partition) spreads reports over the receiving tasks."""
 
     spread: int
 

@@ -111,10 +111,9 @@ class Keeping:
 
 
 class SideInputHeld(NamedTuple):
-    """A keeping task's report of the latest window end (micros) of what it keeps of a side
-    input that has not expired (None: nothing). ``complete``: of everything its range holds
-    (a round that only drops expired windows), else only of the round's new data. An end, no
-    chunk: the driver learns when what is held expires (``streaming.side_input_store``)."""
+    """A keeping task's report of the latest unexpired window end (micros) it keeps of a side
+    input (None: nothing), so the driver learns when it expires: ``complete``, of all its range
+    holds (a round that only drops expired windows), else of the round's new data."""
 
     buffer: str
     latest: int | None
@@ -129,10 +128,9 @@ def later(a: int | None, b: int | None) -> int | None:
 def keeping_side_input(
     spec: StateRound, keeping: Keeping, subtask: int, chunks, writer=None, report=False
 ) -> Iterator:
-    """Task body: keep this subtask's share of the round's new chunks (staged by ``writer``,
-    by default this Spark task's), each with its windows' latest end; chunks that already
-    expired are not kept. Yields its `CommitRecord` (with ``report``, then a `SideInputHeld`
-    of the new chunks)."""
+    """Task body: keep this subtask's share of the round's unexpired new chunks, each with its
+    windows' latest end (``writer``: by default this Spark task's). Yields its `CommitRecord`
+    (with ``report``, then a `SideInputHeld` of the new chunks)."""
     buffer, files = keeping.buffer, keeping.files
     stage = commit_stage(buffer)
     if writer is None:
@@ -269,24 +267,17 @@ def _expired(rows: list[Row], horizon: int | None) -> list[Row]:
 
 
 def _merged(files: SideInputFiles, rows: dict[FileEntry, list[Row]]) -> list[bytes]:
-    """The side input's chunks from its files' rows (each part: its key groups only)."""
-    if not files.view:
-        every = sorted(
-            (key, chunk)
-            for part in files.parts
-            for _, kg, key, _, chunk in rows[part.entry]
-            if part.start <= kg < part.stop and chunk is not None
-        )
-        return [chunk for _, chunk in every]
-    windows: dict[bytes, bytes] = {}
-    for part in files.parts:  # in order: a later file's firing replaces an earlier one's
+    """The side input's chunks in key order from its files' rows (each part: its key groups
+    only). Rows' keys are unique; a view's later file replaces or deletes a window's."""
+    chunks: dict[bytes, bytes] = {}
+    for part in files.parts:  # in order
         for _, kg, key, _, chunk in rows[part.entry]:
             if part.start <= kg < part.stop:
                 if chunk is not None:
-                    windows[key] = chunk
-                else:  # deleted, or expired
-                    windows.pop(key, None)
-    return [windows[k] for k in sorted(windows)]
+                    chunks[key] = chunk
+                elif files.view:  # deleted, or expired
+                    chunks.pop(key, None)
+    return [chunks[k] for k in sorted(chunks)]
 
 
 def _read_file(files: SideInputFiles, part: FilePart) -> Iterator[Row]:

@@ -98,11 +98,9 @@ def keeping_view(
     spec: StateRound, buffer: str, plan_key: str, components, coder_id: str, subtask: int,
     rows, writer=None, horizon: int | None = None, report: bool = False,
 ) -> Iterator:  # fmt: skip
-    """Task body: fold this subtask's windows' new elements (``rows``, keyed by
-    `window_keyed`) and replace those windows' entries in its key groups of
-    ``side-view/<buffer>``, each with its window's end; delete the windows that ended by
-    ``horizon`` (no reader needs them); yields its `CommitRecord` (with ``report``, then a
-    `SideInputHeld` of the new windows that had not expired)."""
+    """Task body: fold this subtask's windows' new elements (``rows``, by `window_keyed`) into
+    their entries, each with its window's end, and delete the windows ended by ``horizon``.
+    Yields its `CommitRecord` (with ``report``, then a `SideInputHeld` of the new windows)."""
     register_plan(plan_key, components.value)
     namespace = state_layout.side_view(buffer)
     coder = plan_context(plan_key).coders[coder_id]

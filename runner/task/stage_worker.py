@@ -41,9 +41,8 @@ HANDLED_RESPONSE_FIELDS = frozenset(
 
 
 def check_handled(response: beam_fn_api_pb2.ProcessBundleResponse) -> None:
-    """Raise, naming the field, if the SDK set a response field this runner would drop.
-
-    E.g. ``elements`` (outputs embedded in the response) would be lost output: fail instead."""
+    """Raise, naming the field, if the SDK set a response field this runner would drop (e.g.
+    ``elements``: lost output)."""
     unhandled = [f.name for f, _ in response.ListFields() if f.name not in HANDLED_RESPONSE_FIELDS]
     if unhandled:
         raise NotImplementedError(

@@ -104,14 +104,11 @@ _READS: OrderedDict[tuple, _Read] = OrderedDict()
 
 
 def read_task_state(spec: StateRound, subtask: int, namespace: str) -> Mapping[bytes, bytes]:
-    """{key: value} of task-owned ``namespace`` in the key groups ``subtask`` owns at the round's
-    parallelism, as of its checkpoint: a dict, or a `SpilledState` past the memory budget.
-
-    The caller must not change it (but may hand it to ``keep_staged``): this process keeps it
-    for the next round's read. ``held_state.release`` it when the stage is done with it (a task's
-    `task_range.TaskRange` does both). A damaged or
-    missing file of the checkpoint raises `TaskStateDamagedError`, naming it and the
-    checkpoint: the driver then falls back to a sound checkpoint."""
+    """{key: value} of task-owned ``namespace`` in ``subtask``'s key groups as of the round's
+    checkpoint: a dict, or a `SpilledState` past the memory budget. Kept for the next round:
+    not to be changed, only handed to ``keep_staged`` and released (`task_range.TaskRange`).
+    A damaged or missing file raises `TaskStateDamagedError`, naming it and the checkpoint:
+    the driver then falls back to a sound checkpoint."""
     try:
         return _read_task_state(spec, subtask, namespace)
     except CheckpointCorruptError as e:
@@ -167,10 +164,9 @@ class _Handle:
 
 
 class _ChainView:
-    """A task-owned namespace's files for some key groups, in a manifest's shape: its ranges'
-    identities (bounds, base files, where their tails start) as ``materialization``, the
-    segments of their tails in commit order as ``changelog``; a read of the same ranges
-    extends by the segments committed after it."""
+    """A task-owned namespace's files for some key groups, in a manifest's shape: the ranges'
+    identities (bounds, base files, tail start) as ``materialization``, their tails' segments
+    in commit order as ``changelog``, so a read of the same ranges extends by later ones."""
 
     def __init__(self, checkpoint_id: int | None, namespace: str, chains, groups) -> None:
         self.checkpoint_id = checkpoint_id
@@ -341,10 +337,9 @@ def keep_staged(
     changes: dict[bytes, bytes | None],
     staged: tuple[FileEntry, ...],
 ) -> None:
-    """After a task staged ``changes`` (None: deleted) to ``namespace`` in the files ``staged``:
-    apply them to ``state``, what ``read_task_state`` returned, and keep that as this slot's
-    read, valid for the checkpoint that commits this attempt (the files' names are unique to
-    it). Not kept if the read was not."""
+    """Apply ``changes`` (None: deleted), staged in the files ``staged``, to ``state`` (from
+    ``read_task_state``, if it was kept) and keep it as the read of the checkpoint that
+    commits this attempt (the files' names are unique to it)."""
     groups = key_group_range(subtask, spec.parallelism, spec.max_key_groups)
     slot = range_slot(spec, namespace, groups)
     if isinstance(state, held_state.SpilledState):

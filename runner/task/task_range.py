@@ -103,9 +103,7 @@ class TaskRange:
 
     def stage(self, writer, keys: int | None = None) -> None:
         """Write the changes to ``writer``, with the range's count (``keys``, or `held`) or,
-        when one is due, its snapshot: one written in the background by an earlier round, or
-        a new one, in the background when the tail has grown, else in the round (in files of
-        at most a quarter of the memory budget)."""
+        when one is due, its snapshot (written in the background when the tail has grown)."""
         writer.write_all(self.namespace, self.changes)
         held = self.held() if keys is None else keys
         spec, groups, namespace = self.spec, self.groups, self.namespace

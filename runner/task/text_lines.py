@@ -113,10 +113,8 @@ def compression_of(path: str, compression: str) -> str:
 
 
 class TextLinesInputOperation(DataInputOperation):
-    """The data input of a ``ReadFromText`` buffer: chunks of ``\\n``-ended UTF-8 lines.
-
-    It never splits (``try_split`` declines): the runner splits text by byte range
-    (``text_ranges``) and splits only SDF stages' inputs, which read no text buffer."""
+    """The data input of a ``ReadFromText`` buffer: chunks of ``\\n``-ended UTF-8 lines. It
+    never splits: text is split by byte range (``text_ranges``), and no SDF stage reads it."""
 
     def process_encoded(self, chunk: bytes) -> None:
         lines = chunk.decode("utf-8").split("\n")

@@ -37,10 +37,9 @@ def user_key(cell: bytes) -> bytes:
 
 
 class UserStateServicer(worker_handlers.StateServicer):
-    """A ``StateServicer`` that notes each user-state cell the SDK appends to or clears.
-
-    A key's stored cells (``restore_lazily``) are put back when the SDK first asks for any
-    state of that key, so a round costs what its keys touch, not what the stage stores."""
+    """A ``StateServicer`` that notes each user-state cell the SDK appends to or clears. A
+    key's stored cells (``restore_lazily``) are put back when the SDK first asks for its state,
+    so a round costs what its keys touch, not what the stage stores."""
 
     def __init__(self) -> None:
         super().__init__()
