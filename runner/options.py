@@ -17,15 +17,12 @@ _BEAM_DEFAULT_MASTER = "local[4]"
 
 
 class SparkRunnerOptions(pipeline_options.PipelineOptions):
-    """Options of SparkCheckpointRunner.
+    """Options of SparkCheckpointRunner; a direct subclass of PipelineOptions, so Beam parses
+    its flags in every program.
 
-    ``--spark_master_url`` is defined by Beam's own ``SparkRunnerOptions`` and
-    ``--parallelism`` by Beam's ``FlinkRunnerOptions``
-    (Beam's default there is local[4]; when the flag is not given, sparkbeam
-    uses local[*]); ``master_url()`` reads it. The master is ignored when a
-    SparkSession is already active (spark-submit). This class is a direct
-    subclass of PipelineOptions so Beam parses its flags in every program.
-    """
+    ``--spark_master_url`` is Beam's ``SparkRunnerOptions``' (``master_url()``: unset, local[*],
+    not Beam's local[4]; a live session's master wins), ``--parallelism``
+    ``FlinkRunnerOptions``'."""
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:
@@ -137,11 +134,8 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
         )
 
     def shuffle_parallelism(self) -> int | None:
-        """--parallelism: partitions after GroupByKey, Reshuffle and stateful shuffles.
-
-        The flag itself is Beam's (``FlinkRunnerOptions`` defines it, as "the
-        degree of parallelism"); unset (-1) means Spark's defaultParallelism.
-        """
+        """--parallelism: partitions after GroupByKey, Reshuffle and stateful shuffles; None
+        when unset (Beam's -1): Spark's defaultParallelism."""
         value = self.view_as(pipeline_options.FlinkRunnerOptions).parallelism
         return value if value and value > 0 else None
 
@@ -231,12 +225,8 @@ DEFAULT_CHECKPOINT_ROOT = "sparkbeam-checkpoints"
 
 
 class SparkStreamingOptions(pipeline_options.PipelineOptions):
-    """Options of SparkCheckpointRunner in streaming mode (``--streaming``).
-
-    A streaming run always has a checkpoint store: ``--checkpoint_dir`` if
-    given, else ``./sparkbeam-checkpoints/<job name>`` — so running the same
-    command again after a crash resumes where the last checkpoint left off.
-    """
+    """Options of ``--streaming`` runs, which always have a checkpoint store (default
+    ``./sparkbeam-checkpoints/<job name>``: the same command rerun after a crash resumes)."""
 
     @classmethod
     def _add_argparse_args(cls, parser) -> None:

@@ -1,20 +1,15 @@
 """The Spark session: spark-submit's, a live active one, or one built from the options.
 
-Under ``spark-submit`` the master, app name and conf are spark-submit's (it hands them to
-the Python driver as JVM system properties, which ``SparkConf()`` reads); sparkbeam only adds
-its defaults for keys spark-submit left unset. A session whose py4j link broke (an action
-interrupted by a KeyboardInterrupt or a test timeout) is reconnected, or stopped and rebuilt.
-Log levels and scheduler pools are ``session_conf``'s.
+Under ``spark-submit`` its master, app name and conf win (JVM system properties, which
+``SparkConf()`` reads); sparkbeam adds its defaults only for keys left unset. A session whose
+py4j link broke (an action interrupted by a KeyboardInterrupt or a test timeout) is
+reconnected, or stopped and rebuilt. Log levels and scheduler pools are ``session_conf``'s.
 
-With ``--spark_remote`` (or ``SPARK_REMOTE``) the session is a Spark Connect client of that
-server (``connect_session``): no JVM here, no SparkContext. It is made with the Connect
-builder itself, so this process does not switch pyspark into Connect mode as a whole
-(``SPARK_CONNECT_MODE_ENABLED``): a classic session in the same process keeps working, and
-code that builds columns for a session takes them from ``sql_functions(spark)``.
-Runs that ship the same code with the same conf share one server-side session
-(``shared_url``): the server keeps a session's Python workers, and a new session means a new
-worker daemon that imports Beam again (seconds) and stays on the server until the session
-times out.
+With ``--spark_remote`` (or ``SPARK_REMOTE``) the session is a Spark Connect client
+(``connect_session``), made with the Connect builder itself: pyspark is not switched into
+Connect mode process-wide, so a classic session beside it keeps working (columns come from
+``sql_functions(spark)``). Runs of the same code and conf share one server-side session
+(``shared_url``), hence its warm Python workers.
 """
 
 from __future__ import annotations
@@ -95,9 +90,8 @@ def target_master(options: SparkRunnerOptions) -> str:
 
 
 def connect_session(url: str, conf: dict[str, str] | None = None, code: Sequence[str] = ()):
-    """A Spark Connect session on the server at ``url`` with the runtime ``conf``, shared by
-    every run that ships the same ``code`` with the same conf (``shared_url``); a clear error
-    when nothing answers there."""
+    """A Spark Connect session at ``url`` with the runtime ``conf``, shared by runs that ship
+    the same ``code`` and conf (``shared_url``); a clear error when nothing answers there."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     target = shared_url(url, conf or {}, code) if code else url
@@ -129,9 +123,8 @@ def shared_url(url: str, conf: dict[str, str], code: Sequence[str]) -> str:
     """``url`` with a session id derived from the shipped files' names (each names its
     content) and the conf, unless the URL names a session itself.
 
-    One code and conf, one session: its artifacts are exactly this run's, and its Python
-    workers (with the bundle processors they cached) serve the next run. Runs of other code
-    get other sessions, so a changed module never meets a stale copy on ``sys.path``."""
+    One code and conf, one session: its Python workers (and their cached bundle processors)
+    serve the next run, and a changed module never meets a stale copy on ``sys.path``."""
     if "session_id=" in url:
         return url
     key = json.dumps([sorted(code), sorted(conf.items())]).encode()
@@ -142,9 +135,8 @@ def shared_url(url: str, conf: dict[str, str], code: Sequence[str]) -> str:
 
 def server_master(url: str) -> str:
     """The Connect server's Spark master, asked through a session this process has open there,
-    else through one opened for the question and stopped after it (a run opens the session
-    its code shares, ``shared_url``: one Connect session per run keeps pyspark's notion of
-    the active session right, see ``frames.local_checkpoint``)."""
+    else through one opened for the question and stopped after it (a run then opens its own,
+    ``shared_url``)."""
     open_ = [s for t, s in _CONNECT_SESSIONS.items() if _on(t, url) and not s.is_stopped]
     session = open_[0] if open_ else connect_session(url)
     try:
@@ -230,11 +222,9 @@ _PARALLELISM: dict[str, int] = {}
 
 
 def default_parallelism(spark) -> int:
-    """Spark's default parallelism, on a classic or a Connect session.
-
-    Connect has no SparkContext: the server's ``spark.default.parallelism`` if set, else the
-    partition count of ``spark.range`` (its leaf-node default parallelism), by one tiny query,
-    once per session."""
+    """Spark's default parallelism; on Connect (no SparkContext) the server's
+    ``spark.default.parallelism``, else ``spark.range``'s partition count (one tiny query,
+    once per session)."""
     if not is_connect(spark):
         return spark.sparkContext.defaultParallelism
     cached = _PARALLELISM.get(spark.session_id)
@@ -254,11 +244,8 @@ def _range_partitions(spark) -> int:
 
 
 def submitted_conf() -> dict[str, str] | None:
-    """spark-submit's conf (master, app name, ...) when this driver runs under it, else None.
-
-    spark-submit starts the JVM first and passes its gateway to Python in
-    ``PYSPARK_GATEWAY_PORT``; its ``--master``/``--name``/``--conf`` are the JVM's system
-    properties, which ``SparkConf()`` loads."""
+    """spark-submit's conf (master, app name, ...) when this driver runs under it (its JVM's
+    gateway in ``PYSPARK_GATEWAY_PORT``), else None."""
     if not _under_spark_submit():
         return None
     from pyspark import SparkConf, SparkContext
@@ -297,9 +284,6 @@ def probe_master(master: str) -> None:
     )
 
 
-_PYSPARK_PYTHON = "spark.pyspark.python"
-
-
 def script_name() -> str:
     """The application's default name: the main script's (``wordcount`` for wordcount.py),
     else ``sparkbeam`` (``python -c``, an interactive session)."""
@@ -313,8 +297,8 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
     # Executors' Python: --spark_conf spark.pyspark.python (PySpark reads only the environment
     # variable; spark-submit sets it from its conf), else PYSPARK_PYTHON, else this interpreter:
     # it has Beam and sparkbeam.
-    if user_conf.get(_PYSPARK_PYTHON):
-        os.environ["PYSPARK_PYTHON"] = user_conf[_PYSPARK_PYTHON]
+    if python := user_conf.get("spark.pyspark.python"):
+        os.environ["PYSPARK_PYTHON"] = python
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     settings = {}

@@ -1,30 +1,17 @@
 """Ship the user's code to Spark executors, and name what was not shipped.
 
-Executors on a cluster have their own Python (``PYSPARK_PYTHON``) with its own
-site-packages (Beam, sparkbeam, the user's installed dependencies); the
-driver's ``sys.path`` is never copied there. What the user's pipeline imports
-from elsewhere reaches the executors here, through Spark's ``addPyFile``
-(a ``.py`` or a zip on every Python worker's ``sys.path``):
+Executors have their own Python and site-packages; the driver's ``sys.path`` never reaches
+them. Through Spark's ``addPyFile`` (a zip on every Python worker's ``sys.path``) go the
+modules the main script imports from its own folder, and Beam's ``--setup_file`` and
+``--extra_package`` (and local packages named in ``--requirements_file``), collected by Beam's
+``Stager``: an sdist is built into a wheel on the driver, a pure-Python wheel ships as a zip.
+Compiled packages and PyPI requirements must already be installed there: sparkbeam runs no pip
+on executors (it logs what it leaves out). ``--save_main_session`` needs nothing more.
 
-- the modules and packages the main script imports from its own folder
-  (found in ``sys.modules``, zipped with their folders);
-- Beam's ``--setup_file`` and ``--extra_package`` (and local packages named in
-  ``--requirements_file``), collected by Beam's own ``Stager``; an sdist is
-  built into a wheel on the driver, and a pure-Python wheel ships as a zip.
-
-A package with compiled code, and the PyPI requirements of
-``--requirements_file``, must already be installed in the executors' Python:
-sparkbeam does not run pip on executors (it logs what it leaves out).
-``--save_main_session`` needs nothing more: Beam's pickler carries ``__main__``
-definitions by value, and the main script's own modules ship as above.
-
-On a Spark Connect session (no SparkContext) the same files, and sparkbeam itself (a
-zip of its package: the server's Python may not have it), reach the server's Python
-workers through Connect's artifact upload (``addArtifacts(..., pyfile=True)``), once per
-session.
-
-Also here: the error a task's ``ModuleNotFoundError`` becomes, saying how to
-ship the module (``errors.run_guarded`` asks ``missing_module_error``).
+Over Spark Connect the same files, and a zip of sparkbeam itself (the server's Python may not
+have it), are uploaded as session artifacts (``addArtifacts(..., pyfile=True)``), once per
+session. Also here: the error a task's ``ModuleNotFoundError`` becomes
+(``missing_module_error``, asked by ``errors.run_guarded``).
 """
 
 from __future__ import annotations
@@ -101,11 +88,8 @@ def code_files(options, connect: bool) -> list[Path]:
 
 
 def ship_user_code(spark, options, files: list[Path] | None = None) -> list[str]:
-    """Add the user's modules and Beam's staged packages (``code_files``, unless given) to the
-    SparkContext (on Connect: upload them, and sparkbeam, as session artifacts).
-
-    Returns the file names added (each once per Spark application or Connect session).
-    """
+    """Add ``files`` (default ``code_files``) to the SparkContext, or upload them as Connect
+    session artifacts; the names added (each once per application or session)."""
     from sparkbeam.runner.spark.session import is_connect
 
     connect = is_connect(spark)
@@ -150,7 +134,7 @@ def sparkbeam_zip() -> Path:
 
 def _work_dir() -> Path:
     """A new folder for zips to ship, removed when this process exits (Spark serves them
-    from there for as long as its application runs; before, every run left one in /tmp)."""
+    from there while its application runs)."""
     work = Path(tempfile.mkdtemp(prefix="sparkbeam-ship-"))
     atexit.register(shutil.rmtree, work, ignore_errors=True)
     return work
@@ -160,10 +144,8 @@ def main_folder_zip(work: Path, connect: bool = False) -> Path | None:
     """A zip of the modules the main script imported from its own folder (None if none).
 
     Run as ``python -m pkg.app``, the main's folder is the one holding ``pkg``. Over Spark
-    Connect, when the main is not the user's script (pytest, a notebook, a REPL), the
-    working directory's modules ship instead: the server's workers, even on this host,
-    never share the driver's ``sys.path`` (a test suite's DoFns live in its own package).
-    """
+    Connect with no user script as main (pytest, a notebook, a REPL), the working directory's
+    modules ship: the server's workers never share the driver's ``sys.path``."""
     folder = _main_folder()
     if folder is None and connect:
         folder = Path.cwd()
@@ -192,12 +174,9 @@ def _main_folder() -> Path | None:
 
 
 def main_folder_modules(folder: Path) -> dict[str, Path]:
-    """Top-level modules/packages imported from ``folder``: name -> file or package folder.
-
-    Installed distributions (site-packages, editable installs such as sparkbeam)
-    and anything under the interpreter's prefix are left out: executors have
-    their own.
-    """
+    """Top-level modules/packages imported from ``folder``: name -> file or package folder;
+    not installed distributions (editable ones too) nor the interpreter's: executors have
+    their own."""
     excluded = _installed_roots()
     modules = dict(sys.modules)
     found: dict[str, Path] = {}
