@@ -1,22 +1,19 @@
 """Compare two `PipelineShape`s: may a checkpoint of the old pipeline restore the new one?
 
-The rule: every piece of state the old checkpoint holds must still have an owner in the new
-pipeline, under the same id, encoded the same way. So, per state-bearing part:
+Every piece of state the old checkpoint holds must still have an owner in the new pipeline,
+under the same id, encoded the same way:
 
-- SDF process stages and stateful stages are matched by stage id and owning transform. Removed,
-  renamed or renumbered (e.g. a transform added before it shifted the stage ids) is
-  incompatible; so is a changed input coder (residuals and keyed state are encoded with it), a
-  changed or removed output of an SDF stage (batch keeps committed round outputs per buffer),
-  and a removed or re-coded state or timer. A new stage, state or timer is compatible: it
-  starts empty.
+- SDF process and stateful stages are matched by stage id and owning transform. Removed,
+  renamed or renumbered (a transform added before it shifted the ids) is incompatible; so is a
+  changed input coder, a changed or removed output of an SDF stage (batch keeps committed round
+  outputs per buffer), and a removed or re-coded state or timer. New ones start empty.
 - GroupByKey edges are matched by transform name; removed, re-coded or re-windowed is
-  incompatible (streaming keeps their buffered elements across rounds); new ones are fine.
+  incompatible (streaming keeps their buffered elements); new ones are fine.
 - Side inputs are matched by (transform, tag); a changed buffer or coder is incompatible
-  (streaming keeps the values collected so far); added or removed side inputs are fine.
+  (streaming keeps the values collected so far); added or removed ones are fine.
 
-Everything else -- DoFn bodies, pickled payloads, stateless transforms that keep the stage ids
-of the state-bearing ones -- is not part of the shape, hence compatible. Pure data in, list of
-`Difference` out; the runner decides what to do with them.
+Everything else (DoFn bodies, stateless transforms that keep the state-bearing stage ids) is
+compatible. The runner decides what to do with the `Difference`s.
 """
 
 from __future__ import annotations

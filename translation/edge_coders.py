@@ -1,14 +1,11 @@
 """The coders an edge's bytes travel in: one per edge, or a transcoding the runner does.
 
-Beam's SDK writes an edge's elements with the coder of the edge's input PCollection and
-the reading stage decodes them with the coder of its output PCollection. For a Flatten Beam
-fixes a mismatch itself (``fix_flatten_coders``); for the transforms sparkbeam runs itself
--- Reshuffle and GroupByKey -- the two coders can differ too: a key typed ``Any`` upstream
-is a ``FastPrimitivesCoder`` (a pickle) before the Reshuffle and the deterministic coder
-after it, where a GroupByKey or a stateful DoFn needs one. Where both sides agree, the
-runner moves the bytes untouched in Beam's "safe" coders (unknown parts as length-prefixed
-bytes, as FnApiRunner does); where they differ, the edge names the SDK's own coders, so the
-runner decodes each element as written and encodes it as the reader expects.
+The SDK writes an edge's elements in the coder of its input PCollection and reads them in that
+of its output PCollection. Beam fixes a mismatch at a Flatten (``fix_flatten_coders``); at a
+Reshuffle or GroupByKey, which sparkbeam runs itself, they differ too (a key typed ``Any`` is a
+pickle before and the deterministic coder after). Where both sides agree the runner moves the
+bytes untouched in Beam's "safe" coders; where they differ the edge names the SDK's own
+coders and the runner transcodes each element.
 """
 
 from __future__ import annotations

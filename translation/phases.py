@@ -1,12 +1,10 @@
-"""The planning phases: Beam's own fusion phases plus the two sparkbeam adds.
+"""The planning phases: Beam's own fusion phases plus those sparkbeam adds.
 
 Each phase is a pure function ``(stages, context) -> stages`` as in Beam's
-``fn_api_runner.translations``. We reuse Beam's phases and add
-``expand_test_stream`` (``sparkbeam.translation.test_stream``) and
-``expand_reshuffle``, which turns a runner-known Reshuffle (including the one
-``expand_sdf`` inserts before an SDF's process stage) into a buffer write and
-a read, exactly as ``expand_gbk`` does for GroupByKey. That buffer becomes a
-Spark repartition: the fusion break of seed 003.
+``fn_api_runner.translations``. sparkbeam adds ``expand_test_stream``, ``expand_text_reads``,
+``lift_combiners_keeping_holds`` and ``expand_reshuffle``, which turns a runner-known Reshuffle
+(including the one ``expand_sdf`` inserts before an SDF's process stage) into a buffer write
+and a read, as ``expand_gbk`` does for GroupByKey: a Spark repartition, the fusion break.
 """
 
 from __future__ import annotations
@@ -76,11 +74,8 @@ def expand_reshuffle(stages, context):
 
 
 def _data_input(transform, context) -> dict:
-    """The Reshuffle's one data input, as ``{tag: pcollection}``.
-
-    The Reshuffle ``expand_sdf`` inserts before an SDF's process stage also names the SDF's side
-    inputs, under the ParDo's side-input tags: its consumer reads them, the shuffle does not.
-    """
+    """The Reshuffle's one data input, as ``{tag: pcollection}``: the one ``expand_sdf``
+    inserts also names the SDF's side inputs, which its consumer reads, not the shuffle."""
     (output,) = transform.outputs.values()
     side_tags: set[str] = set()
     for consumer in context.components.transforms.values():
@@ -100,11 +95,10 @@ def _data_input(transform, context) -> dict:
 def lift_combiners_keeping_holds(stages, context):
     """Beam's ``lift_combiners``, except for combines whose output time is the earliest input's.
 
-    In streaming, an element behind the output watermark when it arrives holds nothing, so the
-    pane's timestamp is the earliest of the elements that were not late. A pre-combine before
-    the shuffle merges the timestamps of its accumulator's elements into their minimum, which
-    may be a late one: the pane would lose its hold and come out at the end of the window.
-    Those combines run unlifted (GroupByKey, then the combine), as for an element-count trigger.
+    In streaming a late element holds nothing, so the pane's timestamp is the earliest of the
+    elements that were not late; a pre-combine merges its elements' timestamps into their
+    minimum, maybe a late one's, and the pane would come out at the end of the window. Those
+    combines run unlifted (GroupByKey, then the combine).
     """
     for stage in stages:
         transform = t.only_transform(stage.transforms)
@@ -132,11 +126,8 @@ def _output_at_earliest(transform, context) -> bool:
 
 
 def standard_phases(streaming: bool = False) -> list:
-    """The named phases, in order: Beam's batch phases plus expand_reshuffle.
-
-    ``streaming`` keeps the watermark holds of combines with an earliest-input output time
-    (``lift_combiners_keeping_holds``); batch has no late data, so every combine may lift.
-    """
+    """The named phases, in order. ``streaming`` keeps the watermark holds of combines with an
+    earliest-input output time; batch has no late data, so every combine may lift."""
     return [
         t.annotate_downstream_side_inputs,
         # A stateful DoFn starts its own stage, so the runner can partition its

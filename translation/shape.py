@@ -1,13 +1,11 @@
 """The state-bearing shape of each independent pipeline: what a checkpoint depends on.
 
-A checkpoint keeps SDF residuals and committed round outputs (keyed by stage id and buffer),
-GroupByKey buffers (keyed by the edge), side-input values (keyed by buffer) and user state and
-timers of stateful stages. A restore is safe when the new plan puts the same kinds of state
-under the same ids and encodes them with the same coders; the DoFn code and the stateless
-stages around them do not matter. `PipelineShape` records exactly that, as JSON-able data with
-readable coder and windowing descriptions (from the coder and windowing protos, never from
-pickled user code), so it can live in a manifest and be compared by
-`sparkbeam.translation.compatibility`. Pure: no Spark import.
+A checkpoint keeps SDF residuals and committed round outputs (by stage id and buffer),
+GroupByKey buffers (by edge), side-input values (by buffer) and stateful stages' user state and
+timers. A restore is safe when the new plan keeps the same state under the same ids in the same
+coders; DoFn code and stateless stages do not matter. `PipelineShape` records that as JSON-able
+data, coders and windowing described from their protos (never from pickled user code), for a
+manifest and `sparkbeam.translation.compatibility`. No Spark import.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """TestStream: the runner, not an SDK worker, emits its events.
 
-Beam's ``TestStream`` is a root primitive whose events (element batches, watermark advances,
-processing-time advances) only a runner can play: they are applied at round boundaries. The
-phase ``expand_test_stream`` replaces the TestStream stage by one buffer read per output
-(``teststream:<pcollection>``), as ``expand_gbk`` does for GroupByKey, so its consumers fuse
-as usual; ``test_stream_sources`` records each TestStream's events for the runner to play.
+Only a runner can play a ``TestStream``'s events (elements, watermark and processing-time
+advances), at round boundaries. ``expand_test_stream`` replaces the TestStream stage by one
+buffer read per output (``teststream:<pcollection>``), as ``expand_gbk`` does for GroupByKey,
+so its consumers fuse as usual; ``test_stream_sources`` records its events for the runner.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """``ReadFromText``: the runner reads the lines in bulk instead of Beam's per-line SDF reader.
 
-Beam expands ``ReadFromText`` into ``Read`` (an Impulse, then ``SDFBoundedSourceDoFn`` over a
-``_TextSource``): each line passes through Beam's Python line reader, a restriction tracker's
-claim and a watermark estimator before the first user transform sees it -- a fifth of a word
-count's read stage (py-spy, session 26), plus a Spark stage that only splits the source. A
-``Read`` of a plain ``_TextSource`` whose lines mean the same either way (UTF-8 strings, trailing
-separators stripped, no header lines, the default ``\\n`` / ``\\r\\n`` separator, a static
-pattern) is marked here with ``TEXT_READ_URN``, kept whole by fusion, and becomes one buffer
-read per output (``text:<pcollection>``), as a TestStream's outputs do; its consumers fuse
-with that read. ``runner.rounds.text_ranges`` splits the files, ``runner.task.text_lines``
-reads them. Any other source keeps Beam's reader. Batch only: a streaming round has no such
-edge.
+Beam's reader passes each line through its Python line reader, a restriction tracker's claim
+and a watermark estimator (a fifth of a word count's read stage), plus a Spark stage that only
+splits the source. A ``Read`` of a plain ``_TextSource`` whose lines mean the same either way
+(UTF-8, trailing separators stripped, no header lines, the default separator, a static
+pattern) is marked ``TEXT_READ_URN`` and becomes one read of its ``text:<pcollection>``
+buffer, with which its consumers fuse. ``runner.rounds.text_ranges`` splits the files,
+``runner.task.text_lines`` reads them. Any other source keeps Beam's reader. Batch only.
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Pipeline proto -> ExecutionPlan.
 
-Runs Beam's fusion phases (``sparkbeam.translation.phases``), then reads the
-fused stages into plain data: one ``StagePlan`` per executable stage with its
-ProcessBundleDescriptor, one ``Edge`` per buffer between stages, and the split
-of stages into independent pipelines (connected components, seed 000). No
-Spark here: the runner decides how edges become shuffles.
+Runs the planning phases (``phases``), then reads the fused stages into plain data: one
+``StagePlan`` per executable stage with its ProcessBundleDescriptor, one ``Edge`` per buffer
+between stages, and the independent pipelines (connected components). No Spark here: the
+runner decides how edges become shuffles.
 """
 
 from __future__ import annotations
@@ -51,10 +50,8 @@ _SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRIC
 def translate(
     pipeline: beam_runner_api_pb2.Pipeline, *, is_drain: bool = False, streaming: bool = False
 ) -> ExecutionPlan:
-    """Plan a portable pipeline for execution; raises for unsupported features.
-
-    ``streaming`` (implied by a TestStream) plans for late data: see ``standard_phases``.
-    A batch plan reads plain ``ReadFromText`` files itself (``text_reads``)."""
+    """Plan a portable pipeline for execution; raises for unsupported features. ``streaming``
+    (implied by a TestStream) plans for late data; a batch plan reads plain text files itself."""
     pipeline = copy.deepcopy(pipeline)
     validate_pipeline_graph(pipeline)
     check_requirements(pipeline)
@@ -74,12 +71,8 @@ def translate(
 
 
 def _stable_order(stages: list) -> list:
-    """A topological order that is the same in every process.
-
-    Beam's ``sort_stages`` walks a frozenset, so its order (and our stage ids)
-    could differ between two runs of one program; restore needs stable ids.
-    Kahn's algorithm, ties broken by stage name.
-    """
+    """A topological order that is the same in every process (Kahn's, ties broken by name):
+    Beam's ``sort_stages`` walks a frozenset, and a restore needs stable stage ids."""
     import heapq
 
     def buffers(stage, urn):
@@ -243,10 +236,8 @@ class _PlanBuilder:
         return buffer, coder
 
     def _settle_reshuffle_coders(self) -> None:
-        """One coder per Reshuffle edge where both sides agree, else the SDK's two coders.
-
-        Written and read through different coders (see ``edge_coders``), the runner
-        transcodes the elements while it moves them."""
+        """One coder per Reshuffle edge where both sides agree, else the SDK's two coders,
+        which the runner transcodes between (see ``edge_coders``)."""
         coders = self.components.coders
         for buffer, edge in list(self.edges.items()):
             write = self.sdk_coders.get((buffer, "write"))
@@ -314,12 +305,8 @@ class _PlanBuilder:
 
 
 def _referenced_pcollections(components, transforms) -> dict:
-    """Only the PCollections a stage's transforms read or write (side inputs included).
-
-    The bundle processor looks PCollections up only through its transforms' inputs and
-    outputs; the whole pipeline's (485 in a pipeline of 18 small combines) made every
-    stage's descriptor ~50 KB bigger, and every Spark task carries its stage's descriptor.
-    """
+    """Only the PCollections a stage's transforms read or write (side inputs included): every
+    Spark task carries its stage's descriptor, and the whole pipeline's can be ~50 KB."""
     ids = {pc for tr in transforms for pcs in (tr.inputs, tr.outputs) for pc in pcs.values()}
     return {pc: components.pcollections[pc] for pc in sorted(ids)}
 

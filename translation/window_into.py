@@ -1,11 +1,10 @@
 """WindowInto with one of Beam's standard WindowFns, marked for sparkbeam's own operation.
 
-The SDK runs ``WindowInto`` as a DoFn: per element a DoFn call with two parameters, an
-``AssignContext``, ``Timestamp`` arithmetic in Python and a new window object. Profiled in a
-streaming map stage (``benchmarks/streaming.py``) that was a quarter of the stage. For the
-four standard WindowFns, whose windows depend on the element's timestamp alone, the runner's
-operation (``sparkbeam.runner.task.window_into``) computes the same windows from integer
-microseconds and reuses the window objects; any other WindowFn keeps Beam's operation.
+The SDK runs ``WindowInto`` as a DoFn call per element with an ``AssignContext``, ``Timestamp``
+arithmetic and a new window object: a quarter of a streaming map stage
+(``benchmarks/streaming.py``). The four standard WindowFns' windows depend on the timestamp
+alone, so the runner's operation (``sparkbeam.runner.task.window_into``) computes them from
+integer microseconds and reuses the window objects; any other WindowFn keeps Beam's operation.
 """
 
 from __future__ import annotations
