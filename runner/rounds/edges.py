@@ -166,17 +166,8 @@ def _keyed(components: bytes, plan_key: str, coder: str, blobs):
 
 def _grouped(components: bytes, plan_key: str, edge, pairs):
     register_plan(plan_key, components)
-    carried: list = []
-
-    def data():
-        for pair in pairs:
-            if is_report_key(pair[0]):
-                carried.append(pair[1])
-            else:
-                yield pair
-
-    yield from grouping.group_partition(data(), plan_key, edge)
-    yield from carried
+    unkeyed = (pair[1] if is_report_key(pair[0]) else pair for pair in pairs)
+    yield from carrying(unkeyed, lambda data: grouping.group_partition(data, plan_key, edge))
 
 
 def _spread(components: bytes, plan_key: str, coder: str, index: int, blobs):

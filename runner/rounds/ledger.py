@@ -1,12 +1,10 @@
 """The round ledger: what one round's task reports add up to, and its metadata record.
 
-A round (batch SDF stage or streaming pipeline alike) runs one Spark job whose tasks hand
-back typed reports (``sparkbeam.runner.task.records``). ``RoundLedger.absorb`` sorts them
-once: warnings are re-issued, commit messages, sink files and startpoint outcomes wait for the
+``RoundLedger.absorb`` sorts a round's typed reports (``sparkbeam.runner.task.records``) once:
+warnings are re-issued, commit messages, sink files and startpoint outcomes wait for the
 round's checkpoint, residuals and residual reports go to their stage's keeper (``feed``),
-metrics to the result.
-``RoundMetadata`` is the typed record each round's checkpoint carries (``to_dict`` /
-``from_dict`` give the manifest's metadata keys, unchanged from before).
+metrics to the result. ``RoundMetadata`` is the record each round's checkpoint carries (its
+manifest's metadata keys).
 
 Leaves to others: running the job (the batch and streaming loops), writing the checkpoint
 (``PipelineStore.checkpoint``), deleting consumed startpoints (``rounds.startpoints``).
@@ -139,31 +137,27 @@ class RoundMetadata:
     residuals: dict[str, dict] | None = None  # SDF stage -> its residuals' summary (``feed``)
 
     def to_dict(self) -> dict[str, Any]:
-        if self.group_holds is None:
-            return {
-                "stage": self.stage,
-                "round": self.round_no,
-                "pending_residuals": self.pending_residuals,
-                "next_timer_ms": self.next_timer_ms,
-                "watermark_hold_micros": self.watermark_hold_micros,
-                **({"residuals": self.residuals} if self.residuals is not None else {}),
-            }
-        meta = {
+        meta: dict[str, Any] = {
             "round": self.round_no,
-            "group_holds": self.group_holds,
-            "group_keys": self.group_keys,
-            "group_watermarks": self.group_watermarks,
-            "stateful": self.stateful,
             "pending_residuals": self.pending_residuals,
             "next_timer_ms": self.next_timer_ms,
-            "watermark_micros": self.watermark_micros,
         }
-        if self.test_stream is not None:
-            meta["test_stream"] = self.test_stream
+        if self.group_holds is None:
+            meta.update(stage=self.stage, watermark_hold_micros=self.watermark_hold_micros)
+        else:
+            meta.update(
+                group_holds=self.group_holds,
+                group_keys=self.group_keys,
+                group_watermarks=self.group_watermarks,
+                stateful=self.stateful,
+                watermark_micros=self.watermark_micros,
+            )
+            if self.test_stream is not None:
+                meta["test_stream"] = self.test_stream
+            if self.finished:
+                meta[FINISHED] = True
         if self.residuals is not None:
             meta["residuals"] = self.residuals
-        if self.finished:
-            meta[FINISHED] = True
         return meta
 
     @classmethod
