@@ -2,14 +2,10 @@
 
 Owns: the operator's view of a store's checkpoints -- the argparse subcommands
 (`add_subcommands`, wired into the ``sparkbeam`` console script by the runner) and a standalone
-`main` (``python -m sparkbeam.checkpoint.cli checkpoints list --checkpoint_dir URL``) that also
-has ``startpoints`` (`startpoints_cli`). Output is a readable table, or JSON with ``--json``;
-``verify`` also says which checkpoint a restart of each pipeline would restore (the newest
-sound one, by the rule the driver uses) and exits 1 if any checkpoint is damaged or a restart
-is refused (a store of another state layout: ``list`` shows each checkpoint's). ``list``,
-``show`` and ``verify`` open the store read-only (no lock); ``clean`` takes the lock. Taking,
-checking and opening the store, with Beam's filesystem flags, is `cli_store`'s. Leaves to
-others: everything it prints comes from `CheckpointStore`.
+`main` (``python -m sparkbeam.checkpoint.cli``) that also has ``startpoints``. A table, or JSON
+with ``--json``; ``verify`` also says which checkpoint a restart would restore (the driver's
+rule) and exits 1 if any checkpoint is damaged or a restart is refused. ``clean`` alone takes
+the lock. Leaves to others: opening the store (`cli_store`) and what it prints (`store`).
 """
 
 from __future__ import annotations

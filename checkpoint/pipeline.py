@@ -1,15 +1,11 @@
 """One pipeline's driver-owned state: `PipelineStore`.
 
-Owns: the state table of the namespaces the driver itself writes (sink files and staging
-directories), the driver's changelog writer that records its changes, its completed-work
-markers and source positions, applying a task's staged changes to those namespaces, and
-loading a checkpoint's driver files into them. The task-owned namespaces
-(`state_layout.is_task_owned`: GroupByKey buffers, user state and timers, SDF residuals, stage
-outputs, pushback, side-input rows and views) are not here: the chain keeps only their
-handles (`task_state`) and tasks read them. Leaves to others: the commit protocol -- numbered
-steps, materialization, retention (`commit.CheckpointChain`) --, restore with fallback
-(`restore`), the store-wide concerns -- lock, listing, cleaning, per-subtask reads (`store`)
--- and the file formats (`changelog`, `manifest`).
+Owns: the state table of the namespaces the driver writes (sink files and staging
+directories), the driver's changelog of its changes, completed-work markers and source
+positions, applying a task's staged changes to those namespaces, and loading a checkpoint's
+driver files. Task-owned namespaces (`state_layout.is_task_owned`) are not here: the chain
+keeps only their handles (`task_state`) and tasks read them. Leaves to others: the commit
+protocol (`commit`), restore (`restore`), store-wide concerns (`store`) and file formats.
 """
 
 from __future__ import annotations
@@ -29,10 +25,10 @@ from sparkbeam.checkpoint.changelog import (
 from sparkbeam.checkpoint.commit import CheckpointChain
 from sparkbeam.checkpoint.errors import StoreClosedError
 from sparkbeam.checkpoint.ids import CheckpointId, PipelineId
-from sparkbeam.checkpoint.keygroups import key_group
+from sparkbeam.checkpoint.keygroups import KeyGroupRange, key_group
 from sparkbeam.checkpoint.layout import pipeline_dir
 from sparkbeam.checkpoint.manifest import Manifest
-from sparkbeam.checkpoint.reader import replay, replay_namespace
+from sparkbeam.checkpoint.reader import namespace_records, replay
 from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus, check_key
 from sparkbeam.checkpoint.state_table import make_state_table
 from sparkbeam.checkpoint.task_state import NamespaceState
@@ -169,25 +165,21 @@ class PipelineStore:
         self.chain.drop(namespace)
 
     def read_task_owned(self, namespace: str) -> dict[bytes, bytes]:
-        """{key: value} of a task-owned namespace, every key group, read from the store.
-
-        The driver reads task-owned state only for one-off work, never in a round: the
-        residual summary of a checkpoint that recorded none of a stage (another batch
-        stage's round), a transform-level startpoint's fan-out over the pending elements at
-        restore."""
+        """{key: value} of a task-owned namespace, every key group, read from the store: only
+        for one-off work, never in a round (a checkpoint's residual summary that recorded none
+        of a stage, a transform-level startpoint's fan-out at restore)."""
         chains = self.chain.task_state.namespaces.get(namespace)
         out: dict[bytes, bytes] = {}
-        if chains is None:
-            return out
-
-        def put(ns: str, key: bytes, value: bytes, kg: int) -> None:
-            out[key] = value
-
-        def delete(ns: str, key: bytes, kg: int) -> None:
-            out.pop(key, None)
-
-        storage = self._store.storage
-        replay_namespace(storage, self.directory, namespace, chains, put, delete)
+        if chains is not None:
+            every = KeyGroupRange(0, chains.max_key_groups)
+            storage = self._store.storage
+            for op, _, key, value, _ in namespace_records(
+                storage, self.directory, namespace, chains, every
+            ):
+                if op is Op.PUT:
+                    out[key] = value
+                else:
+                    out.pop(key, None)
         return out
 
     # -- checkpoint and restore (`commit`, `restore`) ----------------------------------------
@@ -208,12 +200,7 @@ class PipelineStore:
         metadata: dict[str, Any] | None = None,
         commit_messages: Iterable[CommitMessage] = (),
     ) -> CheckpointId:
-        """Commit the current state as the next checkpoint of this pipeline.
-
-        The numbered steps are `CheckpointChain.commit`'s. A failure before the manifest is
-        written leaves `status` ABORTED and no new checkpoint visible; the changes stay in
-        the working state and go into the next checkpoint.
-        """
+        """Commit the current state as the next checkpoint (steps: `CheckpointChain.commit`)."""
         self._check_open()
         return restore_protocol.committed(
             self, self.chain.commit(fingerprint, parallelism, metadata, commit_messages)

@@ -1,11 +1,10 @@
 """Reading a committed checkpoint back: replay, per-subtask reads, verification.
 
-Owns: replaying a manifest (materialization first, then the changelog after it, each file read
-once and checked against the manifest before any of its records are used) into a sink, and
-full verification of a checkpoint's files. `SegmentCache` keeps checked segments so a process
-that restores several subtasks reads each segment once (seed 001's per-worker cache).
-Leaves to others: choosing which checkpoint to read and falling back past damaged ones
-(`store`).
+Owns: replaying a manifest into a sink (materialization first, then the changelog after it,
+each file checked against the manifest before any of its records are used), reading task-owned
+namespaces a file at a time, and verifying every file of a checkpoint. `SegmentCache` keeps
+checked segments so a process that restores several subtasks reads each once. Leaves to
+others: which checkpoint to read and falling back past damaged ones (`restore`).
 """
 
 from __future__ import annotations
@@ -271,22 +270,17 @@ def verify_files(storage: Storage, directory: str, manifest: Manifest) -> Verifi
     problems: list[str] = []
     nbytes = 0
     spaces = manifest.task_state.namespaces.values()
-    snapshots = manifest.materialization
-    snapshots += tuple(f for s in spaces for r in s.ranges for f in r.base)
-    segments = {f.name: f for f in manifest.changelog}
-    segments.update((f.name, f) for s in spaces for _, f in s.log)
-    for entry in {f.name: f for f in snapshots}.values():
+    snapshots = [*manifest.materialization, *(f for s in spaces for r in s.ranges for f in r.base)]
+    segments = [*manifest.changelog, *(f for s in spaces for _, f in s.log)]
+    files = {f.name: (f, True) for f in snapshots} | {f.name: (f, False) for f in segments}
+    for entry, snapshot in files.values():
         path = f"{directory}/{entry.name}"
         try:
-            for _ in read_materialization(storage, path, entry, KeyGroupRange(0, 0)):
-                pass
-            nbytes += entry.size
-        except CheckpointCorruptError as e:
-            problems.append(f"{path}: {e.reason}")
-    for entry in segments.values():
-        path = f"{directory}/{entry.name}"
-        try:
-            read_segment(storage, path, entry)  # checks size, checksum and framing
+            if snapshot:
+                for _ in read_materialization(storage, path, entry, KeyGroupRange(0, 0)):
+                    pass
+            else:
+                read_segment(storage, path, entry)  # checks size, checksum and framing
             nbytes += entry.size
         except CheckpointCorruptError as e:
             problems.append(f"{path}: {e.reason}")

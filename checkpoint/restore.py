@@ -1,22 +1,16 @@
 """Restore of one pipeline: the latest usable checkpoint, falling back past damaged ones.
 
-Owns: choosing which checkpoint to load (a given one, or the newest that loads and was not
-set aside), the fingerprint and state layout checks (a checkpoint of another layout is
-refused before a file of it is read, not fallen back past: `state_layout.check_restorable`),
-falling back with a logged warning naming the file and the reason, and the error when none
-is left. Also the fallback after a task found a file of the
-checkpoint it read damaged (`fall_back`): the checkpoint a restart uses is the newest whose
-files are all sound (`sound_checkpoint`, `CheckpointStore.verify`'s rule, which
-``sparkbeam checkpoints verify`` prints), and every newer one is set aside (a
-``manifests/chk-<id>.json.damaged`` mark beside its manifest), so no restore picks it again;
-the next commit deletes them (`commit.CheckpointChain.abandoned`), saying so. Also the record
-that a pipeline committed before (`COMMITTED_MARK`, next to its manifests, written after its
-first commit): a pipeline with that record and no manifest lost its manifests, and starting
-it fresh would publish its output again, so it is refused (`ManifestsLostError`); data files
-without it are a first commit cut short, and start fresh.
-Leaves to others: loading a manifest's files into the working state
-(``pipeline.PipelineStore.load``), the chain a restored pipeline continues
-(``commit.CheckpointChain.adopt``) and reading manifests (``store``).
+Owns: choosing the checkpoint to load (a given one, or the newest that loads and was not set
+aside), the fingerprint and state layout checks (another layout is refused before a file of it
+is read, not fallen back past), and the error when none is left. After a task found a file of
+its checkpoint damaged (`fall_back`): the newest checkpoint whose files are all sound
+(`sound_checkpoint`, the rule ``sparkbeam checkpoints verify`` prints) is restored and every
+newer one set aside (a ``manifests/chk-<id>.json.damaged`` mark), so no restore picks it again;
+the next commit deletes them. `COMMITTED_MARK`, written after a pipeline's first commit: with it
+and no manifest, the manifests were lost and starting fresh would publish the output again, so
+it is refused (`ManifestsLostError`); without it, data files are a first commit cut short.
+Leaves to others: loading a manifest's files (``pipeline.PipelineStore.load``), the chain a
+restored pipeline continues (``commit.CheckpointChain.adopt``) and reading manifests (``store``).
 """
 
 from __future__ import annotations
@@ -33,7 +27,7 @@ from sparkbeam.checkpoint.errors import (
 )
 from sparkbeam.checkpoint.ids import CheckpointId
 from sparkbeam.checkpoint.layout import pipeline_dir
-from sparkbeam.checkpoint.manifest import MANIFEST_DIR, Manifest, manifest_name, parse_manifest_name
+from sparkbeam.checkpoint.manifest import MANIFEST_DIR, manifest_name, parse_manifest_name
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -120,7 +114,10 @@ def restore(
             continue
         try:
             manifest = store.load_manifest(work.pipeline_id, cid)
-            _check_fingerprint(manifest, fingerprint, allow_fingerprint_change)
+            if fingerprint not in (None, manifest.fingerprint) and not allow_fingerprint_change:
+                raise IncompatibleCheckpointError(
+                    work.pipeline_id, cid, manifest.fingerprint, fingerprint
+                )
             where = f"Checkpoint {cid} of pipeline {work.pipeline_id!r} in store {store.url!r}"
             state_layout.check_restorable(manifest.metadata, where)  # before a file is read
             work.load(manifest)
@@ -138,7 +135,14 @@ def restore(
         return CheckpointInfo.from_manifest(manifest, store.url)
     if not failures and aside:
         raise _no_sound_checkpoint(store, work.pipeline_id, f"all set aside: {sorted(aside)}")
-    raise _all_damaged(store, work, failures)
+    raise CheckpointCorruptError(
+        f"{store.url}/{work.directory}",
+        f"all {len(failures)} checkpoints of pipeline {work.pipeline_id!r} are damaged ("
+        + "; ".join(f"{e.path}: {e.reason}" for e in failures)
+        + ")",
+        "No complete checkpoint is left; restore from a backup, or start fresh with a new "
+        "--checkpoint_dir.",
+    )
 
 
 def set_aside_mark(checkpoint_id: int) -> str:
@@ -220,24 +224,4 @@ def _no_sound_checkpoint(store: CheckpointStore, pipeline_id: str, why: str):
         f"no checkpoint of pipeline {pipeline_id!r} is sound ({why})",
         "Restore the damaged files from a backup (`sparkbeam checkpoints verify` lists them), "
         "or start fresh with a new --checkpoint_dir.",
-    )
-
-
-def _check_fingerprint(manifest: Manifest, fingerprint: str | None, allow_change: bool) -> None:
-    if fingerprint is not None and manifest.fingerprint != fingerprint and not allow_change:
-        raise IncompatibleCheckpointError(
-            manifest.pipeline_id, manifest.checkpoint_id, manifest.fingerprint, fingerprint
-        )
-
-
-def _all_damaged(
-    store: CheckpointStore, work: PipelineStore, failures: list[CheckpointCorruptError]
-) -> CheckpointCorruptError:
-    return CheckpointCorruptError(
-        f"{store.url}/{work.directory}",
-        f"all {len(failures)} checkpoints of pipeline {work.pipeline_id!r} are damaged ("
-        + "; ".join(f"{e.path}: {e.reason}" for e in failures)
-        + ")",
-        "No complete checkpoint is left; restore from a backup, or start fresh with a new "
-        "--checkpoint_dir.",
     )
