@@ -274,7 +274,6 @@ class PendingTimers:
 
     def pop_next(self) -> dict[tuple[str, str], list[bytes]]:
         """Remove and encode the timers due at the earliest firing time."""
-
         processing = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
         event = {k: t for k, t in self.pending.items() if self.domains[k[0]] != processing}
         if not event:  # processing-time timers only: wait for the wall clock to reach one

@@ -61,8 +61,6 @@ class SpilledState(Mapping):
         self.attempt = _attempt()  # the task attempt that opened it
         _OPEN.append(self)
 
-    # -- reading ---------------------------------------------------------------------
-
     def __getitem__(self, key: bytes) -> bytes:
         value = self.get(key)
         if value is None:
@@ -93,8 +91,6 @@ class SpilledState(Mapping):
 
     def __len__(self) -> int:
         return self.count
-
-    # -- changing ----------------------------------------------------------------------
 
     def forget(self) -> None:
         """Delete the claim before the first change (a kill then leaves none)."""
@@ -244,7 +240,8 @@ def release(*states) -> None:
             state.close()
 
 
-def _options(memory_bytes: int):
+def _options(memory_bytes: int) -> tuple:
+    """(the database's options, its column families': the claim's, one small value)."""
     from rocksdict import BlockBasedOptions, Cache, Options
 
     options = Options(raw_mode=True)
@@ -260,15 +257,9 @@ def _options(memory_bytes: int):
     table = BlockBasedOptions()
     table.set_block_cache(Cache(part))
     options.set_block_based_table_factory(table)
-    return options
-
-
-def _claim_options():
-    from rocksdict import Options
-
-    options = Options(raw_mode=True)
-    options.set_write_buffer_size(64 << 10)  # one small value
-    return options
+    claim = Options(raw_mode=True)
+    claim.set_write_buffer_size(64 << 10)
+    return options, {_CLAIMS: claim}
 
 
 class _Opened(NamedTuple):
@@ -289,7 +280,7 @@ def _open(path: str, memory_bytes: int) -> _Opened | None:
         fresh = not os.path.exists(os.path.join(path, "CURRENT"))
         db = claims = None
         try:
-            db = Rdict(path, _options(memory_bytes), column_families={_CLAIMS: _claim_options()})
+            db = Rdict(path, *_options(memory_bytes))
             claims = db.get_column_family(_CLAIMS)
             return _Opened(db, claims, claims.get(_CLAIM), fresh)
         except Exception as e:  # rocksdict raises a bare Exception

@@ -118,10 +118,8 @@ class StageWorker:
             for data in fired_timers.get((timer.transform, timer.family), ()):
                 out.write(data)
             out.close()
-        written: dict[str, list[bytes]] = {}
-        if isinstance(inputs, dict):
-            written = inputs
-        else:
+        written = inputs if isinstance(inputs, dict) else {}
+        if not isinstance(inputs, dict):
             self.sdk_side.stream(bundle_id, inputs)
         for transform, _ in self.stage.inputs:
             out = self.data.output_stream(bundle_id, transform)

@@ -24,7 +24,6 @@ Leaves to others: how a read is kept (``staged_state``), when a range is due a s
 
 from __future__ import annotations
 
-import functools
 import itertools
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -303,9 +302,9 @@ def read_rows(spec: StateRound, namespace: str, subtask: int) -> Iterator[tuple[
 
 def reading_rows(spec: StateRound, namespace: str, as_record: Callable) -> Callable:
     """The task body ``(subtask, rows)`` of a dataset of the kept rows, each ``as_record``."""
-    return functools.partial(_read, spec, namespace, as_record)
 
+    def read(subtask: int, _rows) -> Iterator:
+        for name, data in read_rows(spec, namespace, subtask):
+            yield as_record(name, data)
 
-def _read(spec: StateRound, namespace: str, as_record: Callable, subtask: int, _rows) -> Iterator:
-    for name, data in read_rows(spec, namespace, subtask):
-        yield as_record(name, data)
+    return read

@@ -54,12 +54,7 @@ def assigner(windowfn) -> Callable[[Timestamp], tuple] | None:
     if kind is window.FixedWindows:
         size, offset = windowfn.size.micros, windowfn.offset.micros
         fixed = _ByStart(lambda start: (_interval(start, start + size),))
-
-        def assign_fixed(ts: Timestamp) -> tuple:
-            t = ts.micros
-            return fixed[t - (t - offset) % size]
-
-        return assign_fixed
+        return lambda ts: fixed[ts.micros - (ts.micros - offset) % size]
     if kind is window.SlidingWindows:
         size, offset, period = windowfn.size.micros, windowfn.offset.micros, windowfn.period.micros
         one = _ByStart(lambda start: _interval(start, start + size))
