@@ -287,7 +287,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     return  # the restriction is done: no empty residual to schedule
                 if at_end or away or (ours and hold.reached_end()):
                     if not away:  # a broker that is away may hold records: the watermark waits
-                        watermark.advance_idle(self.records.idle_watermark(polled_at))
+                        watermark.advance_to(self.records.idle_watermark(polled_at))
                     if _past(self.stop_read_time) or _past(until_ms):
                         tracker.try_claim(UNBOUNDED)
                         return

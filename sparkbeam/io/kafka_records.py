@@ -101,25 +101,21 @@ class RecordMaker:
     def __init__(
         self, key_deserializer, value_deserializer, policy: str, with_metadata: bool, max_delay_s
     ) -> None:
-        key_fn, value_fn = (
+        self.key_fn, self.value_fn = (
             python_fn(f"{which}_deserializer", given, JAVA_DESERIALIZERS, "bytes -> value")
             for which, given in (("key", key_deserializer), ("value", value_deserializer))
         )
-        self.key_fn, self.value_fn = key_fn, value_fn
         self.policy, self.with_metadata = check_policy(policy, max_delay_s), with_metadata
         self.max_delay_micros = int(max_delay_s * 1e6)
-        self._as_they_are = key_fn is _identity and value_fn is _identity and not with_metadata
+        self._as_they_are = not with_metadata and self.key_fn is self.value_fn is _identity
 
     def windowed_batch(self, batch: list, now: Timestamp, watermark) -> WindowedValue:
-        """A non-empty ``batch``'s records in the global window (the read's input is globally
-        windowed, checked in its expand: a ``WindowedValue`` skips Beam's per-record window
-        assignment), as one element of the list of them stamped with the earliest of their
-        timestamps (``ReadFromKafka`` hands them on one by one), once ``watermark`` has
-        observed the batch's largest timestamp (less ``max_delay_s``). A record's event time
-        under the policy: ``now`` (when the batch was polled: one clock read a batch) for
-        ``ProcessingTime`` and for records without a timestamp, else the record's. Built from
-        int micros (Beam's ``windowed_value.create``): a ``Timestamp`` a record cost 4 of the
-        4.5 us this took."""
+        """A non-empty ``batch`` as one element, the list of its records' ``WindowedValue``s in
+        the global window (the read's input is, checked in its expand: no per-record window
+        assignment), stamped with the earliest of their event times, once ``watermark`` has
+        advanced to the largest (less ``max_delay_s``). An event time is ``now`` (one clock read
+        a batch) under ``ProcessingTime`` or for a record without a timestamp, else the
+        record's; built from int micros: a ``Timestamp`` a record cost 4 of the 4.5 us."""
         now_micros, create = now.micros, windowed_value.create
         if self.policy == PROCESSING_TIME:
             micros = [now_micros] * len(batch)
@@ -128,7 +124,7 @@ class RecordMaker:
             micros = [m * 1000 if k and m >= 0 else now_micros for k, m in stamps]
         element = _key_value if self._as_they_are else self.element
         out = [create(element(m), t, GLOBAL_WINDOWS) for m, t in zip(batch, micros)]
-        watermark.observe_batch(Timestamp(micros=max(micros) - self.max_delay_micros))
+        watermark.advance_to(Timestamp(micros=max(micros) - self.max_delay_micros))
         return create(PolledBatch(out), min(micros), GLOBAL_WINDOWS)
 
     def idle_watermark(self, polled_at: float) -> Timestamp:

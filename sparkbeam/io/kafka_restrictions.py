@@ -173,8 +173,8 @@ class KafkaRestrictionProvider(RestrictionProvider):
 
 
 class KafkaWatermarkEstimator(WatermarkEstimator):
-    """The largest record timestamp seen, a polled batch at a time (``observe_batch``), or
-    when caught up the start of the poll that found the end (``advance_idle``)."""
+    """The largest record timestamp seen, a polled batch at a time, or when caught up the start
+    of the poll that found the end (``advance_to``)."""
 
     def __init__(self, state: Timestamp | None) -> None:
         self._watermark = MIN_TIMESTAMP if state is None else state
@@ -182,14 +182,9 @@ class KafkaWatermarkEstimator(WatermarkEstimator):
     def observe_timestamp(self, timestamp: Timestamp) -> None:
         """Beam's call for every output: the read has observed its batch already."""
 
-    def observe_batch(self, largest: Timestamp) -> None:
-        if largest > self._watermark:
-            self._watermark = largest
-
-    def advance_idle(self, at: Timestamp) -> None:
-        """The partition had no record left at ``at``: nothing older can come from it (under
-        ``CreateTime``, bar records stamped more than ``max_delay_s`` before they reached the
-        broker)."""
+    def advance_to(self, at: Timestamp) -> None:
+        """Nothing older than ``at`` can come from the partition (under ``CreateTime``, bar
+        records stamped more than ``max_delay_s`` before they reached the broker)."""
         if at > self._watermark:
             self._watermark = at
 
