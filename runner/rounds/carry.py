@@ -1,15 +1,11 @@
 """Reports carried downstream with the data, so a stage read once needs no cache.
 
-Every task yields reports for the driver (metrics, warnings, staged sink files, commit
-messages, ...) beside its data, and each report must reach the driver exactly once. Rather than
-keeping every stage's output to read its reports in a pass of their own, a stage hands its
-reports to one consumer, its *carrier*, with the data, through narrow edges and shuffles alike;
-the carrier passes them on after its own. A stage with no carrier (it feeds nobody, only side
-inputs, or only stages that collect their own reports) hands them to the job's final collect.
-So a chain of stages is one Python task per partition, and only a stage whose output is read
-more than once is cached.
-
-Batch (``batch.executor``) and streaming (``streaming.round``) plan their carriers here
+Each task's reports for the driver (metrics, warnings, sink files, commit messages, ...) must
+reach it exactly once. Rather than keeping every stage's output to read its reports in a pass
+of their own, a stage hands them with its data to one consumer, its *carrier*, through narrow
+edges and shuffles alike; the carrier passes them on after its own. A stage with no carrier
+hands them to the job's final collect. So a chain of stages is one Python task per partition,
+and only a stage read more than once is cached. Batch and streaming plan their carriers here
 (``plan_carriers``); the functions below it run in tasks.
 """
 

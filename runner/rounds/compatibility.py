@@ -1,17 +1,14 @@
 """Restore only what the running pipeline can take over; record what each checkpoint needs.
 
 Every checkpoint's manifest metadata carries the pipeline's `PipelineShape` (key ``shape``).
-On restore the stored shape is compared with the running plan's: equal fingerprints restore at
-once; compatible differences (new stages, changed DoFn bodies, ...) are logged and the restore
-goes on; incompatible ones raise `IncompatiblePipelineError` listing them. Leaves the comparison
-rules to ``sparkbeam.translation.compatibility`` and the restore itself to the store.
+On restore, compatible differences from the running plan's are logged; incompatible ones raise
+`IncompatiblePipelineError` listing them. Leaves the comparison rules to
+``sparkbeam.translation.compatibility`` and the restore itself to the store.
 
-A job whose last checkpoint is finished is not run again by accident: rerunning it would
-publish its output a second time, so `run_again` -- the one finished-job check -- fails the
-start unless the operator passed ``--fresh`` (batch and streaming alike). It runs before Spark
-starts (`refuse_before_start`, with the store's state layout check: fails in about a second)
-and again where each pipeline restores its checkpoint: with ``--break_lock`` another job may
-finish the store in between.
+A finished job is not rerun by accident (it would publish its output again): `run_again`
+fails the start unless ``--fresh``. It runs before Spark starts (`refuse_before_start`) and
+again where each pipeline restores: with ``--break_lock`` another job may finish the store in
+between.
 """
 
 from __future__ import annotations
@@ -51,11 +48,8 @@ class RestoreGuard:
         return dict(self._metadata[pipeline_id])
 
     def restore(self, state, store):
-        """``state.restore()`` the latest checkpoint, refusing one the plan cannot continue
-        (the store refuses one of another state layout, `state_layout.check_restorable`).
-
-        A checkpoint of a finished job is not checked: the job runs again from scratch.
-        """
+        """``state.restore()`` the latest checkpoint, refusing one the plan cannot continue;
+        a finished job's is not checked (the job runs again from scratch)."""
         try:
             info = state.restore()
             if info is None:
@@ -107,9 +101,8 @@ class FinishedJobError(RuntimeError):
 
 
 def refuse_before_start(store, pipeline_ids: Iterable[str], fresh: bool) -> None:
-    """Before a job starts: raise `FinishedJobError` if a pipeline's latest checkpoint is
-    finished, unless ``fresh``, and `StateLayoutError` if it is of another state layout (the
-    restore checks both again, `run_again` and the store's `check_restorable`)."""
+    """Before a job starts: `FinishedJobError` for a pipeline's finished latest checkpoint
+    (unless ``fresh``), `StateLayoutError` for one of another state layout."""
     for pid in pipeline_ids:
         readable = [i for i in store.list_checkpoints(pid) if i.error is None]
         if readable:

@@ -1,12 +1,7 @@
-"""What every round of a run reads: one frozen record, made once by the run's executor.
-
-Batch (``runner.batch.executor``) and streaming (``runner.streaming.executor``) make a
-``RunContext`` at start and hand the same one to every round loop and round job, instead of
-loops reading their executor's attributes. ``StageMetrics`` is the one mutable part: the
-metrics of committed rounds, merged by stage (pipelines commit on their own threads).
-
-Leaves to others: what differs per side (the ``rounds.loop.RoundJob`` implementations), and
-the run's lifecycle (the executors).
+"""What every round of a run reads: one frozen ``RunContext``, made once by the run's executor
+(batch or streaming) and handed to every round loop and job. ``StageMetrics`` is its one
+mutable part (pipelines commit on their own threads). Leaves to others: what differs per side
+(``loop.RoundJob``), and the run's lifecycle (the executors).
 """
 
 from __future__ import annotations

@@ -1,14 +1,11 @@
 """Edges between stages as Spark operations: what each buffer kind becomes.
 
 Impulse is a one-element dataset, a ``ReadFromText`` a partition per range of its files
-(``text_ranges``, read by ``task.text_lines``), a materialized buffer is the union of its
-writers (a Flatten when there are several), GroupByKey is a ``partitionBy``
-on the key group of the encoded key (``grouping.partition_for_key``) followed by Beam's grouping,
-Reshuffle a repartition, and a stateful stage's input a ``partitionBy`` on its
-key. Reports ride along to each writer's carrier (``carry``): a read that carries them
-passes them through the edge's shuffle as ``ReportKey`` pairs. The functions at the bottom
-run on executors; they receive the plan's components as bytes (a broadcast), never driver
-objects.
+(``text_ranges``), a materialized buffer the union of its writers, GroupByKey and a stateful
+stage's input a ``partitionBy`` on the key's key group (``grouping.partition_for_key``),
+Reshuffle a repartition. Reports ride along to each writer's carrier (``carry``), through a
+shuffle as ``ReportKey`` pairs. The functions at the bottom run on executors and get the
+plan's components as a broadcast, never driver objects.
 """
 
 from __future__ import annotations

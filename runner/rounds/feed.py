@@ -1,19 +1,15 @@
 """What a round feeds back: the residuals whose timers are due, and the wait until they are.
 
-Each SDF stage's residuals are kept by one of two keepers, both with the same face for the
-round loop (pending count, earliest timer, watermark hold, ``take_due``, ``absorb``):
+Each SDF stage's residuals have one `Keeper`:
 
-- `TaskResiduals` (a run with a store): the stage's tasks keep them in the key groups they
-  own (``runner.task.residual_state``) and feed those due by the round's clock themselves;
-  the driver holds only what the tasks last reported of each range -- the count, the earliest
-  timer and the hold -- summed per stage and recorded in each checkpoint's metadata, so a
-  restore reads no residual.
-- `DriverResiduals` (a batch run without a store): nothing is durable; the driver's
-  ``StateAndTimerBundleCheckpointHandler`` keeps them in memory and the round parallelizes
-  the due ones (at most ``MAX_RESIDUALS_PER_ROUND`` a round).
+- `TaskResiduals` (a run with a store): the stage's tasks keep them in their key groups and
+  feed those due themselves (``runner.task.residual_state``); the driver holds only the sums
+  of what they last reported (count, earliest timer, hold), recorded in each checkpoint's
+  metadata, so a restore reads no residual.
+- `DriverResiduals` (batch without a store): in the driver's memory; the round parallelizes
+  the due ones.
 
-Between rounds the driver sleeps until the earliest timer (nobody spins). Leaves to others:
-running the round (the loops) and the tasks' side (``runner.task.residual_state``).
+Leaves to others: running the round (the loops) and the tasks' side.
 """
 
 from __future__ import annotations

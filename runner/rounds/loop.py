@@ -1,19 +1,12 @@
 """The one round loop of batch SDF stages and streaming pipelines.
 
-A round: feed what is due (``feed``), run one Spark job, absorb the tasks' typed reports into
-one ``RoundLedger``, commit one checkpoint (without a store: advance in memory), then wait for
-the next round (the earliest timer; streaming also its interval and its stop event). Batch is
-this loop ending when nothing is pending; streaming is the same loop that does not, until its
-inputs end, it is stopped or drained.
-
 ``RoundLoop`` owns the round number, the SDF stages' residual keepers (``feed``), the ledger,
-the commit, the last rounds' times and the wait; a round that fails beyond Spark's task retries
-restores the last checkpoint, up to ``RunContext.max_restores`` times (batch: none), logging
-the task's exception first in one line; a round whose task found a file of its checkpoint
-damaged restores the newest sound checkpoint instead (``checkpoint.restore.fall_back``). What
-differs per side is a ``RoundJob``: ``runner.batch.stage_rounds.StageRounds`` (one SDF stage:
-its input, then its due residuals) and ``runner.streaming.pipeline.PipelineRounds`` (one
-pipeline's live stages, with its watermarks and GroupByKey and user state).
+the commit, the last rounds' times and the wait between rounds. A round that fails beyond
+Spark's task retries restores the last checkpoint, up to ``RunContext.max_restores`` times
+(batch: none); one whose task found a file of its checkpoint damaged restores the newest sound
+checkpoint instead (``checkpoint.restore.fall_back``). Batch ends the loop when nothing is
+pending; streaming when its inputs end, or it is stopped or drained. What differs per side is
+a ``RoundJob``: ``batch.stage_rounds.StageRounds``, ``streaming.pipeline.PipelineRounds``.
 """
 
 from __future__ import annotations
@@ -154,9 +147,8 @@ class RoundLoop:
         self.job.ended(self)
 
     def fall_back(self, e: DamagedStateError) -> bool:
-        """A task found a file of the checkpoint it read damaged: set aside the damaged
-        checkpoints and restore the newest sound one (`restore.fall_back`). False when this
-        job does not restore on open, or the checkpoint is sound after all."""
+        """Restore the newest sound checkpoint (`restore.fall_back`); False when this job does
+        not restore on open, or the checkpoint is sound after all."""
         if not (self.ctx.durable and self.job.restores_on_open):
             return False
         cause = f"{e.cause} -- round {self.round_no} of pipeline {self.pipeline.id}"
@@ -228,9 +220,8 @@ class RoundLoop:
         return feed.pending(self.residuals)
 
     def wait(self, started: float) -> None:
-        """Until the next round, which starts as soon as work is due: at once when a watermark
-        moved (windows and event-time timers to fire), else at the earliest timer (residuals,
-        processing-time timers); with neither, one interval after this round started."""
+        """Until work is due: at once when a watermark moved, else at the earliest timer; with
+        neither, one interval after this round started."""
         if self.job.watermark_moves():
             wake = time.monotonic()
         elif self.next_timer_ms is not None:

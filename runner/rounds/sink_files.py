@@ -2,26 +2,18 @@
 
 Owns both halves of the protocol behind ``sparkbeam.io.WriteToFilesOnCheckpoint``:
 
-- Task side: ``collect_sink_files`` wraps a stage task's records and keeps a collector
-  active while they are pulled, so a sink DoFn running in that task can ``stage()`` a
-  written file under its final name; the task ends with one ``SinkFilesRecord``. Spark
-  returns the records of successful attempts only, so a failed or retried attempt's files
-  are never named to the driver.
-- Driver side: ``finalize`` renames staged files to their final names, idempotently;
-  ``discard_staging`` deletes staged files no commit names. For rounds committed as
-  checkpoints (streaming), ``record_pending`` puts the pairs into the pipeline's state
-  before the checkpoint and ``finalize_pending`` renames them after it commits, and again on
-  restore, so a crash between the two loses nothing and duplicates nothing;
-  ``record_staging_dir`` keeps the staging directories a restore cleans. The values' format
-  is ``sparkbeam.checkpoint.state_layout``'s.
-- Fallback: a restore that falls back past a lost checkpoint (its manifest damaged) first
-  ``unpublish_after`` the restored round: files published by the lost rounds are deleted,
-  since the replay writes their data again -- possibly at another parallelism, under other
-  names. Final names carry the round, so that is all it takes.
+- Task side: while ``collect_sink_files`` pulls a stage task's records, a sink DoFn in that
+  task can ``stage()`` a written file under its final name; the task ends with one
+  ``SinkFilesRecord``. Spark returns only successful attempts' records, so a failed or
+  retried attempt's files never reach the driver.
+- Driver side: ``record_pending`` puts a round's pairs into the state its checkpoint commits;
+  ``finalize_pending`` renames them (idempotently) after it commits, and again on restore, so
+  a crash in between loses and duplicates nothing. A restore that falls back past a lost
+  checkpoint first deletes the files the lost rounds published (``unpublish_after``: final
+  names carry the round); the replay writes their data again.
 
 Leaves to others: writing file contents (``sparkbeam.io``) and deciding when a round is
-committed (the executor, the streaming loop). Every path goes through Beam's
-``FileSystems``, so any filesystem Beam reaches works.
+committed (the loops). Every path goes through Beam's ``FileSystems``.
 """
 
 from __future__ import annotations
@@ -87,9 +79,8 @@ _ACTIVE: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar(
 def collect_sink_files(records: Iterable, stage_id: str, round_no: int) -> Iterator:
     """Pass a stage task's records through, then yield one SinkFilesRecord if files were staged.
 
-    The collector is active only while the wrapped iterator runs (user code runs then), never
-    while a record is out with the consumer, so wrappers of chained stages do not mix up.
-    """
+    The collector is active only while the wrapped iterator runs (user code runs then), so
+    wrappers of chained stages do not mix up."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()
@@ -141,11 +132,8 @@ def staging_path(final_dir: str, name: str) -> str:
 
 
 def finalize(pairs: Iterable[tuple[str, str]]) -> int:
-    """Rename each staged file to its final path; safe to repeat. Returns files renamed.
-
-    Staged present: rename (replacing a final file of an earlier run). Staged missing and
-    final present: done before. Both missing: ``SinkFileLostError``.
-    """
+    """Rename each staged file to its final path (replacing an earlier run's); safe to repeat
+    (``SinkFileLostError`` if neither exists). Returns files renamed."""
     renamed = 0
     for staged, final in pairs:
         if _exists(staged):
@@ -173,11 +161,8 @@ def _exists(path: str) -> bool:
 
 
 def discard_staging(directory: str, keep: Iterable[str] = ()) -> int:
-    """Best effort: delete staged files in ``directory`` not in ``keep``. Returns files deleted.
-
-    These are the files of failed or retried task attempts. Do not share an output directory
-    between jobs running at the same time: one would delete the other's staged files.
-    """
+    """Best effort: delete failed or retried attempts' staged files in ``directory`` (not in
+    ``keep``), so concurrent jobs must not share an output directory. Returns files deleted."""
     kept = set(keep)
     return _delete_in(directory, lambda path: path not in kept)
 
@@ -185,11 +170,8 @@ def discard_staging(directory: str, keep: Iterable[str] = ()) -> int:
 def discard_stage_files(directory: str, stage_ids: Iterable[str]) -> int:
     """Best effort: delete the staged files of ``stage_ids`` in ``directory``. Returns how many.
 
-    For a streaming pipeline that restored its last checkpoint: every file its stages staged
-    that the checkpoint names is finalized by then, so what is left belongs to a round that
-    never committed. Staged names carry the stage (``...-<round>-<stage>-<partition>-...``),
-    so other pipelines' files in the same directory are left alone.
-    """
+    After a restore whatever its checkpoint named is finalized, so these are a lost round's.
+    Staged names carry the stage, so other pipelines' files are left alone."""
     tags = tuple(f"-{s}-" for s in stage_ids)
     return _delete_in(directory, lambda path: any(t in FileSystems.split(path)[1] for t in tags))
 
@@ -218,11 +200,8 @@ def final_name(round_no: int, stage: str, partition: int, sequence: int) -> str:
 
 
 def unpublish_after(directories: Iterable[str], stage_ids: Iterable[str], round_no: int) -> int:
-    """Delete final files of ``stage_ids`` written by rounds after ``round_no``; how many.
-
-    For a restore of the checkpoint of round ``round_no``: a later round's files were
-    published by a checkpoint that is lost now, and the replay writes their data again.
-    """
+    """Delete final files of ``stage_ids`` written by rounds after ``round_no``, published by
+    checkpoints now lost (the replay writes their data again); how many."""
     stages = "|".join(re.escape(s) for s in stage_ids)
     if not stages:
         return 0

@@ -1,16 +1,14 @@
 """Startpoints in the run loops: the glue the batch and streaming loops share.
 
-Owns the four call points of a startpoint session in a loop that runs rounds and commits a
-checkpoint at each round's barrier (the lifecycle is `sparkbeam.sdf.startpoints.session`):
+The four call points of a startpoint session (its lifecycle: `sparkbeam.sdf.startpoints.session`):
 
-1. `check_startpoints` before Spark starts, so a bad startpoint (or one a run already failed to
-   apply) fails the start in a second, not a thread; `open_session` per pipeline at start or
-   restore (fan-out from the restored checkpoint).
-2. Inside an SDF process stage's Spark task (``task_body``): a `StartpointApplier` applies the
-   driver's assignment to the task's input rows, then reports a `StartpointOutcome` per element met.
-   A startpoint whose application raises fails the round with `StartpointFailedError`, which the
-   loops do not restore from: `record_failure` marks it failed in the store first.
-3. The round's ledger (``rounds.ledger``) picks those reports out of what its tasks returned.
+1. `check_startpoints` before Spark starts, so a bad startpoint (or one a run failed to apply)
+   fails the start in a second; `open_session` per pipeline at start or restore.
+2. In an SDF process stage's task (``task_body``) a `StartpointApplier` rewrites the input rows
+   and reports a `StartpointOutcome` per element met. A startpoint whose application raises
+   fails the round with `StartpointFailedError`, which no restore can help: `record_failure`
+   marks it failed in the store.
+3. The round's ledger picks the outcomes out of the tasks' reports.
 4. `commit_round` at the barrier: the consumed tokens go into the checkpoint's metadata, and the
    startpoints are deleted only once that checkpoint has committed.
 
@@ -43,11 +41,8 @@ _LOG = logging.getLogger(__name__)
 
 
 def check_startpoints(startpoints: Startpoints, plan: Any) -> None:
-    """Step 1a, read-only: fail on a startpoint no pipeline of this job could ever apply.
-
-    Raises `StartpointError` (a ValueError) naming the pipeline or transform and what exists,
-    or `StartpointFailedError` for a startpoint a run could not apply (it must be deleted).
-    """
+    """Step 1a, read-only: `StartpointError` for a startpoint no pipeline of this job could
+    apply, `StartpointFailedError` for one a run could not apply (it must be deleted)."""
     for sp in startpoints.list():
         if sp.failed:
             raise StartpointFailedError(
@@ -92,10 +87,8 @@ def commit_round(
     round_outcomes: Iterable[StartpointOutcome],
     checkpoint: Callable[[dict[str, Any]], T],
 ) -> T:
-    """Step 4: ``checkpoint(extra_metadata)`` commits the round; then delete what it consumed.
-
-    If the checkpoint raises, nothing was consumed and the session stays as it was.
-    """
+    """Step 4: ``checkpoint(extra_metadata)`` commits the round; then delete what it consumed
+    (if the checkpoint raises, nothing was consumed)."""
     if session is None:
         return checkpoint({})
     metadata = session.prepare_commit(round_outcomes)

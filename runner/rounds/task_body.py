@@ -1,14 +1,13 @@
 """What one Spark task of a stage run does with its rows, in order: batch and streaming alike.
 
 1. Reports that upstream stages carried to it are set aside (``carry``); they leave last.
-2. With a store, an SDF task reads the residuals of its key groups and feeds those due after
-   its input (``task.residual_state``).
-3. The pipeline's startpoints rewrite the restrictions they apply to (``startpoints``; the
-   applier reports an outcome per element it met).
+2. With a store, an SDF task feeds the due residuals of its key groups after its input
+   (``task.residual_state``).
+3. The pipeline's startpoints rewrite the restrictions they apply to (``startpoints``).
 4. Beam's bundle processor runs the stage (``task.bundle_executor``) while the sink files its
    user code stages are collected (``sink_files``).
-5. Per record: the stage's residual is kept by the task, not passed on; an output chunk passes
-   on (a durable batch SDF task keeps it too); metrics count towards the progress line.
+5. Per record: a residual is kept by the task; an output chunk passes on (a durable batch SDF
+   task keeps it too); metrics count towards the progress line.
 6. Then the staged sink files, the startpoint outcomes, the residuals' commit message and
    report, and the carried reports.
 
