@@ -10,7 +10,7 @@ task per partition.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import Any
 
 from sparkbeam.checkpoint import open_working_store, restore, state_layout
@@ -140,7 +140,12 @@ class PlanExecutor:
         self._finalize_sink_files()
         if self.ctx.durable:
             for pipeline in self.plan.pipelines:
-                self._checkpoint(pipeline.id, {state_layout.FINISHED: True})
+                self._state_for(pipeline.id).checkpoint(
+                    fingerprint=self.plan.fingerprint,
+                    parallelism=self.ctx.parallelism,
+                    metadata={state_layout.FINISHED: True, **self.ctx.guard.metadata(pipeline.id)},
+                    commit_messages=[],
+                )
 
     # --- checkpoints --------------------------------------------------------
 
@@ -181,14 +186,6 @@ class PlanExecutor:
         for directory in staging_dirs(self.sink_files):
             discard_staging(directory, keep=())
 
-    def _checkpoint(self, pipeline: str, metadata: dict) -> None:
-        self._state_for(pipeline).checkpoint(
-            fingerprint=self.plan.fingerprint,
-            parallelism=self.ctx.parallelism,
-            metadata={**metadata, **self.ctx.guard.metadata(pipeline)},
-            commit_messages=[],
-        )
-
     def _state_for(self, pipeline: str):
         if pipeline not in self._pipeline_states:
             self._pipeline_states[pipeline] = self.store.pipeline(pipeline)
@@ -200,10 +197,7 @@ class PlanExecutor:
         """Each stage's reports ride to its first consumer that will run and passes them on:
         an ordinary stage (an SDF stage collects its own reports, round by round)."""
         stages, skipped = self.plan.stages, self._completed
-        side_reads: dict = defaultdict(int)
-        for stage in stages:
-            for buffer in dict.fromkeys(si.buffer for si in stage.side_inputs):
-                side_reads[buffer] += 1
+        side_reads = Counter(b for s in stages for b in {si.buffer for si in s.side_inputs})
 
         def ordinary(stage: StagePlan, *_) -> bool:
             return not stage.is_sdf_process and stage.id not in skipped

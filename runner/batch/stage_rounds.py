@@ -116,22 +116,19 @@ class StageRounds:
         return False  # a batch stage's next round waits for its residuals' timers only
 
     def waiting(self, loop: RoundLoop, wait_s: float) -> None:
-        if wait_s > 0:
-            _LOG.info("%s", self.progress_line(loop, wait_s))
-
-    def ended(self, loop: RoundLoop) -> None:
-        pass  # the run reports when every stage is done (``progress.batch_done``)
-
-    def progress_line(self, loop: RoundLoop, wait_s: float | None = None) -> str:
+        if wait_s <= 0:
+            return
         keeper = loop.residuals[self.stage.id]
         hold = keeper.watermark_hold_micros()
         parts = [
             f"sparkbeam {self.stage.id}: round {loop.round_no}",
             f"{keeper.pending()} residual(s) pending",
             f"{keeper.fired} re-fed",
+            f"next timer in {wait_s * 1000:.0f} ms",
         ]
-        if wait_s is not None:
-            parts.append(f"next timer in {wait_s * 1000:.0f} ms")
         if hold is not None:
             parts.append(f"watermark hold {hold / 1e6:.3f}s")
-        return ", ".join(parts)
+        _LOG.info("%s", ", ".join(parts))
+
+    def ended(self, loop: RoundLoop) -> None:
+        pass  # the run reports when every stage is done (``progress.batch_done``)

@@ -53,21 +53,19 @@ class Drain:
     def stages(self) -> dict:
         """Stage id -> (plan key, components broadcast, truncating stage), built once."""
         with self._lock:
-            if self._stages is None:
-                self._stages = self._build()
+            if self._stages is not None:
+                return self._stages
+            if self._plan is None:
+                raise RuntimeError("This streaming run was started without a drain plan")
+            plan = self._plan()
+            if [s.id for s in plan.stages] != [s.id for s in self.ctx.plan.stages]:
+                raise RuntimeError(
+                    "The drain plan's stages differ from the running plan's; cannot drain. "
+                    "Cancel the job instead (result.cancel()): its last checkpoint is kept."
+                )
+            key, components = plan_key(plan), self.ctx.plane.broadcast(plan.components)
+            self._stages = {s.id: (key, components, s) for s in plan.stages if s.is_sdf_process}
             return self._stages
-
-    def _build(self) -> dict:
-        if self._plan is None:
-            raise RuntimeError("This streaming run was started without a drain plan")
-        plan = self._plan()
-        if [s.id for s in plan.stages] != [s.id for s in self.ctx.plan.stages]:
-            raise RuntimeError(
-                "The drain plan's stages differ from the running plan's; cannot drain. "
-                "Cancel the job instead (result.cancel()): its last checkpoint is kept."
-            )
-        key, components = plan_key(plan), self.ctx.plane.broadcast(plan.components)
-        return {s.id: (key, components, s) for s in plan.stages if s.is_sdf_process}
 
 
 class StreamingExecutor:
@@ -163,5 +161,5 @@ def _cause(e: BaseException) -> str:
     error reaches the caller of ``wait``)."""
     if isinstance(e, StageFailedError):
         return e.cause
-    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-    return f"{type(e).__name__}: {first}" if first else type(e).__name__
+    text = str(e).strip()
+    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__

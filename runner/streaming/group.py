@@ -191,8 +191,7 @@ class TriggerPanes:
         if elements:
             fired.extend(self.driver.process_elements(state, elements, previous, previous))
         fired.extend(_fire_timers(self.driver, state, watermark, now))
-        fired.extend(_closing_panes(state, watermark, self.lateness, self.accumulating))
-        _collect_garbage(state, watermark, self.lateness)
+        fired.extend(_close_expired(state, watermark, self.lateness, self.accumulating))
         return fired, dump_state(state, self.lateness, self.codec)
 
 
@@ -207,15 +206,17 @@ def _fire_timers(driver, state, watermark, now: float) -> list:
             fired.extend(driver.process_timer(window, name, domain, ts, state, watermark))
 
 
-def _closing_panes(state, watermark, allowed_lateness, accumulating: bool) -> list:
-    """A last pane for each expiring window that still holds elements no pane has carried.
+def _close_expired(state, watermark, allowed_lateness, accumulating: bool) -> list:
+    """Forget the windows the watermark passed by more than the allowed lateness; a last pane
+    for each that still holds elements no pane has carried.
 
-    Beam's Python driver forgets them (a window whose trigger never fired before the window
-    expired, e.g. ``Repeatedly(AfterProcessingTime(...))`` when the input ends); the Beam model
-    fires them as the final pane. Accumulating windows that already fired are left alone: their
-    buffer holds what earlier panes carried.
+    Beam's Python driver forgets those elements (a window whose trigger never fired before the
+    window expired, e.g. ``Repeatedly(AfterProcessingTime(...))`` when the input ends); the Beam
+    model fires them as the final pane. Accumulating windows that already fired are left alone:
+    their buffer holds what earlier panes carried.
     """
-    window_ids = state.global_state.get(trigger.MergeableStateAdapter.WINDOW_IDS.tag)
+    tag = trigger.MergeableStateAdapter.WINDOW_IDS.tag
+    window_ids = state.global_state.get(tag)
     if not window_ids:
         return []
     adapter = trigger.MergeableStateAdapter(state)
@@ -226,32 +227,22 @@ def _closing_panes(state, watermark, allowed_lateness, accumulating: bool) -> li
             continue
         values = adapter.get_state(window, driver.ELEMENTS)
         index = adapter.get_state(window, driver.INDEX)
-        if not values or adapter.get_state(window, driver.TOMBSTONE) or (accumulating and index):
-            continue
-        nonspeculative = adapter.get_state(window, driver.NONSPECULATIVE_INDEX)
-        timing = (
-            windowed_value.PaneInfoTiming.ON_TIME
-            if nonspeculative == 0
-            else windowed_value.PaneInfoTiming.LATE
-        )
-        pane = windowed_value.PaneInfo(index == 0, True, timing, index, nonspeculative)
-        panes.append(WindowedValue(values, window.max_timestamp(), (window,), pane))
-    return panes
-
-
-def _collect_garbage(state, watermark, allowed_lateness) -> None:
-    """Forget windows the watermark passed by more than the allowed lateness."""
-    tag = trigger.MergeableStateAdapter.WINDOW_IDS.tag
-    window_ids = state.global_state.get(tag)
-    if not window_ids:
-        return
-    for window in list(window_ids):
-        if watermark > window.max_timestamp() + allowed_lateness:
-            for wid in window_ids.pop(window):
-                state.state.pop(wid, None)
-                state.timers.pop(wid, None)
+        tombstone = adapter.get_state(window, driver.TOMBSTONE)
+        if values and not tombstone and not (accumulating and index):
+            nonspeculative = adapter.get_state(window, driver.NONSPECULATIVE_INDEX)
+            timing = (
+                windowed_value.PaneInfoTiming.ON_TIME
+                if nonspeculative == 0
+                else windowed_value.PaneInfoTiming.LATE
+            )
+            pane = windowed_value.PaneInfo(index == 0, True, timing, index, nonspeculative)
+            panes.append(WindowedValue(values, window.max_timestamp(), (window,), pane))
+        for wid in window_ids.pop(window):
+            state.state.pop(wid, None)
+            state.timers.pop(wid, None)
     if not window_ids:
         state.global_state.pop(tag, None)
+    return panes
 
 
 def dump_state(state, allowed_lateness, codec=None) -> bytes | None:

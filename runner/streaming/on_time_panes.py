@@ -23,14 +23,12 @@ _LATE = windowed_value.PaneInfo(True, False, windowed_value.PaneInfoTiming.LATE,
 class OnTimePanes:
     """The default trigger without merging, lateness or a timestamp combiner: the common case.
 
-    Each window fires once, ON_TIME, when the watermark reaches its end, at its max
-    timestamp; data for a window ending exactly at the watermark fires at once as a LATE
-    pane, data behind it is dropped. That is what the general driver does
-    there too (same panes; a test compares them), at a fraction of its per-key cost: the
-    state is just the encoded values per window, kept flat (``GROUP_ON_TIME_FLAT``) and keyed
-    by the encoded window, so a key's step builds no window objects and hashes none of Beam's
-    (``IntervalWindow.__hash__`` reads two timestamps through Python properties); a task
-    encodes each distinct window once.
+    Each window fires once, ON_TIME, at its max timestamp when the watermark reaches its end;
+    data for a window ending exactly at the watermark fires at once as a LATE pane, data behind
+    it is dropped: the general driver's panes (a test compares them) at a fraction of its cost.
+    The state, the encoded values per window kept flat (``GROUP_ON_TIME_FLAT``), is keyed by the
+    encoded window, so a step builds no window objects and hashes none of Beam's (their
+    ``__hash__`` reads two timestamps through properties); a task encodes each window once.
     """
 
     def __init__(self, windowing=None) -> None:

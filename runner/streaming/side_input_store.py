@@ -203,8 +203,15 @@ def _retention(plan, stages) -> dict[str, int]:
         descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
         for si in stage.side_inputs:
             own = _lateness(components, plan.edge(si.buffer).pcollection)
-            mains = [_lateness(descriptor, pc) for pc in _main_inputs(descriptor, si)]
-            out[si.buffer] = max(out.get(si.buffer, 0), own, *mains)
+            transform = descriptor.transforms[si.transform]  # its main inputs' lateness too
+            side_tags: set[str] = set()
+            if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
+                payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
+                side_tags = set(payload.side_inputs)
+            mains = [pc for tag, pc in transform.inputs.items() if tag not in side_tags]
+            out[si.buffer] = max(
+                out.get(si.buffer, 0), own, *(_lateness(descriptor, pc) for pc in mains)
+            )
     return out
 
 
@@ -213,14 +220,3 @@ def _lateness(components, pcollection_id: str) -> int:
     pcollection = components.pcollections[pcollection_id]
     strategy = components.windowing_strategies[pcollection.windowing_strategy_id]
     return max(0, strategy.allowed_lateness) * 1000
-
-
-def _main_inputs(descriptor, si) -> list[str]:
-    """The PCollections of ``si``'s reading transform (in its stage's descriptor) that are
-    not its side inputs."""
-    transform = descriptor.transforms[si.transform]
-    side_tags = set()
-    if transform.spec.urn == common_urns.primitives.PAR_DO.urn:
-        payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
-        side_tags = set(payload.side_inputs)
-    return [pc for tag, pc in transform.inputs.items() if tag not in side_tags]

@@ -45,11 +45,10 @@ class StatefulRound(StateRound):
 class KeyedState:
     """One task's user state and timers: loaded as its keys are touched, staged after.
 
-    A round costs what its keys touch, not what the stage stores: a key's state cells go into
-    the state servicer when the SDK first asks for them; a key's timers are decoded when one
-    is due (its stored summary says when) or when the stage sets or clears a timer of that
-    key; only those keys are compared and staged after. The others' summaries give the
-    task's pending count, hold and next processing-time timer."""
+    A round costs what its keys touch, not what the stage stores: a key's cells are restored
+    when the SDK first asks for them, its timers decoded when one is due (by its stored
+    summary) or the stage sets or clears one; only those keys are staged. The others'
+    summaries give the task's timer count, hold and next processing-time timer."""
 
     def __init__(
         self,

@@ -48,14 +48,14 @@ def test_header_names_the_window_end_timer_and_the_hold():
 
 
 def test_fired_and_expired_window_leaves_no_state():
-    from sparkbeam.runner.streaming.group import _collect_garbage, _fire_timers
+    from sparkbeam.runner.streaming.group import _close_expired, _fire_timers
 
     state = trigger.InMemoryUnmergedState()
     driver = _driver()
     list(driver.process_elements(state, [_element(3)], Timestamp(0), Timestamp(0)))
     fired = _fire_timers(driver, state, Timestamp(20), 0.0)
     assert [wv.value for wv in fired] == [[b"v"]]
-    _collect_garbage(state, Timestamp(20), Duration(0))
+    _close_expired(state, Timestamp(20), Duration(0), accumulating=False)
     assert dump_state(state, Duration(0)) is None
 
 
