@@ -16,6 +16,7 @@ the round, as it is outside Spark or when the state is on disk.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -93,8 +94,8 @@ def start(
     namespace: str, before: Mapping[bytes, bytes], changes: dict[bytes, bytes | None],
     file_bytes: int,
 ) -> bool:  # fmt: skip
-    """Snapshot ``before`` with ``changes`` applied (None: deleted) in a thread; False where
-    it cannot (no executor directory, or ``before`` is on disk): write it in the round."""
+    """Snapshot ``before`` with ``changes`` applied (None: deleted) in a thread; False where it
+    cannot (no executor directory, or ``before`` on disk)."""
     directory = shared_reads.slot_dir(slot)
     if directory is None or type(before) is not dict:
         return False
@@ -127,7 +128,8 @@ def start(
         except Exception:  # the range is snapshotted in a later round instead
             _LOG.debug("background snapshot of %s failed", slot, exc_info=True)
         finally:
-            _remove(os.path.join(directory, _RUNNING))
+            with contextlib.suppress(OSError):
+                os.remove(os.path.join(directory, _RUNNING))
 
     threading.Thread(target=write, name=f"sparkbeam-snapshot-{namespace}", daemon=True).start()
     return True
@@ -135,8 +137,7 @@ def start(
 
 def _as_of_log(made: _Made, chains: NamespaceState, groups, round_no: int) -> TaskSnapshot | None:
     """``made`` as of the last log segment it holds, or None if it does not hold that state of
-    ``chains`` (its ranges were snapshotted since, its round did not commit as it ran, or
-    another segment changed the range in between)."""
+    ``chains`` (snapshotted since, its round not committed, or changed by another segment)."""
     if round_no - made.round_no >= WITHIN_ROUNDS:
         return None
     plan = chains.plan(groups)
@@ -192,12 +193,6 @@ def _take_done(directory: str) -> list[_Made]:
         except (OSError, ValueError, KeyError, TypeError):  # torn or foreign: not taken
             continue
         finally:
-            _remove(taken)
+            with contextlib.suppress(OSError):
+                os.remove(taken)
     return out
-
-
-def _remove(path: str) -> None:
-    try:
-        os.remove(path)
-    except OSError:
-        pass

@@ -42,8 +42,7 @@ def keyed_elements(
     blobs: Iterable[bytes], plan_key: str, coder_id: str
 ) -> Iterator[tuple[bytes, bytes]]:
     """(encoded key, encoded element) for each windowed KV element."""
-    context = plan_context(plan_key)
-    coder = context.coders[coder_id]
+    coder = plan_context(plan_key).coders[coder_id]
     coder_impl = coder.get_impl()
     key_impl = coder.wrapped_value_coder.key_coder().get_impl()
     for blob in blobs:

@@ -46,9 +46,8 @@ class SpilledStateError(RuntimeError):
 
 
 class SpilledState(Mapping):
-    """One range's state in a RocksDB on the executor's disk, read like the dict it replaces.
-
-    ``put``/``delete`` change it; ``identity`` says what it holds (None: unknown, replay)."""
+    """One range's state in a RocksDB on the executor's disk, read like the dict it replaces;
+    ``identity`` says what it holds (None: unknown, replay)."""
 
     def __init__(self, path: str, opened: _Opened, slot: tuple) -> None:
         self.path, self.slot = path, slot
@@ -197,9 +196,8 @@ def open_spilled(slot: tuple, memory_bytes: int) -> SpilledState | None:
     for n in range(DIRECTORIES_PER_RANGE):
         path = os.path.join(base, str(n))
         opened = _open(path, memory_bytes)
-        if opened is None:
-            continue  # another worker holds it
-        return SpilledState(path, opened, slot)
+        if opened is not None:  # else another worker holds it
+            return SpilledState(path, opened, slot)
     return None
 
 
@@ -270,9 +268,8 @@ class _Opened(NamedTuple):
 
 
 def _open(path: str, memory_bytes: int) -> _Opened | None:
-    """The database at ``path`` and its claim (made anew if missing, or if it does not open
-    or its claim does not read: files of it gone, cut or damaged); None if another worker
-    holds it."""
+    """The database at ``path`` and its claim (made anew if missing or if it does not open:
+    files of it gone, cut or damaged); None if another worker holds it."""
     from rocksdict import Rdict
 
     cause = ""

@@ -44,9 +44,8 @@ def commit_stage(stage: str) -> str:
 
 
 class TaskResiduals:
-    """One SDF task's residuals (``subtask``'s key groups of ``stage``) in one round, and with
-    ``keep_outputs`` (a durable batch stage) its output chunks: read, fed when due, kept, staged
-    with one writer, reported. The task's loop (``rounds.task_body``) calls it in that order."""
+    """One SDF task's residuals in one round, with ``keep_outputs`` (a durable batch stage) its
+    output chunks: read, fed when due, kept, staged, reported (by ``rounds.task_body``)."""
 
     def __init__(self, spec: ResidualRound, stage: str, subtask: int, keep_outputs: bool) -> None:
         self.stage, self.subtask = stage, subtask
@@ -79,8 +78,7 @@ class TaskResiduals:
             self.outputs.finish()
         handler = self.handler
         self.state.stage(self.writer, handler.pending())
-        staged = finish(self.writer, self.state)
-        yield CommitRecord(commit_stage(self.stage), staged)
+        yield CommitRecord(commit_stage(self.stage), finish(self.writer, self.state))
         yield ResidualReport(
             self.stage, self.subtask, handler.pending(), handler.next_fire_ms(),
             handler.watermark_hold_micros(), len(self.due),

@@ -37,9 +37,8 @@ def keeping_view_reporting(
 
 
 def dropping_expired(spec: StateRound, keeping: Keeping, subtask: int, _rows) -> Iterator:
-    """Task body of a round that brings a side input nothing new: its keeping task with no
-    data (it drops what expired by the horizon from this subtask's range), then a complete
-    `SideInputHeld` of what the range keeps."""
+    """Task body of a round that brings a side input nothing new: drop what expired from this
+    subtask's range, then report a complete `SideInputHeld` of what it keeps."""
     if keeping.files.view:
         yield from keeping_view_reporting(spec, keeping, subtask, [], report=False)
     else:

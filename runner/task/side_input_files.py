@@ -192,8 +192,7 @@ Row = tuple[Op, int, bytes, "int | None", "bytes | None"]
 
 @dataclass
 class _Held:
-    """What a worker holds of one kept side input: per file its rows, the horizon the rows'
-    chunks were dropped by, and the last merged list."""
+    """A worker's rows per file of one kept side input, as of ``horizon``, and its last merge."""
 
     horizon: int | None = None
     files: dict[FileEntry, list[Row]] = field(default_factory=dict)
@@ -201,9 +200,8 @@ class _Held:
 
 
 class _ReadFiles:
-    """Per worker process: what each kept side input's files held (a file at most once
-    while it stays part of the side input, without the chunks that expired), and the last
-    merged list per side input."""
+    """Per worker process: each kept side input's files' rows (a file read once, expired
+    chunks dropped) and its last merged list."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()

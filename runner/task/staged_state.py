@@ -71,8 +71,7 @@ class StateRound:
 
 @dataclass
 class _Read:
-    """The state of one (namespace, key groups) as of a manifest's files (by name: a file is
-    immutable and named by its content)."""
+    """The state of one (namespace, key groups) as of a manifest's (immutable) files, by name."""
 
     materialization: tuple[str, ...]
     changelog: tuple[str, ...]
@@ -188,9 +187,9 @@ def replay_whole(storage, directory: str, view: _ChainView, put, delete, groups,
 
 @dataclass(frozen=True)
 class _Tail:
-    """What a kept read lacks of a manifest: ``unchecked`` files come before the last file
-    the read's attempt staged and must not change the namespace (if one does, an attempt's
-    changes would apply out of order: read whole); ``rest`` is applied on top."""
+    """What a kept read lacks of a manifest: ``rest``, applied on top, after ``unchecked``
+    files, which come before the last file the read's attempt staged and must not change the
+    namespace (else its changes would apply out of order: read whole)."""
 
     base: _Read
     unchecked: tuple[FileEntry, ...]
@@ -218,9 +217,8 @@ class _Tail:
 
 
 class _Apply:
-    """One read's replay: puts and deletes of ``namespace`` only, into a dict until it grows
-    past the budget, then into the executor's disk; a segment another worker of the executor
-    staged is applied from its delta when there is one."""
+    """One read's replay of ``namespace``: into a dict, past the budget onto the executor's
+    disk; a segment another worker of the executor staged, from its delta if there is one."""
 
     def __init__(
         self, store, pipeline: str, namespace: str, groups, slot: tuple, budget: int, where: str

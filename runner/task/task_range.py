@@ -86,9 +86,8 @@ class TaskRange:
             self.changes.pop(key, None)  # put and deleted in this round: nothing to stage
 
     def new_key(self, prefix: bytes) -> bytes:
-        """``prefix`` + 0x00 + an id unique to this attempt whose key group is in the range
-        (an append-only row, an SDF residual: it stays with this subtask, and follows its key
-        group when a restore changes the parallelism)."""
+        """``prefix`` + 0x00 + an id unique to this attempt whose key group is in the range (it
+        stays with this subtask, and follows its key group when the parallelism changes)."""
         if self._ids is None:
             tag = uuid.uuid4().bytes[:12]
             self._ids = (tag + i.to_bytes(4, "big") for i in itertools.count())
@@ -126,9 +125,8 @@ class TaskRange:
                             spec.snapshot_file_bytes)  # fmt: skip
 
     def keep(self, staged: CommitMessage) -> None:
-        """After the writer finished as ``staged``: keep the read with the changes applied as
-        the next round's read (valid once a checkpoint commits the files ``staged`` appends to
-        this namespace), and release it. The range is not to be used after."""
+        """After the writer finished as ``staged``: keep the read, changes applied, as the read
+        of the checkpoint that commits ``staged``, and release it (not to be used after)."""
         if self._read:
             files = staged.files if self.namespace in staged.namespaces else ()
             keep_staged(self.spec, self.subtask, self.namespace, self.stored, self.changes, files)
