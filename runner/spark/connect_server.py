@@ -1,12 +1,9 @@
 """A local Spark Connect server from the installed pyspark: start it, wait for it, stop it.
 
-Owns: the command line of the server (pyspark's ``spark-submit`` running Spark's
-``SparkConnectServer``, the jar pyspark ships), its conf (a master, 127.0.0.1 only, a port,
-this interpreter for its Python workers, and sparkbeam's classic-session defaults from
-``session_conf``, warm worker daemon included), the bounded wait until it answers a Connect
-client, and stopping it by PID with its process group. ``sparkbeam serve`` runs one in the
-foreground; the tests' ``connect_server`` fixture runs one per test process.
-Leaves to others: connecting a pipeline to it (``session``), what runs on it.
+Owns the server's command line (pyspark's ``spark-submit`` running ``SparkConnectServer``), its
+conf (127.0.0.1 only, this interpreter's workers, ``session_conf``'s defaults), the bounded wait
+until it answers, and stopping its process group. ``sparkbeam serve`` runs one in the
+foreground. Leaves to others: connecting a pipeline to it (``session``).
 """
 
 from __future__ import annotations
@@ -116,12 +113,9 @@ def start_server(
     env: dict[str, str] | None = None,
     timeout: float = START_TIMEOUT_S,
 ) -> ConnectServer:
-    """Start a server on 127.0.0.1:``port`` (default: a free one) and wait until it answers.
-
-    It runs in ``log_dir`` (default: a new temporary folder), which holds its log, so the
-    workers' ``sys.path`` gets neither this process's folder nor its ``PYTHONPATH``; ``env``
-    is added to its environment. Raises ConnectServerError naming the log if it does not
-    answer within ``timeout`` seconds."""
+    """Start a server on 127.0.0.1:``port`` (default: a free one) and wait until it answers
+    (else ConnectServerError naming its log). It runs in ``log_dir`` (default: a new temporary
+    folder), so its workers' ``sys.path`` gets neither this folder nor this ``PYTHONPATH``."""
     check_java()
     port = port or free_port()
     _check_port_free(port)

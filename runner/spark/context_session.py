@@ -1,12 +1,9 @@
 """A classic SparkContext that stands in for its SparkSession until SQL is needed.
 
-The RDD plane, shipping and the batch and streaming executors use only the session's
-``sparkContext``. Constructing the JVM's SparkSession on a cold JVM costs ~2 s (its SQL classes
-load; measured on 2 cores: SparkContext 3.9 s, then ``SparkSession(sc)`` 2.1 s), so sparkbeam
-builds a local run's context alone and the real session only when something asks for it (the
-DataFrame plane, ``spark.conf``, a user's ``SparkSession.builder.getOrCreate()``, which finds
-the same context). A process has one SparkContext at a time, hence one stand-in, which later
-runs in the process reuse.
+The RDD plane, shipping and the executors use only ``sparkContext``, and a SparkSession costs
+~2 s on a cold JVM (its SQL classes load), so a local run builds the real session only when
+something asks for it (the DataFrame plane, ``spark.conf``, a user's ``getOrCreate()``). One
+SparkContext per process, hence one stand-in, which later runs reuse.
 """
 
 from __future__ import annotations

@@ -1,28 +1,17 @@
-"""A PySpark worker daemon that imports Beam once, before forking workers.
+"""A PySpark worker daemon (``spark.python.daemon.module``) that imports Beam once, before
+forking workers, which the stock daemon's workers each did again (seconds of CPU). Importing
+starts no gRPC threads, so forking stays safe. Before forking it also takes off two per-task
+costs of PySpark's worker loop:
 
-PySpark forks each Python worker from a daemon process. With the stock
-daemon every new worker imports Beam again (seconds of CPU); this one
-imports the SDK and sparkbeam's task code first, so forked workers start
-warm. Used via ``spark.python.daemon.module`` when sparkbeam creates the
-SparkSession. Importing does not start gRPC threads, so forking stays safe.
-Two per-task costs of PySpark's worker loop are taken off here, before forking:
-
-- a reused worker runs ``gc.collect()`` after every task, a full collection that walks every
-  object Beam's import made (~60 ms per task): ``gc.freeze()`` moves what exists at fork time
-  into the permanent generation, which collections skip (and whose pages forks then share);
-- ``importlib.invalidate_caches()`` at every task start re-reads unchanged zip archives
+- a reused worker's full ``gc.collect()`` after every task walked all of Beam (~60 ms):
+  ``gc.freeze()`` puts what exists at fork time where collections skip it;
+- ``importlib.invalidate_caches()`` at every task start re-read unchanged zip archives
   (``zip_caches``: ~0.13 s per task on Python 3.11).
 
-And one noise: when the application stops, the JVM closes the sockets of idle reused workers;
-the stock worker's last flush then raised ``BrokenPipeError`` and the daemon printed its
-traceback after the run's last line (in a few runs of ten). A worker whose JVM end is gone
-has no one to report to: ``worker`` lets it go quietly.
-
-Where PySpark's stock daemon forked the worker instead (a Spark Connect server that does not have
-sparkbeam installed), sparkbeam's first task in it does the same (``settle_worker``).
-
-On a local master the imports happen while the JVM starts, in a ``zygote`` the driver started,
-which then forks the daemon for the JVM; elsewhere, here.
+A worker whose JVM end closed (idle reused workers, when the application stops) goes quietly
+instead of printing a ``BrokenPipeError`` after the run's last line. Under PySpark's stock
+daemon (a Connect server without sparkbeam) sparkbeam's first task does the same
+(``settle_worker``). On a local master the imports happen in a ``zygote`` while the JVM starts.
 """
 
 import gc
@@ -52,12 +41,10 @@ def preload() -> None:
 
 
 def settle_worker() -> None:
-    """``preload`` once in this worker, if its daemon did not (idempotent, cheap after).
-
-    A Spark Connect server that does not have sparkbeam installed forks workers from PySpark's
-    stock daemon, and pyspark and sparkbeam come from zips there: each task's zip re-reads
-    took 0.2-0.4 s on Python 3.11 and each reused worker's full collection walked all of Beam.
-    sparkbeam's tasks call this first (``plane.frames``), so a reused worker pays once."""
+    """``preload`` once in this worker, if its daemon did not (idempotent, cheap after): on a
+    Connect server without sparkbeam, each task's zip re-reads took 0.2-0.4 s and each reused
+    worker's full collection walked all of Beam. sparkbeam's tasks call it first
+    (``plane.frames``)."""
     if _stock_worker is None:
         preload()
 

@@ -1,14 +1,11 @@
 """The pipeline's filesystem options in every Spark task, through a Spark local property.
 
-Owns: shipping the values of Beam's filesystem option groups (see
-``sparkbeam.checkpoint.filesystem_options``) from the driver to every task, and applying them
-there once per Python worker process and distinct value. The driver sets them as a local
-property on each thread that runs jobs (`use_in_jobs`); Spark sends local properties with
-every task, where `apply_in_task` (called by ``worker_context.register_plan`` and the task-state
-helpers) reads them through ``TaskContext.getLocalProperty``. Nothing depends on driver memory,
-so it works on a cluster. The property name contains ``secret``: Spark's default
-``spark.redaction.regex`` then hides the value (it may hold ``--s3_secret_access_key``) in event
-logs. Leaves to others: what the options mean (Beam's filesystems).
+The driver sets the encoded values of Beam's filesystem option groups
+(``sparkbeam.checkpoint.filesystem_options``) as a local property on each thread that runs jobs
+(`use_in_jobs`); Spark sends it with every task, where `apply_in_task` applies it, so it works
+on a cluster. The property's name contains ``secret``: Spark's default
+``spark.redaction.regex`` hides its value (``--s3_secret_access_key``...) in event logs.
+Leaves to others: what the options mean (Beam's filesystems).
 """
 
 from __future__ import annotations

@@ -97,13 +97,8 @@ BOUNDED_HISTORY = {
 
 
 def worker_socket_conf() -> dict[str, str]:
-    """Unix domain sockets between each JVM and its Python workers, where PySpark has them.
-
-    Over TCP loopback every Python task waits about 20 ms on the socket (measured on local[2]:
-    147 trivial tasks 3.8 s over TCP, 0.75 s over Unix sockets; a pipeline of 92 tiny stages
-    spends most of its time there). PySpark 4.1 added the Unix socket path (SPARK-51688);
-    older versions ignore the key. Both ends of the socket are on one host, cluster or not.
-    """
+    """Unix domain sockets between each JVM and its Python workers (same host, cluster or
+    not), where PySpark has them (4.1+): over TCP loopback every Python task waited ~20 ms."""
     import pyspark
 
     version = tuple(int(part) for part in pyspark.__version__.split(".")[:2])
@@ -114,9 +109,8 @@ def worker_socket_conf() -> dict[str, str]:
 
 @functools.cache
 def allocation_file() -> str:
-    """A fair-scheduler file declaring ``POOL`` (read once, when the SparkContext starts): one
-    file per user and content, written once and never removed, so that drivers that are
-    killed (and cannot clean up) leave no new file each."""
+    """A fair-scheduler file declaring ``POOL``: one per user and content, never removed, so
+    killed drivers leave no new file each."""
     digest = hashlib.sha256(_ALLOCATIONS.encode()).hexdigest()[:12]
     path = os.path.join(tempfile.gettempdir(), f"sparkbeam-pools-{os.getuid()}-{digest}.xml")
     if not os.path.exists(path):

@@ -1,14 +1,10 @@
 """Refuse, at submission, a checkpoint store that cluster executors cannot reach.
 
-With a cluster master each executor runs on its own host and in its own work
-directory: a relative path resolves there, and an absolute local path is a
-different (usually empty) folder on every host, so rounds fail later with a
-misleading "checkpoint file is missing". Local masters (``local``,
-``local[N]``, ``local-cluster[...]``) run on one host and accept any path.
-An absolute local path is accepted on a cluster when the operator declares it
-shared (``--shared_filesystem``: NFS or another mount at the same path
-everywhere). URLs with a scheme (``s3://``, ``gs://``, ``hdfs://`` ...) pass. A Spark Connect server
-(``--spark_remote``) on another host is a cluster here, even when its own master is local.
+On a cluster master a relative path resolves in each executor's work directory, and an absolute
+local path is another (usually empty) folder on every host: rounds would fail later with a
+misleading "checkpoint file is missing". Local masters accept any path; a cluster accepts URLs
+(``s3://``...) and an absolute path declared ``--shared_filesystem``. A Spark Connect server
+on another host counts as a cluster, even when its own master is local.
 """
 
 from __future__ import annotations
@@ -28,11 +24,8 @@ class SharedStorageError(PipelineOptionsError):
 
 
 def effective_master(options) -> str:
-    """The master the run will use (the live session's, spark-submit's, else the option's).
-
-    A Spark Connect server on another host counts as a cluster whatever its own master: its
-    executors read that host's disks, not the driver's. (Its URL stands for the master then.)
-    """
+    """The master the run will use (`session.target_master`); a Connect server's URL when it
+    is on another host (its executors read that host's disks, whatever its master)."""
     from sparkbeam.runner.spark.session import target_master
 
     remote = options.remote_url()
@@ -42,11 +35,8 @@ def effective_master(options) -> str:
 
 
 def check_shared_storage(options) -> None:
-    """Raise SharedStorageError if --checkpoint_dir is local while the master is a cluster.
-
-    A streaming run without --checkpoint_dir uses ``./sparkbeam-checkpoints/<job>``
-    (local), so it is checked as that path.
-    """
+    """Raise SharedStorageError if --checkpoint_dir (streaming's default too) is local while
+    the master is a cluster."""
     from apache_beam.options.pipeline_options import StandardOptions
 
     from sparkbeam.runner.options import DEFAULT_CHECKPOINT_ROOT

@@ -1,13 +1,9 @@
 """Start the Python worker daemon as soon as the SparkContext is up.
 
-A Spark JVM starts its Python worker daemon (``daemon``: Beam imported, 1.3-3 s) only when
-the first Python task runs, so a cold run paid that import after the session was ready. On a
-local master a one-task job started with the context, on a thread of its own, imports Beam
-while the driver plans the run (the SQL session is not built at all unless asked for:
-``context_session``). Only local masters: their one executor has one daemon, and the job's one task
-reaches it; on a cluster, executors may not have registered yet.
-
-A warm-up that fails is only logged (at DEBUG): the pipeline's own job reports the cause.
+A Spark JVM starts its Python worker daemon (Beam imported, 1.3-3 s) only at the first Python
+task. On a local master (one executor, one daemon; on a cluster executors may not have
+registered yet) a one-task job on a thread of its own starts it while the driver plans the
+run. A failed warm-up is logged at DEBUG: the pipeline's own job reports the cause.
 """
 
 from __future__ import annotations

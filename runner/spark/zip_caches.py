@@ -1,17 +1,11 @@
 """Make ``importlib.invalidate_caches()`` cheap for zip archives that did not change.
 
-PySpark's worker calls ``importlib.invalidate_caches()`` at the start of every task (after it
-puts the job's ``--py-files`` on ``sys.path``). On Python before 3.12 that re-reads the central
-directory of every zip archive with a cached importer, once per importer: ``pyspark.zip``
-(1,300 entries, read once for each of its ~12 sub-packages) and the 15 MB ``spark-core`` jar
-PySpark puts on ``sys.path``. Measured in a local Spark worker: 126 ms per task, most of a tiny
-task's time. Python 3.12 made the re-read lazy (``zipimporter._get_files``); there nothing is
-changed.
-
-``install()`` (called by the warm worker daemon before it forks workers) re-reads an archive
-only when its size, modification time or inode changed since this process last read it, so a
-replaced or rewritten zip is still picked up. New archives (a shipped zip has a new,
-content-hashed name) get a new importer, which reads its directory as usual.
+PySpark's worker calls ``importlib.invalidate_caches()`` at the start of every task. Before
+Python 3.12 that re-reads the central directory of every cached zip importer (``pyspark.zip``
+once per sub-package, the 15 MB ``spark-core`` jar): 126 ms per task in a local worker.
+``install()`` (the warm daemon's, before it forks) re-reads an archive only when its size,
+modification time or inode changed, so a rewritten zip is still picked up. Python 3.12 made
+the re-read lazy; there nothing is changed.
 """
 
 from __future__ import annotations

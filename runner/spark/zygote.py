@@ -1,18 +1,15 @@
 """Local runs: import the worker daemon's Beam while the JVM starts, not after.
 
-A Spark JVM starts its Python worker daemon (``daemon``) when the first Python task runs, and
-the daemon imports Beam before it serves (1.3-3 s): on a cold local run that import came after
-the JVM's own start, on the critical path. So the driver starts a *zygote* just before it
-launches the JVM: a Python process that imports what the daemon imports while the JVM boots,
-then waits on a Unix socket in a private directory (its path in ``ENV``, which the JVM and so
-the daemon it launches inherit). The daemon the JVM launches (``hand_over``) sends the zygote
-its standard streams, arguments, environment, ``sys.path`` and working directory; the zygote
-forks, and the child takes them over and serves as the daemon, already warm. The launched
-process stays as the JVM's handle on it: it forwards SIGTERM and exits when the child does.
+The worker daemon's Beam import (1.3-3 s) came after the JVM's own start, on a cold local run's
+critical path. So just before launching the JVM the driver starts a *zygote*, which imports it
+while the JVM boots, then waits on a Unix socket in a private directory (its path in ``ENV``,
+inherited by the JVM and the daemon it launches). That daemon (``hand_over``) sends the zygote
+its standard streams, arguments, environment, ``sys.path`` and working directory; the zygote's
+forked child takes them over and serves, warm. The launched process stays as the JVM's handle:
+it forwards SIGTERM and exits when the child does.
 
-One fork per zygote. A zygote nobody asks for (the JVM already ran, another executor came
-first) exits with its driver or after ``IDLE_S``. Whatever goes wrong on the way, the launched
-daemon imports and serves as before (``daemon``).
+One fork per zygote; an unasked one exits with its driver or after ``IDLE_S``. Whatever goes
+wrong on the way, the launched daemon imports and serves itself.
 """
 
 from __future__ import annotations
