@@ -1,8 +1,8 @@
-"""A fused stage that only reads a buffer the runner fills: its consumers fuse with it.
+"""A stage that only reads (or writes) a buffer the runner moves: its consumers fuse with it.
 
-The phases that replace a transform by a runner-fed buffer (a Reshuffle's read side, each
-TestStream output, a runner-read ``ReadFromText``) all yield this stage, as Beam's
-``expand_gbk`` does for GroupByKey's read side.
+The phases that replace a transform by a runner-fed buffer (a Reshuffle's two sides, each
+TestStream output, a runner-read ``ReadFromText``) all yield such stages, as Beam's
+``expand_gbk`` does for GroupByKey.
 """
 
 from __future__ import annotations
@@ -19,19 +19,20 @@ def buffer_of(kind: EdgeKind, name: str) -> BufferId:
     return BufferId(t.create_buffer_id(name, kind=kind.value).decode("utf-8"))
 
 
-def read_stage(
-    name: str, outputs: dict, buffer: bytes, downstream_side_inputs, must_follow
+def buffer_stage(
+    name: str, outputs: dict, buffer: bytes, downstream_side_inputs, must_follow, inputs=None
 ) -> t.Stage:
-    """A stage of one data-input transform ``name`` reading ``buffer`` into ``outputs``."""
+    """A stage of one data-input transform ``name`` reading ``buffer`` into ``outputs``, or,
+    given ``inputs``, of one data-output transform writing them to it."""
+    urn = bundle_processor.DATA_OUTPUT_URN if inputs else bundle_processor.DATA_INPUT_URN
     return t.Stage(
         name,
         [
             beam_runner_api_pb2.PTransform(
                 unique_name=name,
+                inputs=inputs,
                 outputs=outputs,
-                spec=beam_runner_api_pb2.FunctionSpec(
-                    urn=bundle_processor.DATA_INPUT_URN, payload=buffer
-                ),
+                spec=beam_runner_api_pb2.FunctionSpec(urn=urn, payload=buffer),
             )
         ],
         downstream_side_inputs=downstream_side_inputs,

@@ -126,15 +126,12 @@ def _groups(old: PipelineShape, new: PipelineShape) -> list[Difference]:
                 "buffered elements under the edge id; transforms added before it renumbered it)",
                 False,
             ))  # fmt: skip
-        if g.input_coder != n.input_coder:
-            result.append(Difference(
-                f"coder of {label} input changed from {g.input_coder} to {n.input_coder}", False
-            ))  # fmt: skip
-        elif g.output_coder != n.output_coder:
-            result.append(Difference(
-                f"coder of {label} output changed from {g.output_coder} to {n.output_coder}",
-                False,
-            ))  # fmt: skip
+        for side in ("input", "output"):  # a changed input coder is the one to name
+            was, now = getattr(g, f"{side}_coder"), getattr(n, f"{side}_coder")
+            if was != now:
+                what = f"coder of {label} {side} changed from {was} to {now}"
+                result.append(Difference(what, False))
+                break
         changed = [
             f"{field} {value} -> {dict(n.windowing).get(field, '-')}"
             for field, value in g.windowing

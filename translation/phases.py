@@ -12,9 +12,8 @@ from __future__ import annotations
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners.portability.fn_api_runner import translations as t
-from apache_beam.runners.worker import bundle_processor
 
-from sparkbeam.translation.buffer_reads import read_stage
+from sparkbeam.translation.buffer_reads import buffer_stage
 from sparkbeam.translation.errors import UnsupportedFeatureError
 from sparkbeam.translation.plan import EdgeKind
 from sparkbeam.translation.test_stream import TEST_STREAM_URN, expand_test_stream
@@ -48,24 +47,12 @@ def expand_reshuffle(stages, context):
         inputs = _data_input(transform, context)
         for pcoll_id in list(inputs.values()) + list(transform.outputs.values()):
             context.length_prefix_pcoll_coders(pcoll_id)
-        buffer_id = t.create_buffer_id(transform.unique_name, kind=EdgeKind.RESHUFFLE.value)
-        write = t.Stage(
-            transform.unique_name + "/Write",
-            [
-                beam_runner_api_pb2.PTransform(
-                    unique_name=transform.unique_name + "/Write",
-                    inputs=inputs,
-                    spec=beam_runner_api_pb2.FunctionSpec(
-                        urn=bundle_processor.DATA_OUTPUT_URN, payload=buffer_id
-                    ),
-                )
-            ],
-            downstream_side_inputs=frozenset(),
-            must_follow=stage.must_follow,
-        )
+        name = transform.unique_name
+        buffer_id = t.create_buffer_id(name, kind=EdgeKind.RESHUFFLE.value)
+        write = buffer_stage(name + "/Write", {}, buffer_id, frozenset(), stage.must_follow, inputs)
         yield write
-        yield read_stage(
-            transform.unique_name + "/Read",
+        yield buffer_stage(
+            name + "/Read",
             transform.outputs,
             buffer_id,
             stage.downstream_side_inputs,

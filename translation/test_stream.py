@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_runner_api_pb2
 
-from sparkbeam.translation.buffer_reads import buffer_of, read_stage
+from sparkbeam.translation.buffer_reads import buffer_of, buffer_stage
 from sparkbeam.translation.plan import BufferId, EdgeKind
 
 TEST_STREAM_URN = common_urns.primitives.TEST_STREAM.urn
@@ -40,7 +40,7 @@ def expand_test_stream(stages, context):
         for tag, pcoll in sorted(transform.outputs.items()):
             context.length_prefix_pcoll_coders(pcoll)
             name = f"{transform.unique_name}/Read/{tag}"
-            yield read_stage(
+            yield buffer_stage(
                 name,
                 {tag: pcoll},
                 buffer_of(EdgeKind.TEST_STREAM, pcoll).encode("utf-8"),

@@ -22,7 +22,7 @@ from apache_beam.portability.api import beam_runner_api_pb2
 from apache_beam.runners import pipeline_context
 from apache_beam.runners.portability.fn_api_runner import translations as t
 
-from sparkbeam.translation.buffer_reads import buffer_of, read_stage
+from sparkbeam.translation.buffer_reads import buffer_of, buffer_stage
 from sparkbeam.translation.plan import BufferId, EdgeKind
 
 TEXT_READ_URN = "sparkbeam:transform:text_read:v1"
@@ -118,7 +118,7 @@ def expand_text_reads(stages, context):
             continue
         transform = stage.transforms[0]
         (tag, pcoll) = t.only_element(transform.outputs.items())
-        yield read_stage(
+        yield buffer_stage(
             transform.unique_name,
             {tag: pcoll},
             buffer_of(EdgeKind.TEXT, pcoll).encode("utf-8"),

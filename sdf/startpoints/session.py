@@ -191,22 +191,19 @@ class StartpointSession:
         startpoints: Startpoints,
         pipeline_id: str,
         sources: Mapping[str, SdfSource],
-        current: Iterable[Startpoint],
+        current: list[Startpoint],
     ) -> None:
         self.startpoints = startpoints
         self.pipeline_id = pipeline_id
         self.sources = dict(sources)
         self.source_of_stage = {s.stage: name for name, s in self.sources.items()}
         self.explicit: dict[str, dict[str, Startpoint]] = {name: {} for name in self.sources}
-        self.defaults: dict[str, Startpoint] = {}
+        self.defaults = {sp.source: sp for sp in current if sp.element_key is None}
         self.warnings: list[str] = []
         self._unconfirmed: set[str] = set()  # consumed by a committed checkpoint, not deleted yet
         self._round: set[str] = set()  # consumed by the round being committed
         self._keepers: list[Startpoint] = []
         self._closing: list[str] = []
-        for sp in current:
-            if sp.element_key is None:
-                self.defaults[sp.source] = sp
         self.add_explicit(sp for sp in current if sp.element_key is not None)
 
     def all(self) -> list[Startpoint]:

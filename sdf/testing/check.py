@@ -219,16 +219,10 @@ class _Context:
             expected = self._baseline()
         except Exception as e:  # noqa: BLE001 - a failed run is a failed scenario
             return ScenarioResult(name, passed=False, message=_short_error(e))
-        outs = [e for e in events if e.kind == "out"]
-        residuals = sum(1 for e in events if e.kind == "residual")
+        kinds = collections.Counter(e.kind for e in events)
         message = diff_outputs(expected, events)
         return ScenarioResult(
-            name,
-            outputs=len(outs),
-            residuals=residuals,
-            splits=0,
-            passed=not message,
-            message=message,
+            name, kinds["out"], kinds["residual"], splits=0, passed=not message, message=message
         )
 
     def baseline(self) -> ScenarioResult:

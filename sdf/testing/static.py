@@ -37,9 +37,7 @@ def restriction_provider(dofn):
 
 
 def is_offset_like(restriction: Any) -> bool:
-    return isinstance(getattr(restriction, "start", None), int) and isinstance(
-        getattr(restriction, "stop", None), int
-    )
+    return all(isinstance(getattr(restriction, end, None), int) for end in ("start", "stop"))
 
 
 def _span(r: Any) -> str:
