@@ -1,12 +1,9 @@
 """The data plane: how a run's datasets, shuffles and broadcasts become Spark operations.
 
-Round code (``rounds.edges``, ``batch``, ``streaming.round``) builds its datasets through a
-plane and calls the RDD methods both kinds of dataset have (``map``, ``mapPartitions``,
-``mapPartitionsWithIndex``, ``partitionBy``, ``values``, ``filter``, ``persist``,
-``unpersist``, ``collect``). ``rdd`` is the RDD plane (classic Spark only), ``frames`` the
-DataFrame plane (``mapInArrow`` over Arrow batches; classic Spark and Spark Connect),
-``spark_hash`` where Spark's hash partitioning puts a row. ``plane_for`` picks one: Connect
-needs ``frames``; on classic Spark ``--data_plane`` (or ``SPARKBEAM_DATA_PLANE``) chooses.
+Round code builds its datasets through a plane and calls the RDD methods both kinds of dataset
+have (``map``, ``mapPartitions``, ``partitionBy``, ``persist``, ``collect``...). ``rdd`` is the
+RDD plane (classic Spark only), ``frames`` the DataFrame plane (classic Spark and Connect).
+``plane_for`` picks one: Connect needs ``frames``; else ``--data_plane`` chooses.
 """
 
 from __future__ import annotations
@@ -20,11 +17,9 @@ PLANES = ("rdd", "frames")
 
 @dataclass(frozen=True)
 class Inline:
-    """A small value that travels inside the task closure, read like a broadcast (``.value``).
-
-    A stage with no side inputs gets its empty side-input dict this way: a Spark broadcast
-    costs a file and py4j round trips at build time, and a transfer to every Python worker
-    that runs one of its tasks (combiners benchmark: 74 of them per run)."""
+    """A small value that travels inside the task closure, read like a broadcast (``.value``):
+    an empty side-input dict, which as a Spark broadcast cost a file, py4j round trips and a
+    transfer to every Python worker."""
 
     value: Any
 
@@ -36,10 +31,9 @@ NO_SIDE_INPUTS = Inline({})
 
 
 def release(broadcast) -> None:
-    """Free a broadcast once the round or job that made it is done. A PySpark ``Broadcast``
-    is destroyed: ``unpersist`` frees the executors' copies only, and the driver kept its
-    pickle in the session's temp directory and its blocks in the JVM, one a round, for the
-    session's life. Other handles (`Inline`, Connect's shipped values) unpersist."""
+    """Free a broadcast once the round or job that made it is done: a PySpark ``Broadcast`` is
+    destroyed (``unpersist`` left the driver's copies for the session's life), other handles
+    unpersist."""
     destroy = getattr(broadcast, "destroy", None)
     (destroy or broadcast.unpersist)(blocking=False)
 

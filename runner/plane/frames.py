@@ -1,17 +1,13 @@
 """The DataFrame data plane: every dataset a DataFrame of pickled records in Arrow batches.
 
-Runs on a classic SparkSession and over Spark Connect alike: nothing here touches a
-SparkContext. A dataset is a DataFrame with two columns — ``k`` (int: where a shuffle sends the
-row) and ``b`` (binary: one pickled record, the same objects the RDD plane moves) — plus the
-Python functions still to apply to it. Consecutive ``mapPartitions`` fuse into one
-``mapInArrow`` (one Python pass per partition, as PySpark's pipelined RDDs do); a shuffle,
-union, cache or collect closes the chain. ``partitionBy`` computes each row's partition in
-Python (the key group's subtask, as restores expect) and lets the JVM move the bytes: the
-``k`` column holds a value that Spark's hash partitioning sends to exactly that partition
-(``spark_hash``). A task's partition index is Spark's partition id, except after a
-``partitionBy``: a union later in the same Spark stage renumbers partitions, so there every
-partition carries one marker row (empty ``b``) whose ``k`` names it, even when no data lands
-there (a stateful task with no input still fires its key groups' timers).
+Classic Spark and Spark Connect alike: nothing here touches a SparkContext. A dataset is a
+DataFrame of ``k`` (int: where a shuffle sends the row) and ``b`` (one pickled record, as the
+RDD plane moves), plus the Python functions still to apply. Consecutive ``mapPartitions`` fuse
+into one ``mapInArrow``; a shuffle, union, cache or collect closes the chain. ``partitionBy``
+computes each row's partition in Python (the key group's subtask) and puts in ``k`` a value
+Spark's hash sends exactly there (``spark_hash``). After a ``partitionBy`` a later union in the
+same Spark stage renumbers partitions, so each partition carries a marker row (empty ``b``)
+whose ``k`` names it, even with no data (a stateful task still fires its timers).
 
 Leaves to others: what the functions do (``rounds``, ``batch``, ``streaming``), the session.
 """
@@ -86,13 +82,9 @@ class Frames:
         return Frames(self.plane, self.frame().coalesce(max(1, partitions)))
 
     def persist(self, level=None) -> Frames:
-        """Computed once, kept on the executors.
-
-        Over Spark Connect a local checkpoint, not a cache: the server runs a cached plan in a
-        cloned session whose artifacts get a new folder, so each ``persist`` started new
-        Python workers (re-importing Beam, seconds each) and left a session clone on the
-        server's heap (a warm server ran out of memory). The checkpoint is released when its
-        last DataFrame is garbage-collected."""
+        """Computed once, kept on the executors. Over Spark Connect a local checkpoint (released
+        with its last DataFrame), not a cache: the server runs a cached plan in a cloned
+        session, which started new Python workers and stayed on the server's heap."""
         from pyspark import StorageLevel
 
         level = level or StorageLevel.MEMORY_AND_DISK
@@ -119,13 +111,9 @@ class Frames:
 
 
 def local_checkpoint(df, level):
-    """``df.localCheckpoint``, bound to ``df``'s own Connect session.
-
-    pyspark binds the checkpoint's result to the thread's active Connect session, else the
-    process's first: with two sessions in a process (runs of different conf, or streaming
-    rounds on their own threads) the next plan named a DataFrame id its session did not have
-    ("No DataFrame with id ... is found in the session"). The session is made this thread's
-    active one for the call."""
+    """``df.localCheckpoint``, bound to ``df``'s own Connect session (made this thread's active
+    one for the call): pyspark binds it to the thread's active session, else the process's
+    first, and with two sessions the next plan named a DataFrame its session did not have."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
     active = getattr(ConnectSession, "_active_session", None)  # thread-local, pyspark 4.x
@@ -177,9 +165,8 @@ class FramePlane:
 
     def as_subtasks(self, dataset: Frames | None, partitions: int) -> Frames:
         """``dataset`` (None: no rows) as exactly ``partitions`` partitions, partition ``p``
-        being subtask ``p`` (its marker names it): a partitioned dataset of as many partitions
-        as it is, other rows spread round robin by a shuffle (a DataFrame's partition count is
-        not known before it is planned)."""
+        being subtask ``p``: a partitioned dataset of as many as it is, other rows spread round
+        robin by a shuffle (a DataFrame's partition count is not known before it is planned)."""
         if dataset is not None and dataset.targets and len(dataset.targets) == partitions:
             return dataset  # partitioned (a fusion break's Reshuffle): marked already
         rows = self.empty() if dataset is None else dataset
@@ -234,9 +221,8 @@ class _ConnectContext:
 
 def spread_hash(key) -> int:
     """pyspark's ``portable_hash`` of the keys a Reshuffle spreads by (ints, and tuples of
-    them: `ReportKey`), without its demand for ``PYTHONHASHSEED``: executors a Spark Connect
-    server starts on a cluster do not have it (classic PySpark sets it), and an int's hash does
-    not depend on it. A str or bytes key goes through crc32, the same in every process."""
+    them: `ReportKey`), without its demand for ``PYTHONHASHSEED`` (a Connect server's cluster
+    executors lack it); a str or bytes key goes through crc32, the same in every process."""
     if key is None:
         return 0
     if isinstance(key, tuple):  # portable_hash's tuple mix, over our own element hashes

@@ -1,8 +1,5 @@
-"""The RDD data plane: datasets are PySpark RDDs of pickled records (classic Spark only).
-
-The plane sparkbeam was built on: ``parallelize``, ``union``, ``partitionBy`` with a Python
-partitioner, ``sc.broadcast``, job groups and call sites as local properties. It needs a
-SparkContext, which Spark Connect does not offer (``frames`` runs there).
+"""The RDD data plane: datasets are PySpark RDDs of pickled records; job groups and call sites
+are local properties of the SparkContext, which Spark Connect lacks (``frames`` runs there).
 """
 
 from __future__ import annotations
@@ -40,10 +37,8 @@ class RddPlane:
 
     def as_subtasks(self, dataset, partitions: int):
         """``dataset`` (None: no rows) as exactly ``partitions`` partitions, partition ``p``
-        being subtask ``p`` of a stage whose tasks keep state of their key groups (an SDF's
-        residuals stay where its element first ran): fewer partitions are spread round robin
-        (a shuffle of the new input only; one partition would put every element in subtask
-        0), more are coalesced, as many are taken as they are."""
+        being subtask ``p`` of a stage whose tasks keep state of their key groups: fewer are
+        spread round robin (one would put every element in subtask 0), more coalesced."""
         if dataset is None:
             return self.sc.parallelize([], partitions)
         n = dataset.getNumPartitions()

@@ -1,12 +1,10 @@
 """Broadcasts over Spark Connect: uploaded once as a session artifact, read once per worker.
 
-Connect has no ``SparkContext.broadcast``. A value carried inside each function travels in
-every task of every stage that uses it, and a union of stages carries one copy per stage: the
-plan's components made task binaries of over 100 MiB for a pipeline of 18 small combines,
-which filled a warm server's heap. A large value is pickled once, uploaded as a file artifact
-named by its content hash, and the functions carry only that name; each Python worker process
-reads it once (``SparkFiles``) and keeps the few it read last. Small values (a round's side
-inputs, mostly) still travel inside the functions: an upload costs a round trip.
+Connect has no ``SparkContext.broadcast``, and a value inside the functions travels once per
+task and per stage of a union (the plan's components made 100 MiB task binaries and filled a
+warm server's heap). So a large value is uploaded once as a file artifact named by its content
+hash; the functions carry the name, and each Python worker reads it once and keeps the few it
+read last. Small values still travel inside the functions: an upload costs a round trip.
 
 Leaves to others: what the values are (``rounds``), the session (``spark``).
 """
