@@ -1,10 +1,9 @@
-"""The changelog (Flink's DSTL, seed 001): append-only segment files of state changes.
+"""The changelog (Flink's DSTL): append-only segment files of state changes.
 
 Owns: the segment file format, the in-memory segment buffer of one writer, and reading segments
-back. Every put/delete of a pipeline is appended to the buffer; the buffer becomes one segment
-file when it exceeds ``flush_bytes`` or when a checkpoint asks for it -- few, larger files per
-(pipeline, writer, sequence), never one per key or operator. Leaves to others: which segments a
-checkpoint names (`manifest`, `store`) and where they live (`filesystem`).
+back. Changes are buffered and become one segment file when the buffer exceeds ``flush_bytes``
+or a checkpoint asks: few, larger files, never one per key or operator. Leaves to others: which
+segments a checkpoint names (`manifest`, `store`) and where they live (`filesystem`).
 
 Segment format (little endian)::
 
@@ -12,20 +11,17 @@ Segment format (little endian)::
     body    version 2: blocks, each the records of a key-group sub-range as one zstd frame,
             then the block index (per block kg_lo:u16 kg_hi:u16 offset:u64 length:u32
             raw_length:u32 crc32:u32), then blocks:u32 crc32(index):u32
-            version 1 (written before; still read): the records as they are
+            version 1 (still read): the records as they are
     record  op:u8 key_group:u16 ns_len:u16 key_len:u32 value_len:u32 ns key value   (repeated)
     footer  records:u64 crc32(header + body):u32 b"SBCLEND1"
 
 The records compress to about 0.6 of their size even when the values do not (the namespace
-repeats on every record, keys and encoded state keys share prefixes): the tail a range carries
-between snapshots is what keeps a store near its live size. A segment of `BLOCK_MIN_BYTES` or
-more is cut into up to `BLOCKS` blocks by key-group sub-range (a key's records stay in order in
-its block; records of different keys commute), so a task of a restore at another parallelism
-reads only the blocks of its key groups (`read_records`: ranged reads of the index and those
-blocks, each checked by its crc32).
-
-A torn, truncated or bit-flipped segment fails the footer check and raises
-`CheckpointCorruptError` naming the file; the manifest also records each file's size and crc32.
+repeats on every record, keys share prefixes): the tail a range carries between snapshots is
+what keeps a store near its live size. A segment of `BLOCK_MIN_BYTES` or more is cut into up to
+`BLOCKS` blocks by key-group sub-range (a key's records stay in order in its block), so a
+restore at another parallelism reads only its blocks (`read_records`: ranged reads, each block
+checked by its crc32). A torn, truncated or bit-flipped segment fails the footer check and
+raises `CheckpointCorruptError` naming the file.
 """
 
 from __future__ import annotations
@@ -271,15 +267,19 @@ class NoChangelog:
         self.changes = 0
 
 
+def _check_ends(head: bytes, footer_magic: bytes, path: str) -> None:
+    if head[:4] != HEADER[:4]:
+        raise CheckpointCorruptError(path, "not a changelog segment (bad header magic)")
+    if footer_magic != _FOOTER_MAGIC:
+        raise CheckpointCorruptError(path, "torn changelog segment (footer missing)")
+
+
 def check_segment(data: bytes, path: str) -> int:
     """Validate a segment's framing and checksums; returns its record count."""
     if len(data) < len(HEADER) + _FOOTER.size:
         raise CheckpointCorruptError(path, f"truncated changelog segment ({len(data)} bytes)")
-    if data[:4] != HEADER[:4]:
-        raise CheckpointCorruptError(path, "not a changelog segment (bad header magic)")
     records, crc, magic = _FOOTER.unpack_from(data, len(data) - _FOOTER.size)
-    if magic != _FOOTER_MAGIC:
-        raise CheckpointCorruptError(path, "torn changelog segment (footer missing)")
+    _check_ends(data, magic, path)
     body = memoryview(data)[: len(data) - _FOOTER.size]
     if zlib.crc32(body) & 0xFFFFFFFF != crc:
         raise CheckpointCorruptError(path, "changelog segment fails its crc32 check")
@@ -342,10 +342,7 @@ def read_records(
         raise CheckpointCorruptError(path, "file is missing") from None
     if len(tail) != tail_size:
         raise CheckpointCorruptError(path, f"shorter than the manifest's {size} bytes")
-    if head[:4] != HEADER[:4]:
-        raise CheckpointCorruptError(path, "not a changelog segment (bad header magic)")
-    if tail[-8:] != _FOOTER_MAGIC:
-        raise CheckpointCorruptError(path, "torn changelog segment (footer missing)")
+    _check_ends(head, tail[-len(_FOOTER_MAGIC) :], path)
     if head[4] != HEADER[4]:
         yield from iter_records(read_segment(storage, path, entry), path, key_groups)
         return

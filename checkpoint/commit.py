@@ -1,13 +1,11 @@
 """The commit protocol of one pipeline: `CheckpointChain`, the files its next checkpoint names.
 
-Owns: the numbered steps of a checkpoint commit (`CheckpointChain.commit`, `CommitStatus`),
-checking the tasks' commit messages and reading those of driver-owned namespaces, taking the
-handles of task-owned ones (`task_state`: their bytes are never read here), materialization
-of the driver's state and compaction (so a checkpoint has a fallback), writing the manifest
-(the commit point), and applying retention and sweeps after it. Leaves to others: the
-driver's state the chain checkpoints (``pipeline.PipelineStore``, which calls in here),
-restore (``restore``), the retention rules (``retention``), the store-wide listing and
-deleting (``store``) and the file formats (``changelog``, ``materialization``, ``manifest``).
+Owns: the numbered steps of a commit (`CheckpointChain.commit`): checking the tasks' commit
+messages, reading those of driver-owned namespaces and taking the handles of task-owned ones
+(`task_state`: their bytes are never read here), materialization and compaction (so a
+checkpoint has a fallback), the manifest (the commit point), then retention and sweeps. Leaves
+to others: the driver's state (``pipeline.PipelineStore``), restore, the retention rules, the
+store-wide listing and deleting (``store``) and the file formats.
 """
 
 from __future__ import annotations
@@ -213,10 +211,8 @@ class CheckpointChain:
         self.task_state = TaskState(spaces)
 
     def _give_fallback(self, cid: int) -> None:
-        """Step 4: make the next checkpoint share no file with a retained one. While the
-        task-owned files are shared with every retained checkpoint, the tasks are asked to
-        snapshot their ranges in the next round (the driver cannot: it holds no task state);
-        once they are not, the driver's state is compacted into new files."""
+        """Step 4: make the next checkpoint share no file with a retained one: first the tasks
+        snapshot their ranges (the driver holds no task state), then the driver compacts."""
         self.task_state = self.task_state.map(lambda s: s.without_empty_bases(cid))
         task_files = {f.name for f in self.task_state.files()}
         if task_files and self._needs_fallback(task_files):

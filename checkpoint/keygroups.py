@@ -1,13 +1,11 @@
 """Key groups: the stable hash, the key -> key-group map, and key-group ranges per subtask.
 
-Owns: `stable_hash` (identical in every process and Python version: the first 8 bytes of
-BLAKE2b, never Python's salted ``hash()``), `key_group`, and the contiguous range assignment of
-Flink's ``KeyGroupRangeAssignment``: with ``p <= max_key_groups`` subtasks, subtask ``i`` owns
-``[ceil(i*m/p), ceil((i+1)*m/p))`` so every key group belongs to exactly one subtask for every
-``p``. Rescaling reassigns whole ranges; nothing is rehashed. The number of key groups is
-fixed when a store's pipeline is created; `default_max_key_groups` derives it from the
-parallelism as Flink derives its default max parallelism. Leaves to others: what a key is
-(the runner encodes elements and user keys to bytes), which parallelism a run uses.
+Owns: `stable_hash` (the same in every process and Python version: BLAKE2b, never Python's
+salted ``hash()``), `key_group`, and Flink's contiguous ``KeyGroupRangeAssignment``: of ``p``
+subtasks, subtask ``i`` owns ``[ceil(i*m/p), ceil((i+1)*m/p))``, so rescaling reassigns whole
+ranges and rehashes nothing. The number of key groups is fixed when a store's pipeline is
+created (`default_max_key_groups`). Leaves to others: what a key is (the runner encodes keys to
+bytes) and which parallelism a run uses.
 """
 
 from __future__ import annotations

@@ -3,26 +3,20 @@
 Owns the rules, as plain functions over checkpoint ids and the file names each names:
 
 - Keep the newest ``retain`` checkpoints, plus the *fallback*: the newest older checkpoint
-  that shares no file with the newest one. Consecutive checkpoints share their
-  materialization and changelog prefix, so without it one damaged shared file (a flipped
-  byte, a deleted snapshot) makes every retained checkpoint unusable. With it, any single
-  damaged file leaves the newest checkpoint or the fallback restorable. After a
-  materialization the fallback is the last checkpoint before it, kept until the next one.
-- `needs_fallback`: a commit rewrites the state into new files (`commit.CheckpointChain`)
-  when no retained checkpoint would be disjoint from it (a new pipeline's second
-  checkpoint, the first after restoring the fallback), so the guarantee does not wait for
-  the materialization interval.
-- Checkpoints newer than the one a restore fell back to are *abandoned* (their files are
-  damaged, and the job continues from an older one): the next commit drops them.
-- `sweep`: staged files of rounds a stage has already committed that no checkpoint names --
-  losing speculative attempts, rounds that failed and were redone -- and driver changelog
-  segments that neither a checkpoint nor the live chain names (superseded by a snapshot
-  before they were committed) are deleted, so a long streaming job leaves no per-round
-  garbage. Only the store's lock holder writes the driver changelog, so this is safe while
-  the job runs.
+  sharing no file with the newest. Consecutive checkpoints share their materialization and
+  changelog prefix, so without it one damaged shared file makes every retained checkpoint
+  unusable; with it, any single damaged file leaves the newest or the fallback restorable.
+- `needs_fallback`: a commit rewrites the state into new files (`commit.CheckpointChain`) when
+  no retained checkpoint would be disjoint from it, so the guarantee does not wait for the
+  materialization interval.
+- Checkpoints newer than the one a restore fell back to are *abandoned*: the next commit drops
+  them.
+- `sweep`: staged files of rounds a stage already committed and driver changelog segments that
+  neither a checkpoint nor the live chain names (losing attempts, redone rounds, segments a
+  snapshot superseded) are deleted, so a long job leaves no per-round garbage; safe while the
+  job runs, as only the lock holder writes the driver changelog.
 
-Leaves to others: deleting manifests and files and loading them (`store`), when to commit
-(`commit`).
+Leaves to others: deleting and loading manifests and files (`store`), when to commit (`commit`).
 """
 
 from __future__ import annotations

@@ -1,14 +1,13 @@
-"""Startpoints (seed 002): operator-set start positions for sources, stored out of band.
+"""Startpoints: operator-set start positions for sources, stored out of band.
 
 Owns: the `Startpoint` record -- keyed by (pipeline, source transform, optional element key),
 of kind offset / timestamp / oldest / upcoming -- and set/get/list/delete in the store's
-``startpoints/`` directory, one JSON file per pipeline, written atomically. Startpoints never touch
-checkpoints: checkpoints are for fault tolerance and are not edited by people. Each startpoint has
-a `token` (its key plus creation time), so a run deletes exactly the one it consumed, never a newer
-one an operator set meanwhile. A startpoint a run could not apply stays, marked ``failed`` with
-the error, so every later start refuses it at once instead of failing the same way again.
-Leaves to others: fanning startpoints out to restrictions at job start and deleting them once the
-next checkpoint commits (`sparkbeam.sdf.startpoints.session`).
+``startpoints/`` directory, one JSON file per pipeline, written atomically; never in a
+checkpoint, which is for fault tolerance and not edited by people. A startpoint's `token` (its
+key plus creation time) lets a run delete exactly the one it consumed, never a newer one. One a
+run could not apply stays, marked ``failed``, so every later start refuses it at once. Leaves
+to others: fanning them out at job start and deleting them once the next checkpoint commits
+(`sparkbeam.sdf.startpoints.session`).
 """
 
 from __future__ import annotations

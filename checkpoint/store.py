@@ -1,11 +1,10 @@
 """The checkpoint store facade: `open_store` and `CheckpointStore`.
 
 Owns: one store at a URL -- its lock, its options, the `PipelineStore` of each independent
-pipeline, listing pipelines and checkpoints, loading manifests, reading exactly one subtask's
-key groups of a checkpoint (rescaling), verification, applying retention (the rules are in
-`retention`) and cleaning of unreferenced files. Leaves to others: one pipeline's state and
-commit protocol (`pipeline`, `commit`, `restore`), task-side staging (`staging`), file
-formats and storage backends.
+pipeline, listing pipelines and checkpoints, loading manifests, reading one subtask's key
+groups of a checkpoint (rescaling), verification, applying retention (rules: `retention`) and
+cleaning unreferenced files. Leaves to others: one pipeline's state and commit protocol
+(`pipeline`, `commit`, `restore`), task-side staging (`staging`), file formats and backends.
 
 Typical use (driver)::
 
@@ -117,20 +116,15 @@ def open_working_store() -> CheckpointStore:
 
 
 READ_ONLY_MANIFESTS = 16
-"""Manifests a read-only store (a worker's, ``runner.task.staged_state.task_store``) keeps
-loaded: a worker loads each round's, and no retention prunes its cache. Kept whole, they grew
-the worker's heap by a manifest per round, and with it every garbage collection PySpark runs
-after each task (issue 43: round time rose with the job's age). A writable store keeps those
-of its retained checkpoints (retention drops the others)."""
+"""Manifests a read-only store (a worker's) keeps loaded: a worker loads each round's and no
+retention prunes them, so all of them would grow its heap, and the time of every garbage
+collection, with the job's age. A writable store keeps those of its retained checkpoints."""
 
 
 class CheckpointStore:
-    """All pipelines' checkpoints under one root; see the module docstring.
-
-    Opening it (`open_store`) creates the store at ``url`` if needed and takes the write lock
-    unless read-only. ``changelog=False``: the driver records no changelog of its pipelines'
-    changes, so their checkpoints are refused (`NoChangelogError`); for state never committed
-    nor restored."""
+    """All pipelines' checkpoints under one root, created if needed; the write lock is taken
+    unless read-only. ``changelog=False``: no driver changelog, so checkpoints are refused
+    (`NoChangelogError`); for state never committed nor restored."""
 
     def __init__(
         self,
@@ -366,11 +360,10 @@ class CheckpointStore:
         return len(sweep(self.storage, directory, rounds_done, referenced))
 
     def clean(self, grace_s: float = 3600.0) -> list[str]:
-        """Delete files no manifest names: failed or duplicate task attempts, segments and
-        snapshots of crashed runs, temp files. A file younger than ``grace_s`` is kept while it
-        may still be committed: if it is newer than the pipeline's newest manifest, or staged
-        for a round after the last round of its stage that a manifest committed. Returns the
-        deleted paths."""
+        """Delete files no manifest names (failed or duplicate attempts, files of crashed runs,
+        temp files); returns their paths. One younger than ``grace_s`` is kept while it may
+        still be committed: newer than the newest manifest, or staged for a round after its
+        stage's last committed one."""
         self._check_writable()
         deleted = []
         now = time.time()

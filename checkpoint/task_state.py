@@ -1,25 +1,18 @@
 """Task-owned state in a manifest: per namespace, key-group ranges of snapshot + changelog tail.
 
 Owns the handles a manifest holds for state that tasks keep, write and snapshot themselves
-(GroupByKey buffers, user state and timers: `state_layout.is_task_owned`), and the pure
-operations the driver's commit applies to them. The driver never reads these bytes: a task's
-commit message names its staged segments (appended to the namespace's ``log``) and, when the
-task wrote one, a snapshot of its key-group range (which becomes that range's ``base``).
+(`state_layout.is_task_owned`), and the pure operations the driver's commit applies to them; the
+driver never reads these bytes. For one namespace (`NamespaceState`):
 
-For one namespace (`NamespaceState`):
-
-- ``log``: the staged segments committed after some range's base, in commit order, each with
-  a sequence number. A segment may hold keys of several ranges (a task after a rescale).
-- ``ranges``: disjoint key-group ranges covering ``[0, max_key_groups)``. A range's state is
-  its ``base`` files (Arrow snapshots, possibly of a wider range: read filtered) followed by
-  the log segments with ``seq > since``, all filtered to the range. A snapshot of ``[a, b)``
-  splits the ranges at ``a`` and ``b`` and replaces those inside with one.
-- Log segments no range needs any more are dropped (truncation), and retention deletes them
-  once no retained checkpoint names them.
+- ``log``: the staged segments committed after some range's base, in commit order, numbered. A
+  segment may hold keys of several ranges (a task after a rescale).
+- ``ranges``: disjoint key-group ranges covering ``[0, max_key_groups)``, each its ``base``
+  files (Arrow snapshots, possibly of a wider range: read filtered) then the log segments with
+  ``seq > since``. A snapshot of ``[a, b)`` splits the ranges at ``a`` and ``b`` and replaces
+  those inside; log segments no range needs any more are dropped (truncation).
 - ``entries``: keys per range, as tasks last reported them (a restore needs no scan).
-- ``rebase_below``: ranges with ``since`` below it are asked to snapshot in the next round
-  (the commit asks when no retained checkpoint would be disjoint from the next, so that the
-  fallback guarantee of `retention` holds for task-owned state too).
+- ``rebase_below``: ranges with ``since`` below it snapshot in the next round, so the fallback
+  guarantee of `retention` holds for task-owned state too.
 
 Leaves to others: reading the files (`reader`, the runner's task-side reads), the commit steps
 (`commit`), what the values mean (`state_layout`).
@@ -37,16 +30,14 @@ from sparkbeam.checkpoint.ids import FileEntry
 from sparkbeam.checkpoint.keygroups import KeyGroupRange
 
 SNAPSHOT_MIN_BYTES = 1 << 20
-"""A range snapshots once its tail holds this many bytes and a quarter of its base (so a
-range's files stay within about 1.25x its snapshot, plus the rounds a background snapshot
-lags; each byte of change costs about four of snapshot, as RocksDB's levels cost ten)..."""
+"""A range snapshots once its tail holds this many bytes and a quarter of its base (its files
+stay within about 1.25x its snapshot; a byte of change costs about four of snapshot)..."""
 SNAPSHOT_TAIL_SHARE = 4
 SNAPSHOT_MAX_SEGMENTS = 32
-"""... or about this many segments (between half and all of it, depending on the range, so
-that ranges which grow alike do not all snapshot in the same round). A task writes such a
-snapshot in the background (`Due.GROWN`), so a range may grow on until it reports it: twice
-these bounds make it `Due.OVERDUE`, written in the round. It bounds the manifest: at most
-twice this many log segments per range."""
+"""... or about this many segments (half to all of it, by range, so ranges that grow alike do
+not all snapshot in one round). Written in the background (`Due.GROWN`); twice these bounds
+make it `Due.OVERDUE`, written in the round, so a manifest holds at most twice this many log
+segments per range."""
 
 
 class Due(Enum):
@@ -76,14 +67,7 @@ class RangeState:
     """The checkpoint that committed ``base`` (-1: none)."""
 
     def to_json(self) -> dict:
-        return {
-            "start": self.start,
-            "stop": self.stop,
-            "base": [f.to_json() for f in self.base],
-            "since": self.since,
-            "entries": self.entries,
-            "checkpoint": self.checkpoint,
-        }
+        return dict(vars(self), base=[f.to_json() for f in self.base])
 
     @classmethod
     def from_json(cls, d: dict) -> RangeState:
