@@ -1,13 +1,7 @@
-"""The ``sparkbeam`` command: ``plan``, ``drain``, ``serve``, ``checkpoints``, ``startpoints``,
-``sdf-check``.
-
-``sparkbeam serve`` runs a local Spark Connect server in the foreground (a warm Spark for
-fast local runs with ``--spark_remote``) until Ctrl-C or SIGTERM.
-
-``sparkbeam plan my_pipeline.py [pipeline args]`` runs the script with a
-runner that only translates and prints the ExecutionPlan (nothing executes).
-The ``checkpoints`` and ``startpoints`` subcommands come from ``sparkbeam.checkpoint.cli``;
-``sdf-check`` from ``sparkbeam.sdf.testing.cli``.
+"""The ``sparkbeam`` command: ``plan`` (run a script with a runner that only prints its
+ExecutionPlan), ``drain``, ``serve`` (a local Spark Connect server until Ctrl-C or SIGTERM);
+``checkpoints`` and ``startpoints`` from ``sparkbeam.checkpoint.cli``, ``sdf-check`` from
+``sparkbeam.sdf.testing.cli``.
 """
 
 from __future__ import annotations
@@ -23,11 +17,8 @@ _APITOOLS = "apitools not found, and bigquery client libraries are not available
 
 
 def _import_beam_quietly() -> None:
-    """Import Beam without the warning its optional BigQuery client logs on every import.
-
-    Only that exact message is dropped; any other warning still shows. The root handler the
-    dropped ``logging.warning`` call installed is removed, so a script's ``basicConfig`` works.
-    """
+    """Import Beam without the one warning its optional BigQuery client logs, nor the root
+    handler that ``logging.warning`` installed (a script's ``basicConfig`` still works)."""
     root = logging.getLogger()
     handlers = list(root.handlers)
     quiet = logging.Filter()

@@ -19,14 +19,9 @@ class SparkSessionError(RuntimeError):
 
 
 class StageFailedError(RuntimeError):
-    """User code failed inside a Beam stage running on Spark.
-
-    The message is a short block: the Beam stage and its transforms, the failing
-    transform, the user's own frames of the traceback, and what to do. Beam's and
-    sparkbeam's frames, the JVM's and Spark's repeated task attempts are logged at
-    DEBUG (logger ``sparkbeam.runner.errors``); ``user_traceback`` keeps the worker's
-    whole Python traceback.
-    """
+    """User code failed inside a Beam stage running on Spark: a short block naming the stage,
+    the failing transform, the user's own frames and what to do (the rest is logged at DEBUG;
+    ``user_traceback`` keeps the worker's whole traceback)."""
 
     transform: str | None = None  # the failing step Beam named (the subclasses name none)
 
@@ -73,11 +68,9 @@ class StageFailedError(RuntimeError):
 
 
 class DamagedStateError(StageFailedError):
-    """A task found a file of the checkpoint it read corrupt or missing (its
-    `TaskStateDamagedError` crossed Spark as text): the store is damaged, not the code. A
-    round loop falls back to the newest checkpoint whose files are all sound
-    (`checkpoint.restore.fall_back`); this error reaches the user only when that finds the
-    checkpoint sound (the file was unreadable for a while) and the restores ran out."""
+    """A task found a file of the checkpoint it read corrupt or missing: the store is damaged,
+    not the code. A round loop falls back to the newest sound checkpoint; this reaches the
+    user only when that finds none damaged and the restores ran out."""
 
     def __init__(self, stage: str, user_traceback: str, path: str) -> None:
         self.stage, self.user_traceback, self.path = stage, user_traceback, path
@@ -269,11 +262,8 @@ def user_frames(traceback_text: str) -> list[str]:
 
 
 class IncompatiblePipelineError(ValueError):
-    """A checkpoint holds state the changed pipeline cannot take over.
-
-    Raised on restore when the running pipeline removed, renumbered or re-coded a part that
-    owns checkpointed state (see ``sparkbeam.translation.compatibility``).
-    """
+    """A checkpoint holds state the changed pipeline cannot take over (it removed, renumbered
+    or re-coded a part that owns it: ``sparkbeam.translation.compatibility``)."""
 
     def __init__(
         self, pipeline_id: str, checkpoint_id: int, url: str, differences: list[str]

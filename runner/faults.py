@@ -1,10 +1,8 @@
 """Crash points for recovery tests: ``SPARKBEAM_CRASH_AT=<point>:<round>`` SIGKILLs the driver.
 
-A kill from outside lands anywhere; these land exactly where recovery is
-hardest — after a round's Spark job but before its checkpoint ("mid-round"),
-and after the checkpoint's manifest but before its sink files are published
-("after-commit"). The store has its own point inside the commit (see
-``sparkbeam.checkpoint.commit``). Unset, this costs one dict lookup.
+They land where recovery is hardest: after a round's Spark job but before its checkpoint
+("mid-round"), and after its manifest but before its sink files are published
+("after-commit"); the store has its own inside the commit (``sparkbeam.checkpoint.commit``).
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """The files a pipeline writes: named in the start line, and cleaned after a failed run.
 
-Beam's file sinks (``WriteToText``, ``WriteToParquet``, ... through ``iobase.WriteImpl``)
-write into ``<dir>/beam-temp-<name>-<uuid>/`` and move the files out when the write
-finalizes; a run that fails before that leaves the folder behind. sparkbeam's
-``WriteToFilesOnCheckpoint`` has its own staging (and cleans it on restore).
+Beam's file sinks (``iobase.WriteImpl``) write into ``<dir>/beam-temp-<name>-<uuid>/`` until
+the write finalizes; a failed run leaves the folder behind. ``WriteToFilesOnCheckpoint`` has
+its own staging (cleaned on restore).
 """
 
 from __future__ import annotations

@@ -27,11 +27,8 @@ _HANDLER_FLAG = "_sparkbeam_progress_handler"
 
 def make_visible(level: str | None = None) -> None:
     """sparkbeam's INFO lines reach the operator unless the program set sparkbeam's level
-    (``level``, from --log_level, sets it).
-
-    Beam's own imports give the root logger a stderr handler at WARNING, so the
-    ``sparkbeam`` logger is set to INFO (when its level is unset) and its lines flow to
-    the root's handlers; without any root handler, sparkbeam adds its own on stderr."""
+    (``level``: --log_level's): through the root's handlers (Beam's imports add one at
+    WARNING), else a stderr handler of its own."""
     root, logger = logging.getLogger(), logging.getLogger("sparkbeam")
     if level is not None:
         logger.setLevel(level)

@@ -7,13 +7,9 @@ from apache_beam.runners.runner import PipelineResult
 
 
 class SparkPipelineResult(PipelineResult):
-    """Result of a sparkbeam batch run, which executes synchronously in ``run()``.
-
-    So the result is always terminal: ``wait_until_finish`` returns at once and
-    ``cancel`` has nothing left to stop (cancel/drain of a running job needs the
-    asynchronous streaming mode, issue 5). Metrics are Beam's MonitoringInfos
-    from the bundles of tasks that succeeded; committed and attempted are equal.
-    """
+    """Result of a batch run, which ``run()`` finishes: always terminal, so
+    ``wait_until_finish`` and ``cancel`` return at once. Metrics are the MonitoringInfos of
+    tasks that succeeded (committed and attempted are equal)."""
 
     def __init__(self, state: str, monitoring_infos_by_stage: dict) -> None:
         super().__init__(state)

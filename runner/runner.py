@@ -53,12 +53,8 @@ def portable_proto(pipeline, options: PipelineOptions):
 
 
 class SparkCheckpointRunner(PipelineRunner):
-    """Runs Beam Python pipelines on Apache Spark through PySpark.
-
-    ``is_drain=True`` plans splittable DoFns in drain mode: every restriction
-    is truncated through the SDF's ``truncate`` before processing (as Beam's
-    FnApiRunner does), so unbounded work finishes.
-    """
+    """Runs Beam Python pipelines on Apache Spark through PySpark; ``is_drain=True`` truncates
+    every SDF restriction before processing (as Beam's FnApiRunner does)."""
 
     def __init__(self, is_drain: bool = False) -> None:
         super().__init__()
@@ -102,20 +98,15 @@ class SparkCheckpointRunner(PipelineRunner):
 
 @functools.cache  # once per process
 def skip_last_collection_at_exit() -> None:
-    """Have the heap frozen at exit, so CPython's last full collection skips it.
-
-    CPython ends with a full garbage collection of everything still alive; a driver holds
-    Beam, PySpark, py4j and the plan, and that collection was 0.3-0.5 s of every run's wall
-    time (measured on the word count's driver). At exit it only finds cycles the OS reclaims
-    anyway: CPython promises no ``__del__`` then, and ``weakref.finalize`` and ``atexit``
-    work as before. Handlers registered earlier (``logging``'s flush) still run after it."""
+    """Have the heap frozen at exit, so CPython's last full collection skips it: over a driver's
+    Beam, PySpark and plan it took 0.3-0.5 s of every run, to find cycles the OS reclaims
+    anyway (CPython promises no ``__del__`` then; ``atexit`` and ``weakref.finalize`` work)."""
     atexit.register(gc.freeze)
 
 
 def use_test_stream_mode(plan, options: PipelineOptions) -> None:
-    """A pipeline with a TestStream runs in streaming mode, as on Beam's DirectRunner; without
-    --checkpoint_dir its checkpoints go to a temporary directory (removed at exit): a test
-    should neither resume a stale store nor be refused as a finished job."""
+    """A pipeline with a TestStream runs in streaming mode, as on Beam's DirectRunner, with a
+    temporary store unless --checkpoint_dir (a test resumes no stale store)."""
     if not plan.test_streams:
         return
     standard = options.view_as(StandardOptions)
@@ -130,11 +121,9 @@ def use_test_stream_mode(plan, options: PipelineOptions) -> None:
 
 
 def open_job_store(plan, options: PipelineOptions, job_name: str | None):
-    """The run's locked checkpoint store, checked (needs no Spark): streaming always has one
-    (default: under the job name); batch only with --checkpoint_dir.
-
-    Refuses a store cluster executors cannot reach, a bad or failed startpoint, and a finished
-    job without --fresh."""
+    """The run's locked checkpoint store (streaming always; batch with --checkpoint_dir), or
+    a refusal before Spark: a store executors cannot reach, a bad or failed startpoint, a
+    finished job without --fresh."""
     check_shared_storage(options.view_as(SparkRunnerOptions))
     check_input_paths(plan, options.view_as(SparkRunnerOptions))
     streaming = options.view_as(SparkStreamingOptions)
