@@ -1,12 +1,10 @@
 """Teach Beam the runner name ``SparkCheckpointRunner`` without importing Beam.
 
-Loaded at interpreter start by ``sparkbeam_runner_alias.pth``. It must stay
-cheap: it only installs an import hook. Once the user's program imports
-``apache_beam.runners.runner``, our entry is added to Beam's runner-name map
-(matched case-insensitively); once it imports Beam's pipeline options,
-sparkbeam's options are registered too, so ``--parallelism`` & co parse
-before the runner is even created; once it imports ``apache_beam.io.kafka``, Beam's Java
-Kafka transforms refuse sparkbeam's runner at once (``_beam_kafka``).
+Loaded at interpreter start by ``sparkbeam_runner_alias.pth``, so it only installs an import
+hook. Once the program imports ``apache_beam.runners.runner``, sparkbeam's runner joins Beam's
+runner-name map; once it imports Beam's pipeline options, sparkbeam's options are registered
+(``--parallelism`` & co parse before the runner exists); once it imports
+``apache_beam.io.kafka``, Beam's Java Kafka transforms refuse sparkbeam's runner (``_beam_kafka``).
 """
 
 import importlib.abc

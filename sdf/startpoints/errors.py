@@ -1,9 +1,8 @@
 """Exceptions of startpoint application: what is wrong with a startpoint and what to do.
 
 Owns: the failures an operator can act on at job start or when a startpoint meets a
-restriction, including one that raised while being applied in a task (`StartpointApplyError`),
-and how the driver finds that one in a worker's traceback (`startpoint_failure`). Leaves to
-others: deciding when to raise (`startpoints`, `startpoint_restrictions`).
+restriction (in a task: `StartpointApplyError`, which the driver finds in a worker's traceback,
+`startpoint_failure`). Leaves to others: deciding when to raise (`session`, `restrictions`).
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Test a splittable DoFn's self-checkpointing locally: ``check_sdf``, its CLI and pytest fixture.
 
 ``check`` owns the scenarios and the report, ``static`` the checks without Spark, ``run`` the
-probe pipeline on the real runner, ``cli`` the ``sparkbeam sdf-check`` command and
-``pytest_plugin`` the ``sdf_checker`` fixture. The public names load lazily, so the pytest
-plugin (loaded by every pytest run) costs no Beam import.
+probe pipeline, ``cli`` the ``sparkbeam sdf-check`` command and ``pytest_plugin`` the
+``sdf_checker`` fixture. The public names load lazily: the plugin costs every pytest run no Beam
+import.
 """
 
 from __future__ import annotations

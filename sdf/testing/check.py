@@ -359,29 +359,26 @@ def diff_outputs(expected: list[Event], actual: list[Event], limit: int = 3) -> 
     got = collections.Counter(e.value for e in actual if e.kind == "out")
     if want == got:
         return ""
-    missing = want - got
-    extra = got - want
     origin_exp = {e.value: e for e in expected if e.kind == "out"}
     origin_act: dict[str, list[Event]] = collections.defaultdict(list)
     for e in actual:
         if e.kind == "out":
             origin_act[e.value].append(e)
     parts = []
-    if missing:
-        n = sum(missing.values())
+    if missing := want - got:
         shown = []
         for value in list(missing)[:limit]:
             src = origin_exp[value]
             at = f", position {src.position}" if src.position else ""
             shown.append(f"{value} (from element {src.element}, restriction {src.restriction}{at})")
-        parts.append(f"{n} output(s) missing (lost), first: " + "; ".join(shown))
-    if extra:
-        n = sum(extra.values())
+        parts.append(f"{missing.total()} output(s) missing (lost), first: " + "; ".join(shown))
+    if extra := got - want:
         shown = []
         for value in list(extra)[:limit]:
             srcs = ", ".join(
                 f"restriction {s.restriction} position {s.position}" for s in origin_act[value][:3]
             )
             shown.append(f"{value} x{got[value]} (from {srcs})")
-        parts.append(f"{n} output(s) duplicated or unexpected, first: " + "; ".join(shown))
+        first = "; ".join(shown)
+        parts.append(f"{extra.total()} output(s) duplicated or unexpected, first: {first}")
     return ". ".join(parts) + "."

@@ -1,10 +1,8 @@
 """``sparkbeam sdf-check module:DoFnOrFactory --elements JSON_OR_FILE``: check an SDF.
 
-Owns: the ``sdf-check`` argparse subcommand (`add_subcommands`, wired into the
-``sparkbeam`` console script by the runner; it sets ``func`` so ``args.func(args)``
-runs it) and a standalone `main` (``python -m sparkbeam.sdf.testing.cli sdf-check
-...``). Prints the scenario table of ``check_sdf`` and returns 0 when every scenario
-passed (or was skipped), 1 otherwise. Leaves the checks to ``sparkbeam.sdf.testing.check``.
+Owns: the ``sdf-check`` subcommand (`add_subcommands`, wired into the ``sparkbeam`` console
+script by the runner) and a standalone `main`. Prints ``check_sdf``'s scenario table and returns
+0 when no scenario failed, else 1. Leaves the checks to ``sparkbeam.sdf.testing.check``.
 """
 
 from __future__ import annotations

@@ -1,17 +1,14 @@
 """pytest plugin ``sparkbeam_sdf`` (entry point ``pytest11``): the ``sdf_checker`` fixture.
 
-Owns: the fixture only. A user test is::
+A user test is::
 
     def test_my_reader(sdf_checker):
         sdf_checker(MyReadFn(), ["a.txt", "b.txt"])
 
-``sdf_checker`` is ``sparkbeam.sdf.testing.check_sdf`` with the same keyword
-arguments (``seed``, ``parallelism``, ``scenarios``, ...); it raises
-``SdfCheckError`` (an AssertionError) naming the fault, and returns the report.
-Spark master: ``--sdf-check-master`` (default: ``$SPARK_REMOTE`` if set, else ``local[2]``);
-an ``sc://host:port`` master is a Spark Connect server, e.g. a warm ``sparkbeam serve``, so
-a test suite skips the JVM start. An active SparkSession is reused by the runner.
-Leaves the checks to ``sparkbeam.sdf.testing.check``.
+``sdf_checker`` is ``sparkbeam.sdf.testing.check_sdf`` (same keyword arguments) on the Spark
+master ``--sdf-check-master`` (default: ``$SPARK_REMOTE`` if set, else ``local[2]``; an
+``sc://host:port`` master such as a warm ``sparkbeam serve`` skips the JVM start, and an active
+SparkSession is reused). Leaves the checks to ``sparkbeam.sdf.testing.check``.
 """
 
 from __future__ import annotations

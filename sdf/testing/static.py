@@ -1,12 +1,10 @@
 """Static checks of a splittable DoFn's restriction machinery (no Spark, no pipeline).
 
-Owns: the checks ``check_sdf`` runs before any pipeline — restriction and
-watermark-estimator-state coder round trips, ``restriction_size`` >= 0 and
-shrinking as work is claimed, and, for OffsetRange-like restrictions (objects
-with integer ``start``/``stop``), ``try_split`` at fractions 0, 0.5, 1 (and one
-seeded random fraction) covering the original range exactly, plus a run of the
-tracker to completion ending in ``check_done()``. Leaves to others: running the
-DoFn (``sparkbeam.sdf.testing.run``) and the report (``sparkbeam.sdf.testing.check``).
+Owns: the checks ``check_sdf`` runs first: restriction and watermark-estimator-state coder
+round trips, ``restriction_size`` >= 0 and shrinking as work is claimed, and, for
+OffsetRange-like restrictions (integer ``start``/``stop``), ``try_split`` at 0, 0.5, 1 and a
+seeded random fraction covering the range exactly, each tracker run to ``check_done()``.
+Leaves to others: running the DoFn (``run``) and the report (``check``).
 """
 
 from __future__ import annotations

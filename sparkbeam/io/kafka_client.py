@@ -226,15 +226,10 @@ def offset_for_time(client: Any, topic: str, partition: int, time_ms: int) -> in
     )
     low, high = low_offset(client, topic, partition), end_offset(client, topic, partition)
     offset = high if answer.offset < 0 else answer.offset
-    if _is_first_at_or_after(client, topic, partition, offset, time_ms, low, high):
-        return offset
+    later = offset >= high or _timestamp(client, topic, partition, offset) >= time_ms
+    if later and (offset <= low or _timestamp(client, topic, partition, offset - 1) < time_ms):
+        return offset  # the broker's answer is right: the first record at or after the time
     return _search(client, topic, partition, time_ms, low, high)
-
-
-def _is_first_at_or_after(client, topic, partition, offset, time_ms, low, high) -> bool:
-    if offset < high and _timestamp(client, topic, partition, offset) < time_ms:
-        return False
-    return offset <= low or _timestamp(client, topic, partition, offset - 1) < time_ms
 
 
 def _search(client: Any, topic: str, partition: int, time_ms: int, low: int, high: int) -> int:
