@@ -84,12 +84,6 @@ class DamagedStateError(StageFailedError):
         )
 
 
-def _damaged_file(traceback_text: str) -> str | None:
-    """The file a task's `TaskStateDamagedError` (or `CheckpointCorruptError`) names."""
-    found = _DAMAGED.findall(traceback_text)
-    return found[-1][1] if found else None
-
-
 def _cause_advice(error: str) -> str | None:
     """What to do about a failure whose cause is the machine, not the code: a full disk, a
     file an executor cannot see. None for the others."""
@@ -183,9 +177,9 @@ def run_guarded(stage_id: str | None, action, describe=None):
         if worker is not None:
             raise worker from None
         user = user_traceback(text)
-        damaged = _damaged_file(user)
-        if damaged is not None:  # the store, not the code: the round loop falls back
-            raise DamagedStateError(failed, user, damaged) from None
+        damaged = _DAMAGED.findall(user)  # the file a TaskStateDamagedError names
+        if damaged:  # the store, not the code: the round loop falls back
+            raise DamagedStateError(failed, user, damaged[-1][1]) from None
         startpoint = startpoint_failure(user)
         if startpoint is not None:  # not the user's DoFn: restoring cannot help
             raise _with_frames(startpoint, user) from None

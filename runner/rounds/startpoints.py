@@ -23,9 +23,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from sparkbeam.checkpoint.startpoints import Startpoints
-from sparkbeam.sdf.startpoints.errors import (
-    StartpointFailedError,
-)
+from sparkbeam.sdf.startpoints.errors import StartpointFailedError
 from sparkbeam.sdf.startpoints.session import (
     DEFAULT_MAX_AGE_S,
     StartpointOutcome,
