@@ -1,14 +1,10 @@
 """sparkbeam.checkpoint: the durable pipeline checkpoint store.
 
-Keyed state in key groups, a changelog (DSTL) plus periodic materialization, atomic manifests
-with two-phase commit across Spark tasks, restore at another parallelism, completed-work markers,
-source positions, startpoints, retention, verification, and the state layout (``state_layout``:
-every namespace and its versioned value codec). Imports nothing of Beam or Spark (Beam's
-``FileSystems`` only lazily, for non-local URLs).
-
-One pipeline's state is three modules: ``pipeline`` (`PipelineStore`, the working state),
-``commit`` (the numbered commit protocol, materialization, retention) and ``restore`` (the
-latest usable checkpoint, with fallback); ``store`` holds the store-wide concerns.
+Keyed state in key groups, a changelog plus periodic materialization, atomic manifests with
+two-phase commit across Spark tasks, restore at another parallelism, completed-work markers,
+source positions, startpoints, retention, verification, and the state layout. Imports nothing
+of Beam or Spark (Beam's ``FileSystems`` lazily, for non-local URLs). One pipeline's state is
+``pipeline`` (the working state), ``commit`` and ``restore``; ``store`` is store-wide.
 """
 
 from sparkbeam.checkpoint.errors import (

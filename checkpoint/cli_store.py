@@ -1,10 +1,9 @@
 """How every store subcommand takes, checks and opens its store, and reports what it cannot.
 
-Owns: ``--checkpoint_dir`` with Beam's filesystem flags (``--s3_endpoint_url``, ...; unset ones
-come from the environment, as in Beam), the check that refuses a ``--checkpoint_dir`` no
+Owns: ``--checkpoint_dir`` with Beam's filesystem flags, refusing a ``--checkpoint_dir`` no
 command could read (one line, exit code 2, no directory created), opening a store read-only or
-locked, and the one-line errors of an unreachable store. Shared by ``sparkbeam checkpoints``
-(`sparkbeam.checkpoint.cli`), ``sparkbeam startpoints`` (`startpoints_cli`) and ``drain``.
+locked, and the one-line errors of an unreachable store; for ``sparkbeam checkpoints`` (`cli`),
+``startpoints`` (`startpoints_cli`) and ``drain``.
 """
 
 from __future__ import annotations

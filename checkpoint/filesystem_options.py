@@ -1,13 +1,10 @@
 """Beam's filesystem options as values and as command-line flags, applied once per process.
 
-Owns: which of Beam's option groups configure a filesystem (`S3Options`, `GoogleCloudOptions`
-for GCS, `AzureOptions`, `HadoopFileSystemOptions`), the values a user set in them
-(`collect`), applying values with ``FileSystems.set_options`` once per process and distinct
-value (`apply`), and the same flags on a CLI subcommand (`add_cli_arguments`,
-`apply_cli_arguments`). Options nobody set are left out, so Beam and boto3 read the
-environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL_S3``, instance roles, ...) as usual.
-Leaves to others: shipping values to Spark tasks (``sparkbeam.runner.spark.filesystem_options``).
-Beam is imported inside the functions: `sparkbeam.checkpoint` stays importable without it.
+Owns: which of Beam's option groups configure a filesystem (S3, GCS, Azure, HDFS), the values
+a user set in them (`collect`), applying them with ``FileSystems.set_options`` once per process
+and value (`apply`), and the same flags on a CLI subcommand. Options nobody set are left out,
+so Beam and boto3 read the environment as usual. Leaves to others: shipping the values to Spark
+tasks (``sparkbeam.runner.spark.filesystem_options``). Beam is imported lazily.
 """
 
 from __future__ import annotations

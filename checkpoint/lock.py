@@ -1,11 +1,9 @@
 """The store's write lock: one job writes a store at a time.
 
 Owns: the lock file ``_LOCK.json`` in the store root (host, pid, job name, time, a random
-token), written atomically, taking it, detecting a stale lock left by a dead process on this
-host, treating an unreadable lock file (empty or garbage: a crash of an older version, or of a
-backend without atomic create) as a lock of an unknown holder, and releasing it.
-Leaves to others: what the lock protects (`store`). Readers (``checkpoints list``/``show``/
-``verify``) never take it.
+token), taking it over from a dead process on this host, treating an unreadable one (empty or
+garbage: a crash on a backend without atomic create) as held by an unknown holder, and
+releasing it. Leaves to others: what it protects (`store`). Readers never take it.
 """
 
 from __future__ import annotations
@@ -71,12 +69,9 @@ class StoreLock:
         )
 
     def acquire(self, break_lock: bool = False) -> None:
-        """Take the lock or raise `StoreLockedError` naming the holder.
-
-        A lock whose holder is a dead process on this host is stale and taken over with a
-        warning; ``break_lock=True`` takes over any lock (use only when the holder is gone),
-        including an unreadable one -- an empty or garbage file, whose holder is unknown.
-        """
+        """Take the lock or raise `StoreLockedError` naming the holder. A dead process's on
+        this host is taken over with a warning; ``break_lock=True`` takes over any, even an
+        unreadable one (use it only when the holder is gone)."""
         data = json.dumps(self.holder).encode()
         for attempt in range(_ATTEMPTS):
             if self._create(data):

@@ -1,11 +1,8 @@
 """The checkpoint manifest: the one small file that makes a checkpoint real.
 
-Owns: the `Manifest` record (checkpoint id, pipeline id, creation time, the materialization files
-and the changelog segments after it -- each with size and crc32 --, completed-work markers,
-source positions, pipeline fingerprint, parallelism, max key groups, entry count, free-form
-metadata), its JSON encoding with a checksum over the content, and manifest file names.
-A manifest is written atomically and LAST, after every file it names is durable. Leaves to others:
-writing the files it names (`changelog`, `materialization`) and the commit protocol (`store`).
+Owns: the `Manifest` record, its JSON encoding with a checksum over the content, and manifest
+file names. A manifest is written atomically and LAST, after every file it names is durable.
+Leaves to others: writing the files it names and the commit protocol (`commit`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Materialization: a full snapshot of a state table, one Arrow IPC file per key-group range.
 
-Owns: writing a snapshot (`write_materialization`) and reading back only the key groups a caller
-owns (`read_materialization`). Each file holds the columns ``kg`` (uint16), ``namespace``
-(string), ``key`` and ``value`` (binary) for the key groups ``[kg_start, kg_stop)`` and is named
-by the manifest with its size, crc32 and row count, so a damaged file is detected before use.
-Leaves to others: when to materialize and which changelog it supersedes (`store`).
+Owns: writing a snapshot (`write_materialization`, and a task-owned range's `write_snapshot`)
+and reading back only a caller's key groups (`read_materialization`). A file holds the columns
+``kg``, ``namespace``, ``key`` and ``value``; the manifest names it with its size, crc32 and
+row count, so a damaged file is detected before use. Leaves to others: when to materialize.
 """
 
 from __future__ import annotations
@@ -33,11 +32,6 @@ SCHEMA = pa.schema(
 DEFAULT_FILES = 8
 
 
-def _ranges(max_key_groups: int, files: int) -> list[KeyGroupRange]:
-    n = max(1, min(files, max_key_groups))
-    return [key_group_range(i, n, max_key_groups) for i in range(n)]
-
-
 # zstd buffers: the namespace repeated on every row, keys and encoded cells shrink to about
 # 1.1x the live values (2.3x uncompressed); any pyarrow reads them (older files: uncompressed).
 _COMPRESSED = pa.ipc.IpcWriteOptions(compression="zstd")
@@ -64,10 +58,11 @@ def write_materialization(
 ) -> list[FileEntry]:
     """Write ``table`` under ``directory/materializations/mat-<random>/``, a file per key-group
     range; the entries name the files relative to ``directory``."""
-    ranges = _ranges(table.max_key_groups, files)
+    m = table.max_key_groups
+    n = max(1, min(files, m))
+    ranges = [key_group_range(i, n, m) for i in range(n)]
     subdir = f"materializations/mat-{uuid.uuid4().hex[:12]}"
     buckets: list[tuple[list, list, list, list]] = [([], [], [], []) for _ in ranges]
-    n, m = len(ranges), table.max_key_groups
     for kg, ns, key, value in table.snapshot():
         b = buckets[kg * n // m]  # ``ranges[i]``, `key_group_range(i, n, m)`, holds kg
         b[0].append(kg)

@@ -1,12 +1,11 @@
 """Task-side half of the two-phase commit: staged writers and their commit messages.
 
-Owns: `StagedWriter` -- used by one Spark task attempt, named by (pipeline, stage, round,
-partition, attempt) -- which buffers the attempt's state changes, completed-work markers and
-source positions and writes them as staged changelog segments under unique names; `finish()`
-returns a small picklable `CommitMessage` (file names, sizes, checksums). Every task may run
-twice: two attempts never share a file, and files of attempts that the driver does not name in a
-manifest are garbage that ``CheckpointStore.clean()`` removes. Leaves to others: choosing one
-message per (stage, partition) and committing them (`store.PipelineStore.checkpoint`).
+Owns: `StagedWriter`, used by one Spark task attempt named by (pipeline, stage, round,
+partition, attempt): it writes the attempt's changes as staged changelog segments (and its
+ranges' snapshots) under unique names, and `finish()` returns a small picklable
+`CommitMessage`. Every task may run twice: attempts never share a file, and files no manifest
+names are garbage (``CheckpointStore.clean``). Leaves to others: committing one message per
+(stage, round, partition) (`commit`).
 """
 
 from __future__ import annotations

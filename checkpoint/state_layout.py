@@ -1,10 +1,9 @@
 """The state layout: every namespace of a pipeline's store and the codec of its values.
 
-One place says what a checkpoint holds, so nothing else builds a namespace string and
-nothing is pickled into a store: a checkpoint does not depend on the Python or library
-versions that wrote it, and a writable store is not a code-execution path. Values that are
-Beam data stay Beam-encoded (the edge's, timer's or state's own coder); everything around
-them is a small explicit format whose first byte is its version.
+One place says what a checkpoint holds, so nothing else builds a namespace string and nothing
+is pickled into a store: a checkpoint does not depend on the versions that wrote it, and a
+writable store is no code-execution path. Beam data stays Beam-encoded (its own coder); around
+it is a small explicit format whose first byte is its version.
 
 | namespace | key | value |
 |---|---|---|
@@ -19,13 +18,10 @@ them is a small explicit format whose first byte is its version.
 | ``sink-pending`` | final path (UTF-8) | `encode_sink_pending` v1 (staged path, UTF-8) |
 | ``sink-staging-dirs`` | directory (UTF-8) | `encode_staging_dir` v1 (the version byte) |
 
-Completed-work markers: `IMPULSE_DONE`, `input_marker` (``<stage>:input``),
-`side_data_marker` (``<buffer>:side-data``). Manifest metadata keys:
-`ROUND`, `PENDING_RESIDUALS`, `NEXT_TIMER_MS`, ... and `LAYOUT_KEY`, the layout version
-(`LAYOUT_VERSION`) every checkpoint records (``commit``); `check_restorable` refuses a
-checkpoint of any other layout at restore, before anything of it is read. Leaves the
-meaning of each value to its owner (``sdf.checkpoint_handler``, ``runner.streaming.group``,
-...). No Beam import: Beam values arrive encoded, and the trigger state's Beam types through
+Also the completed-work markers and manifest metadata keys, with `LAYOUT_KEY`: the layout
+(`LAYOUT_VERSION`) every checkpoint records, checked by `check_restorable` at restore before
+anything is read. Leaves the meaning of each value to its owner (``sdf.checkpoint_handler``,
+``runner.streaming.group``, ...). No Beam import: the trigger state's Beam types go through
 `TreeCodec` hooks.
 """
 
@@ -112,11 +108,9 @@ def side_data_marker(buffer: str) -> str:
 
 
 def check_restorable(metadata: dict, where: str) -> None:
-    """Refuse a checkpoint (its manifest ``metadata``) of another layout, before anything of it
-    is read: older layouts are not upgraded. ``where`` names the checkpoint for the message.
-
-    A finished run's checkpoint passes: nothing of its state is resumed (``--fresh`` reruns
-    the job from the beginning, the only way to run it again)."""
+    """Refuse a checkpoint (its manifest ``metadata``, named by ``where``) of another layout
+    before anything of it is read: older layouts are not upgraded. A finished run's passes:
+    nothing of it is resumed (only ``--fresh`` runs the job again)."""
     version = layout_of(metadata)
     if version == LAYOUT_VERSION or metadata.get(FINISHED):
         return
@@ -207,10 +201,9 @@ def row_key(round_no: int, partition: int, seq: int, round_width: int = 10) -> b
 
 
 # side-rows/<buffer> and side-view/<buffer> (v2): version, the latest end (micros) of the
-# windows the chunk holds (`END_NEVER`: the global window's), then a side row's name and
-# Beam-encoded chunk, a view entry's chunk (a triggered side input's latest firing of the
-# window ``window/`` + the encoded window). A window's data is dropped once every reader's
-# watermark passed its end plus the allowed lateness.
+# chunk's windows (`END_NEVER`: the global window's), then a side row's name and chunk, or the
+# latest firing of a view's window (key ``window/`` + the encoded window). A window's data is
+# dropped once every reader's watermark passed its end plus the allowed lateness.
 END_NEVER = 2**63 - 1  # the end of a window that never expires: the global window
 _END = struct.Struct(">Bq")
 
@@ -275,9 +268,8 @@ _GROUP = struct.Struct(">BBqdq")
 GROUP_HEADER = _GROUP  # (version, kind, wake, real_ms, hold): unchecked reads of many headers
 GROUP_HEADER_SIZE = _GROUP.size
 GROUP_TRIGGER = 0  # Beam's GeneralTriggerDriver state
-GROUP_ON_TIME_FLAT = 2  # the OnTimePanes buffer, flat (``streaming.on_time_panes``): per
-#                         window, its length, end micros, value count, encoded window, then
-#                         each value (kind 1, a tree-codec buffer, is no longer read)
+GROUP_ON_TIME_FLAT = 2  # the OnTimePanes buffer (``streaming.on_time_panes``): per window, its
+#                         length, end micros, value count, encoded window, then each value
 
 
 def encode_group(kind: int, wake: int, real_ms: float, hold: int, body: bytes) -> bytes:
@@ -367,12 +359,9 @@ def decode_user_timers(value: bytes, namespace: str = USER_TIMERS_PREFIX, where:
 
 
 class TreeCodec:
-    """Plain data (None, bool, int, float, str, bytes, list, tuple, dict) as tagged bytes.
-
-    Types the layout does not know (Beam timestamps, windows) go through ``ext``:
-    ``ext_encode(obj) -> (tag, bytes) or None`` and ``ext_decode(tag, bytes) -> obj``.
-    Anything else raises TypeError: nothing falls back to pickle.
-    """
+    """Plain data (None, bool, int, float, str, bytes, list, tuple, dict) as tagged bytes; Beam
+    types through ``ext_encode(obj) -> (tag, bytes) or None`` and ``ext_decode(tag, bytes)``.
+    Anything else raises TypeError: nothing falls back to pickle."""
 
     def __init__(self, ext_encode: Callable, ext_decode: Callable) -> None:
         self.ext_encode, self.ext_decode = ext_encode, ext_decode

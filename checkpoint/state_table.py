@@ -1,11 +1,9 @@
 """The working copy of one pipeline's keyed state: the state table.
 
-Owns: the `StateTable` interface -- entries addressed by ``(namespace: str, key: bytes)`` with
-``bytes`` values, each remembered with its key group -- and two backends behind it:
-`MemoryStateTable` (the default, a dict) and `RocksDBStateTable` (``state_backend="rocksdb"``,
-through ``rocksdict``, for state larger than memory). As in Flink, the table is only a working
-copy: durability comes from the changelog and materializations. Leaves to others: persistence
-(`changelog`, `materialization`) and key hashing policy (`keygroups`).
+Owns: the `StateTable` interface -- ``(namespace, key) -> value`` entries, each with its key
+group -- and its backends, `MemoryStateTable` (a dict) and `RocksDBStateTable` (``rocksdict``,
+for state larger than memory). As in Flink, durability comes from the changelog and
+materializations, not the table. Leaves to others: persistence and key hashing.
 """
 
 from __future__ import annotations
