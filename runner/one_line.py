@@ -1,12 +1,8 @@
 """An error sparkbeam raises reaches the operator as its message, not as a traceback.
 
-Owns: `install`, a ``sys.excepthook`` for the program that ran the pipeline. An uncaught
-exception whose class is sparkbeam's (``sparkbeam.*``: a bad option, an unreachable master or
-store, a finished job, an unsupported transform, a failed stage...) is printed as
-``Name: message`` on stderr, with a second line saying where the traceback is: the ``sparkbeam``
-logger at DEBUG (``--log_level=DEBUG``) prints it too. Any other exception goes to the hook
-that was there before, unchanged. Leaves to others: the messages (each package's ``errors``),
-which already name what is wrong and what to do.
+`install` sets a ``sys.excepthook`` that prints an uncaught ``sparkbeam.*`` exception as
+``Name: message`` on stderr and says where its traceback is (``--log_level=DEBUG`` prints it);
+others go to the previous hook. Leaves to others: the messages (each package's ``errors``).
 """
 
 from __future__ import annotations

@@ -95,34 +95,29 @@ class SparkRunnerOptions(pipeline_options.PipelineOptions):
             type=int,
             default=256,
             help="Memory a Python worker gives the keyed state it keeps between rounds "
-            "(GroupByKey buffers, user state, SDF residuals of its key groups). A key-group "
-            "range larger than this spills to a RocksDB in the executor's Spark local "
-            "directory and is read from disk a record at a time, so state larger than the "
-            "executors' memory runs (slower). Default: 256.",
+            "(GroupByKey buffers, user state, SDF residuals); a larger key-group range spills to "
+            "a RocksDB in the executor's Spark local directory, so state may outgrow the "
+            "executors' memory (slower). Default: 256.",
         )
         # Splittable DoFns: residuals and runner-initiated splits.
         parser.add_argument(
             "--residual_budget_s",
             type=float,
             default=30.0,
-            help="Batch without --checkpoint_dir only: a splittable DoFn residual due within "
-            "this many seconds of its task's start is re-fed by that task after its delay "
-            "(sleeping, no CPU); a later one waits in the driver's memory under a timer and is "
-            "re-fed in a later round (a Spark job). 0 re-feeds every residual in a later round. "
-            "With --checkpoint_dir, and always in streaming, it is 0: every residual is the "
-            "task's keyed state under a timer, re-fed by the next round's task. Default: 30 (a "
-            "polling SDF then costs one Spark job per 30 s of waiting, not one per poll).",
+            help="Batch without --checkpoint_dir only (else 0): a splittable DoFn residual due "
+            "within this many seconds of its task's start is re-fed by that task (sleeping, no "
+            "CPU); a later one waits on the driver for a later round (a Spark job). 0 re-feeds "
+            "every residual in a later round. Default: 30 (a polling SDF costs one Spark job "
+            "per 30 s of waiting, not one per poll).",
         )
         parser.add_argument(
             "--sdf_split_after_s",
             type=float,
             default=2.0,
-            help="Runner-initiated splits (dynamic rebalancing): a splittable DoFn bundle "
-            "of one element still running after this many seconds is split (and again every "
-            "as many seconds), keeping half of its remaining work; the other half goes to "
-            "the driver as a zero-delay residual and is spread over the tasks of the next "
-            "round. Bundles of several elements are not split (the tasks already share "
-            "them). 0 turns splitting off. Default: 2.0.",
+            help="Runner-initiated splits: a splittable DoFn bundle of one element still running "
+            "after this many seconds (and every as many after) keeps half its remaining work; "
+            "the other half is spread over the next round's tasks. Bundles of several elements "
+            "are not split. 0 turns splitting off. Default: 2.0.",
         )
         parser.add_argument(
             "--sdf_split_fractions",

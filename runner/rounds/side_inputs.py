@@ -1,10 +1,7 @@
-"""Side inputs read together: every buffer a step needs, in one Spark job.
-
-Each side input read on its own is a Spark job, paid one after another; a Map with ten
-``AsSingleton`` inputs paid ten. A batch wave (``batch.executor``, in ``batch.build_order``'s
-order) reads all the buffers it needs at once: a union of the buffers' datasets, each chunk
-tagged with its buffer, collected once and split again in order. (Streaming rounds read side
-inputs from the checkpoint store instead: ``streaming.side_input_store``.)
+"""Side inputs read together: every buffer a batch wave needs (``batch.build_order``) in one
+Spark job, not one each (a Map with ten ``AsSingleton`` inputs paid ten): a union of the
+buffers' datasets, each chunk tagged with its buffer. Streaming rounds read side inputs from
+the checkpoint store instead (``streaming.side_input_store``).
 """
 
 from __future__ import annotations

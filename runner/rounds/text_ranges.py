@@ -1,11 +1,8 @@
-"""Where a ``ReadFromText`` is read: its files, matched on the driver, in byte ranges.
-
-Beam's ``FileSystems`` matches the pattern (any filesystem it knows, with the run's options);
-an empty file is skipped and a compressed one is a single range, as Beam's file source does.
-An uncompressed file is cut into ranges of about the total over the parallelism, at least
-``MIN_RANGE_BYTES`` and at most ``MAX_RANGE_BYTES`` (the bounds Spark's file sources use), and
-ranges are packed into Spark partitions of about that size, as Spark packs files (many small
-files make a few partitions, not one each); ``runner.task.text_lines`` reads them.
+"""Where a ``ReadFromText`` is read: its files, matched on the driver (Beam's ``FileSystems``),
+in byte ranges. As in Beam's file source an empty file is skipped and a compressed one is one
+range; an uncompressed one is cut into ranges of about the total over the parallelism, within
+the bounds Spark's file sources use, packed into partitions as Spark packs files (many small
+files make a few partitions). ``runner.task.text_lines`` reads them.
 """
 
 from __future__ import annotations

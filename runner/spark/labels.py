@@ -1,10 +1,8 @@
 """Names in the Spark UI: jobs, stages and RDDs carry the Beam stage and its transforms.
 
-Spark names a stage after the *call site* that created its last RDD (for PySpark, the
-sparkbeam source line, e.g. ``partitionBy at edges.py:86``). ``call_site`` makes that
-the Beam stage instead (``stage-3: Count/CombinePerKey + Format + Write``); ``describe_job``
-puts the same text in the job group and description, so the UI, the REST API and
-``sc.statusTracker()`` show what runs.
+Spark names a stage after the call site of its last RDD (a sparkbeam source line);
+``call_site`` names the Beam stage instead, and ``describe_job`` puts the same text in the job
+group and description (the UI, the REST API, ``sc.statusTracker()``).
 """
 
 from __future__ import annotations

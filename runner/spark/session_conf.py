@@ -1,11 +1,9 @@
 """What sparkbeam configures in a Spark session: its defaults, scheduler pool, and log levels;
 and where a master's executors run (``is_local_master``, ``executors_on_this_host``).
 
-The operator reads sparkbeam's own lines (``progress``), not Spark's: the JVM loggers that
-print a stack trace for every failed task attempt or lost connection are turned off unless
-the ``sparkbeam`` logger is at DEBUG (sparkbeam reports the failure itself, in one block).
-Streaming pipelines run their rounds in one declared FAIR pool (``POOL``), so Spark never
-warns about an unconfigured pool.
+The JVM loggers that print a stack trace per failed task attempt or lost connection are off
+unless the ``sparkbeam`` logger is at DEBUG: sparkbeam reports a failure itself, in one block.
+Rounds run in one declared FAIR pool (``POOL``), so Spark never warns of an unconfigured one.
 """
 
 from __future__ import annotations
