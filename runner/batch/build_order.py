@@ -1,11 +1,10 @@
 """The order a batch run builds its stages in: side inputs ready together are read together.
 
-A stage with side inputs needs their values before it is built (they are broadcast), and
-reading them is a Spark job. Built in plain topological order, each such stage pays its own
-job, one after another. Here stages without side inputs are built as soon as their inputs'
-writers are (building is lazy: no job runs), and every stage whose side inputs are then all
-written joins one *wave*: the executor reads all of the wave's side inputs in one Spark job.
-Ten ``AsSingleton`` side inputs on one Map, or nine ``CombineGlobally`` defaults, cost one job.
+A stage's side inputs are read (a Spark job) and broadcast before it is built. In plain
+topological order each such stage pays its own job. Here stages without side inputs are built
+(lazily: no job) as soon as their inputs' writers are, and every stage whose side inputs are
+then all written joins one *wave*, whose side inputs are read in one job: ten ``AsSingleton``
+side inputs on one Map, or nine ``CombineGlobally`` defaults, cost one job.
 """
 
 from __future__ import annotations
@@ -16,10 +15,8 @@ from sparkbeam.translation.plan import ExecutionPlan, StagePlan
 
 
 def build_waves(plan: ExecutionPlan) -> list[tuple[StagePlan, ...]]:
-    """Every stage once, in groups; a group's side inputs are all written before it starts.
-
-    A group without side inputs holds one stage. The order respects every data dependency
-    (main and side inputs), like the plan's topological order does."""
+    """Every stage once, in groups ordered by every main and side input; a group's side inputs
+    are all written before it starts, and a group without side inputs holds one stage."""
     writers_left = Counter(b for s in plan.stages for b in dict.fromkeys(s.output_buffers))
     pending = list(plan.stages)
     waves: list[tuple[StagePlan, ...]] = []

@@ -222,9 +222,8 @@ class PlanExecutor:
 
     def _completed_stages(self) -> frozenset[str]:
         """Completed work is not redeployed: stages every consumer of which took their output.
-
-        Decided once, before any stage runs: only an SDF stage marks its input taken, when its
-        first round commits, and by then every stage upstream of it was built."""
+        Decided before any stage runs: an SDF stage marks its input taken when its first round
+        commits, and by then every stage upstream of it was built."""
         if not self.ctx.durable:
             return frozenset()
         done = set()

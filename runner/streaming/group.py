@@ -27,12 +27,7 @@ from sparkbeam.checkpoint import state_layout
 from sparkbeam.runner.streaming.on_time_panes import OnTimePanes
 from sparkbeam.runner.streaming.trigger_codec import trigger_state_codec
 from sparkbeam.runner.task import clock
-from sparkbeam.runner.task.records import (
-    CommitRecord,
-    GroupReport,
-    OutputRecord,
-    is_report_key,
-)
+from sparkbeam.runner.task.records import CommitRecord, GroupReport, OutputRecord, is_report_key
 from sparkbeam.runner.task.staged_state import StateRound
 from sparkbeam.runner.task.task_range import TaskRange, finish, staged_writer_for_task
 from sparkbeam.runner.task.worker_context import plan_context, register_plan

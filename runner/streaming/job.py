@@ -1,9 +1,6 @@
-"""Start a ``--streaming`` run and hand back a live PipelineResult.
-
-Unlike a batch run, ``run()`` returns at once: the pipelines' round loops run
-on driver threads. ``wait_until_finish(duration)`` waits (a pipeline whose
-inputs are bounded ends by itself), ``cancel()`` stops every pipeline after
-its current round, whose checkpoint commits, so the next run resumes there.
+"""Start a ``--streaming`` run and hand back a live PipelineResult at once (the round loops
+run on driver threads); ``cancel()`` stops each pipeline once its current round committed, so
+the next run resumes there.
 """
 
 from __future__ import annotations

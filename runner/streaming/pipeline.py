@@ -105,10 +105,7 @@ class PipelineRounds:
             self.pipeline.id, ctx.parallelism, self.state.max_key_groups
         )
         restored = RoundMetadata.from_dict(meta)
-        self.group_holds = restored.group_holds or {}
-        self.group_keys = restored.group_keys
-        self.previous = restored.group_watermarks
-        self.stateful = restored.stateful
+        self._left(restored)
         if self.test_stream is not None:
             self.test_stream.restore(restored.test_stream)
         self.impulse_done = state_layout.IMPULSE_DONE in self.state.completed()
@@ -224,14 +221,11 @@ class PipelineRounds:
     # --- the barrier ------------------------------------------------------------------
 
     def barrier(self, loop: RoundLoop, ledger: RoundLedger) -> RoundMetadata:
-        """Staging directories and the Impulse's mark into the state; the round's metadata."""
+        """Staging directories and the Impulse's mark into the state; the round's metadata:
+        group and keyed state, residual timers, whether the pipeline is done."""
         for directory in sink_files.staging_dirs(ledger.sink_files):  # cleaned on restore
             sink_files.record_staging_dir(self.state, directory)
         self.state.mark_completed(state_layout.IMPULSE_DONE)
-        return self._round_metadata(loop.round_no, ledger)
-
-    def _round_metadata(self, round_no: int, ledger: RoundLedger) -> RoundMetadata:
-        """What this round leaves: group and keyed state, residual timers, whether it is done."""
         marks, held = self._marks, self._held
         assert marks is not None  # set when the round was built
         holds: dict[str, int] = {}
@@ -269,7 +263,7 @@ class PipelineRounds:
         if self.test_stream is not None:
             finished = self.test_stream.finished(finished)
         return RoundMetadata(
-            round_no=round_no,
+            round_no=loop.round_no,
             pending_residuals=pending,
             next_timer_ms=next_timer_ms,
             group_holds=holds,
@@ -288,15 +282,17 @@ class PipelineRounds:
         self.side.committed()
         self.impulse_done = True
         self.pushed_back = streaming_pushback.pending(self.state, self.stages)
-        self.group_holds, self.group_keys = meta.group_holds or {}, meta.group_keys
-        assert self._marks is not None
-        self.previous = dict(self._marks.group_input)
-        self.stateful = meta.stateful
+        self._left(meta)
         infos = (i for v in ledger.metrics.values() for i in v)
         moved = progress.records(infos, self.edge_pcollections)
         self.progress.round_committed(
             loop.round_no, loop.checkpoint_id, moved, meta.pending_residuals, meta.watermark_micros
         )
+
+    def _left(self, meta: RoundMetadata) -> None:
+        """What a round left (restored or committed): GroupByKey and stateful stage state."""
+        self.group_holds, self.group_keys = meta.group_holds or {}, meta.group_keys
+        self.previous, self.stateful = dict(meta.group_watermarks), meta.stateful
 
     # --- between rounds ---------------------------------------------------------------
 

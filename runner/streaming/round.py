@@ -26,13 +26,12 @@ from sparkbeam.runner.streaming import group as streaming_group
 from sparkbeam.runner.streaming import watermarks
 from sparkbeam.runner.streaming.group import GroupRound
 from sparkbeam.runner.streaming.pushback import hold_rows, ready, take
-from sparkbeam.runner.streaming.stateful import KeyedState, StatefulRound, sdk_keyed
+from sparkbeam.runner.streaming.stateful import StatefulRound, keyed_rows, run_stateful
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask
 from sparkbeam.runner.task.records import ReportKey, is_report
 from sparkbeam.runner.task.residual_state import ResidualRound, residual_limit
 from sparkbeam.runner.task.staged_state import StateRound
-from sparkbeam.runner.task.worker_context import register_plan
 from sparkbeam.translation.plan import BufferId, EdgeKind
 
 
@@ -269,13 +268,12 @@ class RoundBuilder:
         ]
 
     def _keyed_input(self, stage):
-        """A stateful stage's input, partitioned so partition ``p`` holds subtask ``p``'s keys.
-
-        All inputs are keyed first and shuffled together: partition index = subtask."""
+        """A stateful stage's inputs, keyed and shuffled together so partition ``p`` holds
+        subtask ``p``'s keys."""
         key, comps = self.ctx.plan_key, self.ctx.components
         keyed = [
             source.mapPartitionsWithIndex(
-                functools.partial(_keyed_rows, comps, key, stage, transform)
+                functools.partial(keyed_rows, comps, key, stage, transform)
             )
             for transform, buffer in stage.inputs
             if self.plan.edge(buffer).kind != EdgeKind.IMPULSE
@@ -288,24 +286,3 @@ class RoundBuilder:
             rdd.unpersist(blocking=False)
         for bc in self.broadcasts:
             self.plane.release(bc)
-
-
-# --- task side: small, picklable by reference ------------------------------------------
-
-
-def _keyed_rows(components, plan_key: str, stage, transform: str, index: int, items):
-    """(SDK state key, (transform, element)) per element; carried reports pass as pairs."""
-    register_plan(plan_key, components.value)
-
-    def keyed(blobs):
-        for key, element in sdk_keyed(plan_key, stage, transform, blobs):
-            yield key, (transform, element)
-
-    return carrying_pairs(items, ReportKey(index), keyed)
-
-
-def run_stateful(body: TaskBody, spec: StatefulRound, index: int, pairs):
-    """A stateful stage's task: its user state and timers as of the round's checkpoint."""
-    task = body.task
-    keyed = KeyedState.for_task(spec, task.plan_key, task.stage, index)
-    return body((row for _, row in pairs), keyed_state=keyed)

@@ -173,9 +173,7 @@ class StreamingSideInputs:
         horizon = self._round.get(buffer) if self._round is not None else None
         if horizon is None or not self.values[buffer].rows:
             return False
-        if buffer not in self._latest:
-            return True
-        latest = self._latest[buffer]
+        latest = self._latest.get(buffer)  # absent: not known
         return latest is None or latest <= horizon
 
     def _files(self, buffer: str) -> SideInputFiles:

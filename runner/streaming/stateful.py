@@ -22,12 +22,15 @@ from apache_beam.runners import pipeline_context
 from apache_beam.utils import timestamp
 
 from sparkbeam.checkpoint import state_layout
+from sparkbeam.runner.rounds.carry import carrying_pairs
+from sparkbeam.runner.rounds.task_body import TaskBody
 from sparkbeam.runner.task import clock
 from sparkbeam.runner.task.grouping import partition_for_key, split_elements
-from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport
+from sparkbeam.runner.task.records import CommitRecord, KeyedStateReport, ReportKey
 from sparkbeam.runner.task.staged_state import StateRound
 from sparkbeam.runner.task.task_range import TaskRange, finish, staged_writer_for_task
 from sparkbeam.runner.task.user_state import user_key
+from sparkbeam.runner.task.worker_context import register_plan
 
 _PROCESSING = beam_runner_api_pb2.TimeDomain.PROCESSING_TIME
 _NO_TIME = state_layout.NO_TIME
@@ -73,12 +76,6 @@ class KeyedState:
         self.now = timestamp.Timestamp.of(clock.now_seconds(spec.clock_micros))
         self.waiting: dict[bytes, state_layout.TimerSummary] = {}  # stored, not decoded
         self.timers_loaded: set[bytes] = set()
-
-    @classmethod
-    def for_task(cls, spec: StatefulRound, plan_key: str, stage, subtask: int) -> KeyedState:
-        """The state and timers of the key groups of ``subtask``, as the last round left them."""
-        key_impl = _encoders(plan_key, stage, stage.inputs[0][0])[1]
-        return cls(spec, stage.id, key_impl, subtask)
 
     def load(self, servicer, timers) -> None:
         """Hand the stored cells to the state servicer (restored as asked for); put the timers
@@ -212,16 +209,29 @@ class KeyedState:
 _KEY_ENCODERS: dict = {}
 
 
-def sdk_keyed(plan_key: str, stage, transform: str, blobs) -> Iterator[tuple[bytes, bytes]]:
-    """(key bytes exactly as the SDK encodes them for state and timers, element) per element.
+def run_stateful(body: TaskBody, spec: StatefulRound, index: int, pairs):
+    """A stateful stage's task: its user state and timers as of the round's checkpoint."""
+    stage = body.task.stage
+    key_impl = _encoders(body.task.plan_key, stage, stage.inputs[0][0])[1]
+    return body((row for _, row in pairs), keyed_state=KeyedState(spec, stage.id, key_impl, index))
+
+
+def keyed_rows(components, plan_key: str, stage, transform: str, index: int, items):
+    """(key bytes exactly as the SDK encodes them for state and timers, (transform, element))
+    per element; carried reports pass as pairs.
 
     Through the stage's own descriptor coders, not the runner's wire coders, which may stand in
     for a key coder the runner does not know (a length-prefixed pickled key arrives as bytes).
     """
-    wire, key_impl = _encoders(plan_key, stage, transform)
-    for blob in blobs:
-        for windowed, encoded in split_elements(blob, wire):
-            yield key_impl.encode_nested(windowed.value[0]), encoded
+    register_plan(plan_key, components.value)
+
+    def keyed(blobs):
+        wire, key_impl = _encoders(plan_key, stage, transform)
+        for blob in blobs:
+            for windowed, encoded in split_elements(blob, wire):
+                yield key_impl.encode_nested(windowed.value[0]), (transform, encoded)
+
+    return carrying_pairs(items, ReportKey(index), keyed)
 
 
 def _encoders(plan_key: str, stage, transform: str):

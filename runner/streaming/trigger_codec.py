@@ -21,10 +21,8 @@ _I64 = struct.Struct(">q")
 
 
 def trigger_state_codec(windowing) -> state_layout.TreeCodec:
-    """The layout's tree codec, with Beam timestamps and this windowing's windows.
-
-    Without a windowing: interval and global windows (Beam's standard window coders).
-    """
+    """The layout's tree codec, with Beam timestamps and this windowing's windows (without
+    one: interval and global windows)."""
     window_coder = window_coder_for(windowing)
 
     def ext_encode(obj):
