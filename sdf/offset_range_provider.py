@@ -1,9 +1,7 @@
 """The restriction provider of the simplest splittable DoFn: positions ``[0, size)`` of an element.
 
-Every offset-based SDF starts with the same three methods (an ``OffsetRange`` per element, an
-``OffsetRestrictionTracker`` over it, its size as the restriction's size); the examples, tests
-and benchmarks share this one. Subclass it to add startpoint hooks (``latest_offset``,
-``startpoint_key``, see ``sparkbeam.sdf.startpoints.restrictions``).
+The three methods every offset-based SDF starts with, shared by the examples, tests and
+benchmarks. Subclass it to add startpoint hooks (``sparkbeam.sdf.startpoints.restrictions``).
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """Beam's Java-backed Kafka transforms, on sparkbeam: refused at once, naming the native ones.
 
-``apache_beam.io.kafka.ReadFromKafka`` / ``WriteToKafka`` are cross-language transforms: their
-``expand`` asks Beam's Java expansion service (fetching its jar first, ~16 s before failing
-without network), and the result would need a Java SDK harness, which sparkbeam does not run.
-Installed by the runner alias hook (``_runner_alias``) when a program imports
-``apache_beam.io.kafka``: on a pipeline whose runner is sparkbeam's, ``expand`` raises one
-line naming ``sparkbeam.io``'s transform with the same arguments; other runners are untouched.
+``apache_beam.io.kafka.ReadFromKafka`` / ``WriteToKafka`` ask Beam's Java expansion service
+(fetching its jar first, ~16 s before failing offline) and would need a Java SDK harness, which
+sparkbeam does not run. ``_runner_alias`` installs this guard when a program imports
+``apache_beam.io.kafka``: on sparkbeam's runner ``expand`` raises one line naming
+``sparkbeam.io``'s transform; other runners are untouched.
 """
 
 from __future__ import annotations

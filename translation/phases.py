@@ -117,8 +117,7 @@ def standard_phases(streaming: bool = False) -> list:
     earliest-input output time; batch has no late data, so every combine may lift."""
     return [
         t.annotate_downstream_side_inputs,
-        # A stateful DoFn starts its own stage, so the runner can partition its
-        # input by key before it runs.
+        # A stateful DoFn starts its own stage: the runner partitions its input by key.
         t.annotate_stateful_dofns_as_roots,
         t.fix_side_input_pcoll_coders,
         t.pack_combiners,

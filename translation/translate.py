@@ -66,8 +66,7 @@ def translate(
         is_drain=is_drain,
     )
     ordered = _stable_order(stages)
-    builder = _PlanBuilder(context, ordered, tuple(pipeline.requirements), sources, text_reads)
-    return builder.build()
+    return _PlanBuilder(context).build(ordered, tuple(pipeline.requirements), sources, text_reads)
 
 
 def _stable_order(stages: list) -> list:
@@ -116,31 +115,20 @@ def _stable_order(stages: list) -> list:
 class _PlanBuilder:
     """Reads Beam's fused stages into the plan's dataclasses."""
 
-    def __init__(
-        self,
-        context: t.TransformContext,
-        stages: list,
-        requirements: tuple,
-        test_streams=(),
-        text_reads=(),
-    ) -> None:
+    def __init__(self, context: t.TransformContext) -> None:
         self.context = context
-        self.test_streams = test_streams
-        self.text_reads = text_reads
         self.components = context.components
-        self.stages = stages
-        self.requirements = requirements
         self.edges: dict[BufferId, Edge] = {}
         self.sdk_coders: dict[tuple[BufferId, str], str] = {}  # (buffer, side) -> SDK coder
 
     def safe(self, coder_id: str) -> str:
         return self.context.safe_coders.get(coder_id, coder_id)
 
-    def build(self) -> ExecutionPlan:
-        plans = [self._stage(i, s) for i, s in enumerate(self.stages)]
+    def build(self, stages: list, requirements: tuple, test_streams, text_reads) -> ExecutionPlan:
+        plans = [self._stage(i, s) for i, s in enumerate(stages)]
         self._settle_reshuffle_coders()
         # The outputs of one TestStream share its clock and events: one pipeline.
-        joined = [tuple(b for _, b in ts.outputs) for ts in self.test_streams]
+        joined = [tuple(b for _, b in ts.outputs) for ts in test_streams]
         pipelines = _connected_components(plans, joined)
         pipeline_of = {sid: p.id for p in pipelines for sid in p.stages}
         plans = [dataclasses.replace(s, pipeline=pipeline_of[s.id]) for s in plans]
@@ -150,10 +138,10 @@ class _PlanBuilder:
             edges=tuple(self.edges.values()),
             pipelines=tuple(pipelines),
             components=components,
-            requirements=self.requirements,
+            requirements=requirements,
             fingerprint=_fingerprint(plans),
-            test_streams=tuple(self.test_streams),
-            text_reads=tuple(self.text_reads),
+            test_streams=tuple(test_streams),
+            text_reads=tuple(text_reads),
         )
 
     def _stage(self, index: int, stage: t.Stage) -> StagePlan:

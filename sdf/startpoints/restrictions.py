@@ -1,26 +1,24 @@
-"""How a startpoint becomes a restriction: the provider protocol and the OffsetRange built-in.
+"""How a startpoint becomes a restriction: the provider hooks and the OffsetRange built-in.
 
-A source honours startpoints through its ``RestrictionProvider``, because only the provider knows
-what a position means for its restrictions. Optional hooks it may define:
+Only a source's ``RestrictionProvider`` knows what a position means for its restrictions, so it
+honours startpoints through optional hooks:
 
 - ``restriction_for_startpoint(element, restriction, startpoint)`` -> a new restriction, or None
-  when this element has no data at that position yet (the startpoint is then kept for later). It
-  overrides everything below and is the way for timestamp-based sources: map
-  ``startpoint.position`` (epoch milliseconds) to the source's own position.
-- ``latest_offset(element)`` -> the offset the next record will get (None: unknown yet). Needed for
+  when this element has no data at that position yet (the startpoint is kept for later). It
+  overrides everything below, and is the way for timestamp-based sources: map
+  ``startpoint.position`` (epoch ms) to the source's own position.
+- ``latest_offset(element)`` -> the offset the next record will get (None: unknown yet), for
   ``upcoming`` on unbounded ``OffsetRange`` restrictions (stop == ``sys.maxsize``).
-- ``startpoint_key(element)`` -> the string an operator passes as ``--key`` (default:
-  ``str(element)``).
+- ``startpoint_key(element)`` -> the ``--key`` an operator passes (default: ``str(element)``).
 - ``estimator_state_for_startpoint(element, restriction, estimator_state, startpoint)`` -> the
-  watermark-estimator state that goes with the new restriction. Default: the DoFn's watermark
-  estimator provider's ``initial_estimator_state(element, restriction)``, as for a fresh
-  restriction -- a rewind must not keep a watermark past the position it rewinds to (a
-  ``ManualWatermarkEstimator`` refuses to move back).
+  watermark-estimator state for the new restriction. Default: the DoFn's
+  ``initial_estimator_state(element, restriction)``, as for a fresh restriction: a rewind must
+  not keep a watermark past its position (a ``ManualWatermarkEstimator`` refuses to move back).
 
 Without ``restriction_for_startpoint``, ``OffsetRange`` restrictions get the built-in: offset ->
 ``[offset, stop)``; oldest -> ``[initial_restriction(element).start, stop)``; upcoming ->
-``[latest_offset(element), stop)``, or ``[stop, stop)`` for a bounded range (nothing of it is new).
-Leaves to others: decoding elements (`applier`) and the lifecycle (`session`).
+``[latest_offset(element), stop)``, or ``[stop, stop)`` for a bounded range. Leaves to others:
+decoding elements (`applier`) and the lifecycle (`session`).
 """
 
 from __future__ import annotations

@@ -137,12 +137,9 @@ def fan_out(
     max_age_s: float = DEFAULT_MAX_AGE_S,
     now: float | None = None,
 ) -> StartpointSession:
-    """Step 1 of the lifecycle, for one pipeline at job start or restore.
-
-    ``restored_metadata``: the metadata of the checkpoint the pipeline restored from (None on a
-    fresh start). ``restored_state``: its `PipelineStore`, whose pending residuals are the
-    elements a transform-level startpoint fans out to eagerly.
-    """
+    """Step 1 of the lifecycle, for one pipeline at job start (no ``restored_*``) or restore:
+    the checkpoint's metadata, and its `PipelineStore`, whose pending residuals a
+    transform-level startpoint fans out to."""
     sources = sdf_sources(plan, pipeline_id)
     # Step 1. Finish a deletion a crash interrupted: the restored checkpoint consumed these.
     tokens = list((restored_metadata or {}).get(CONSUMED_METADATA_KEY, ()))
@@ -234,11 +231,8 @@ class StartpointSession:
         )  # fmt: skip
 
     def prepare_commit(self, outcomes: Iterable[StartpointOutcome]) -> dict[str, Any]:
-        """Step 3: before the round's checkpoint; merge the result into its metadata.
-
-        The fan-out of a transform-level startpoint closes with the first round in which
-        elements met it (an empty first round does not close it).
-        """
+        """Step 3: before the round's checkpoint; merge the result into its metadata. A
+        transform-level fan-out closes with the first round in which elements met it."""
         took: dict[tuple[str, str], bool] = {}
         token_of: dict[tuple[str, str], str] = {}
         for o in outcomes:

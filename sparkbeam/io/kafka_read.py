@@ -171,9 +171,8 @@ class ReadFromKafka(beam.PTransform):
             partitions = pbegin | "Impulse" >> beam.Impulse() | self.listing
         # The reader outputs its records in this one window (GLOBAL_WINDOWS).
         assert partitions.windowing.windowfn == beam.window.GlobalWindows()
-        # The reader outputs a polled batch as one element, fused with the ParDo that hands
-        # on its records: Beam's SDF output path observes every output's timestamp (a
-        # Timestamp object a record, about 1.4 us), a plain ParDo's output does not.
+        # A polled batch is one element, handed on record by record by a fused ParDo: Beam's
+        # SDF output path costs ~1.4 us a record (a Timestamp each), a plain ParDo's does not.
         batches = partitions | "Read" >> beam.ParDo(self.reader).with_output_types(PolledBatch)
         return batches | "Records" >> beam.ParDo(_Records())
 
@@ -228,9 +227,8 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         self._to_commit: dict[tuple[str, int], int] = {}
 
     def finish_bundle(self):
-        # Beam Python's BundleFinalizerParam does not work with a RestrictionParam (the
-        # tracker is passed twice), so offsets are committed when the bundle finishes: for
-        # lag monitoring only, as a restore reads its positions from the checkpoint.
+        # Beam Python's BundleFinalizerParam does not work with a RestrictionParam (the tracker
+        # is passed twice): offsets are committed when the bundle finishes (lag monitoring only).
         if self._to_commit:
             from confluent_kafka import TopicPartition
 
@@ -304,11 +302,10 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                 self._to_commit[(topic, partition)] = last + 1
 
     def _nothing(self, hold: Hold, pace, tracker, until_ms: int | None) -> bool:
-        """A poll slice got nothing: a partition that lags gets a longer fetch wait (and this
-        call goes on with the consumer of that wait); after ``poll_timeout_s`` of nothing,
-        the broker is away or, with lag, too slow even at the longest wait: the remainder is
-        deferred, not caught up (the watermark stays), with the consumer kept, and a partition
-        stalled for ``stall_warning_s`` is named in a warning. True: the call is over."""
+        """A poll slice got nothing. A lagging partition gets a longer fetch wait and the call
+        goes on; after ``poll_timeout_s`` of nothing (the broker away, or too slow even at the
+        longest wait) the remainder is deferred, not caught up, and a stall is named in a
+        warning. True: the call is over."""
         kafka_client.check_credentials(hold.consumer, self.config)
         if _past(until_ms):
             tracker.try_claim(UNBOUNDED)  # max_read_time is up: done
