@@ -160,9 +160,8 @@ _OWN = tuple(
 
 
 def run_guarded(stage_id: str | None, action, describe=None):
-    """Run a Spark action; a task failure becomes StageFailedError naming the stage.
-
-    ``describe(stage_id)``: the stage's transforms, for the message."""
+    """Run a Spark action; a task failure becomes StageFailedError naming the stage (and its
+    transforms, ``describe(stage_id)``)."""
     try:
         return action()
     except Exception as e:  # noqa: BLE001 - rewrapped with the stage named

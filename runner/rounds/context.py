@@ -71,10 +71,9 @@ class RunContext:
         max_key_groups: int | None = None,
         **settings,
     ) -> RunContext:
-        """The context of one run: the plan's components broadcast once, its key derived.
-
-        The store's new pipelines get ``max_key_groups`` (--max_key_groups), else key groups
-        derived from the run's parallelism; a restored pipeline keeps its checkpoints'."""
+        """The context of one run: the plan's components broadcast once, its key derived; the
+        store's new pipelines get ``max_key_groups``, else key groups derived from the run's
+        parallelism (a restored pipeline keeps its checkpoints')."""
         plane = plane_for(spark, data_plane)
         plane.use_in_jobs(settings.get("filesystem_options", "{}"))  # loop threads: again
         parallelism = parallelism or plane.default_parallelism()

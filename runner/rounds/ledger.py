@@ -117,10 +117,8 @@ class RoundLedger:
 
 @dataclass
 class RoundMetadata:
-    """What a round's checkpoint records about the round (the manifest's metadata).
-
-    Batch rounds set ``stage`` and ``watermark_hold_micros``; streaming rounds set the group
-    and stateful fields (``group_holds`` not None). Keys written: ``to_dict``."""
+    """What a round's checkpoint records about the round (the manifest's metadata): batch sets
+    ``stage`` and ``watermark_hold_micros``, streaming the group and stateful fields."""
 
     round_no: int
     pending_residuals: int

@@ -11,8 +11,7 @@ from collections.abc import Callable
 
 
 def read_together(plane, reads: dict, collect: Callable) -> dict[str, list[bytes]]:
-    """Buffer -> its encoded chunks, in order; ``reads``: buffer -> its dataset.
-
+    """Buffer -> its encoded chunks, in order; ``reads``: buffer -> its dataset;
     ``collect(dataset)`` runs the one job (the caller guards it and names its stages)."""
     if not reads:
         return {}

@@ -78,9 +78,7 @@ _ACTIVE: contextvars.ContextVar[_Collector | None] = contextvars.ContextVar(
 
 def collect_sink_files(records: Iterable, stage_id: str, round_no: int) -> Iterator:
     """Pass a stage task's records through, then yield one SinkFilesRecord if files were staged.
-
-    The collector is active only while the wrapped iterator runs (user code runs then), so
-    wrappers of chained stages do not mix up."""
+    The collector is active only while user code runs, so chained stages' do not mix up."""
     from pyspark import TaskContext
 
     ctx = TaskContext.get()

@@ -67,10 +67,8 @@ def free_port() -> int:
 def server_conf(
     master: str, port: int, python: str = sys.executable, worker_daemon: bool = True
 ) -> dict[str, str]:
-    """The server's Spark conf: sparkbeam's session defaults, loopback only, ``python`` workers.
-
-    ``worker_daemon=False`` keeps pyspark's stock daemon (for a ``python`` that cannot import
-    sparkbeam: the daemon module is sparkbeam's)."""
+    """The server's Spark conf: sparkbeam's session defaults, loopback only, ``python`` workers
+    (``worker_daemon=False``: pyspark's stock daemon, for a ``python`` without sparkbeam)."""
     conf = session_conf.default_conf(None)
     if not worker_daemon:
         conf.pop("spark.python.daemon.module")

@@ -149,10 +149,8 @@ def server_master(url: str) -> str:
 
 
 def stop_connect_sessions(url: str) -> None:
-    """Stop this process's sessions on the server at ``url`` (before the server stops).
-
-    A Connect client left open retries its exit-time cleanup call against a dead server with
-    backoff, holding the process's exit for minutes."""
+    """Stop this process's sessions on the server at ``url`` (before the server stops: an open
+    client's exit-time cleanup retries against a dead server for minutes)."""
     for target in [t for t in _CONNECT_SESSIONS if _on(t, url)]:
         session = _CONNECT_SESSIONS.pop(target)
         if session.is_stopped:
