@@ -27,11 +27,9 @@ COMBINE_PER_KEY_URN = common_urns.composites.COMBINE_PER_KEY.urn
 KNOWN_RUNNER_URNS = frozenset([FLATTEN_URN, GBK_URN, RESHUFFLE_URN, TEST_STREAM_URN, TEXT_READ_URN])
 """Transforms the runner executes itself (Impulse is handled by impulse_to_input)."""
 
+SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 SDF_PARDO_URNS = frozenset(
-    [
-        common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn,
-        common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn,
-    ]
+    [SDF_PROCESS_URN, common_urns.sdf_components.TRUNCATE_SIZED_RESTRICTION.urn]
 )
 """The consumers of expand_sdf's Reshuffle; their payload is the SDF's ParDoPayload."""
 

@@ -24,10 +24,10 @@ from apache_beam.portability.api import (
 from apache_beam.runners.portability.fn_api_runner import translations as t
 from google.protobuf import text_format
 
+from sparkbeam.translation.phases import SDF_PROCESS_URN
 from sparkbeam.translation.plan import EdgeKind, ExecutionPlan, PipelineId, StagePlan
 
 SHAPE_VERSION = 1
-_SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 _SHORT_CODERS = {
     common_urns.coders.KV.urn: "KV",
     common_urns.coders.STRING_UTF8.urn: "str",
@@ -176,7 +176,7 @@ def _stage_shape(plan: ExecutionPlan, stage: StagePlan, describe: _Describer) ->
     descriptor = beam_fn_api_pb2.ProcessBundleDescriptor.FromString(stage.descriptor)
     owner, state, timers = "", [], []
     for transform in descriptor.transforms.values():
-        if transform.spec.urn == _SDF_PROCESS_URN:
+        if transform.spec.urn == SDF_PROCESS_URN:
             owner = owner or transform.unique_name.rsplit("/", 1)[0]
         elif transform.spec.urn in t.PAR_DO_URNS:
             payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)

@@ -12,7 +12,6 @@ import copy
 import dataclasses
 import hashlib
 
-from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2, beam_runner_api_pb2, endpoints_pb2
 from apache_beam.runners.pipeline_utils import (
     merge_common_environments,
@@ -24,7 +23,7 @@ from apache_beam.runners.portability.fn_api_runner.execution import SAFE_WINDOW_
 from apache_beam.runners.worker import bundle_processor
 
 from sparkbeam.translation.edge_coders import same_coder, same_grouped_coders
-from sparkbeam.translation.phases import KNOWN_RUNNER_URNS, standard_phases
+from sparkbeam.translation.phases import KNOWN_RUNNER_URNS, SDF_PROCESS_URN, standard_phases
 from sparkbeam.translation.plan import (
     IMPULSE_BUFFER,
     BufferId,
@@ -44,7 +43,6 @@ from sparkbeam.translation.text_reads import TEXT_LINES_INPUT_URN, mark_text_rea
 from sparkbeam.translation.window_into import mark_window_into
 
 _FAKE_ENDPOINT = endpoints_pb2.ApiServiceDescriptor(url="in-process")
-_SDF_PROCESS_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 
 def translate(
@@ -171,7 +169,7 @@ class _PlanBuilder:
             else:
                 names.append(transform.unique_name)
                 mark_window_into(transform)
-                is_sdf = is_sdf or urn == _SDF_PROCESS_URN
+                is_sdf = is_sdf or urn == SDF_PROCESS_URN
                 if urn in t.PAR_DO_URNS:
                     payload = beam_runner_api_pb2.ParDoPayload.FromString(transform.spec.payload)
                     side_inputs.extend(self._side_inputs(transform, payload))
