@@ -185,12 +185,8 @@ def _blocks_of(data: bytes, path: str, lo: int, hi: int) -> Iterator[bytes]:
 
 
 class ChangelogWriter:
-    """Buffers one writer's changes and flushes them to numbered segment files.
-
-    ``directory`` is relative to ``storage``; file names are
-    ``<directory>/<writer>-<session>-<sequence>.seg`` with a random session so a restarted or
-    retried writer never overwrites an earlier file.
-    """
+    """Buffers one writer's changes and flushes them to ``<writer>-<session>-<sequence>.seg``
+    files; the random session keeps a restarted or retried writer off earlier files."""
 
     def __init__(
         self,

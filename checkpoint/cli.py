@@ -182,7 +182,10 @@ def _verify(args: argparse.Namespace) -> int:
     bad = [r for r in results if not r.ok]
     # What a restart restores: the newest undamaged checkpoint (known when all were checked).
     restart = {} if args.checkpoint is not None else _restart_choices(store, pids, results)
-    refused = {pid: _refused(store, pid, cid) for pid, cid in restart.items()}
+    refused = {
+        pid: CheckpointInfo.from_manifest(store.load_manifest(pid, cid), store.url).refused
+        for pid, cid in restart.items()
+    }
     checked = {r.pipeline_id for r in results}
     lost = {pid: lost_manifests(store, pid) for pid in pids if pid not in checked}
     # Damage, or a restart that fails (manifests lost, another state layout): exit 1.
@@ -221,11 +224,6 @@ def _verify(args: argparse.Namespace) -> int:
         else:
             print(f"{pid}: a restart would use checkpoint {cid} (the newest undamaged one).")
     return 1 if failing else 0
-
-
-def _refused(store, pid: str, cid: int) -> str | None:
-    """Why a restart refuses checkpoint ``cid`` (another state layout), else None."""
-    return CheckpointInfo.from_manifest(store.load_manifest(pid, cid), store.url).refused
 
 
 def _restart_choices(store, pids: Sequence[str], results: list[VerificationResult]) -> dict:

@@ -21,6 +21,7 @@ from sparkbeam.checkpoint.errors import CheckpointConflictError
 from sparkbeam.checkpoint.ids import CheckpointId, FileEntry
 from sparkbeam.checkpoint.manifest import Manifest, encode_manifest, manifest_name
 from sparkbeam.checkpoint.materialization import write_materialization
+from sparkbeam.checkpoint.retention import needs_fallback
 from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus
 from sparkbeam.checkpoint.state_layout import LAYOUT_KEY, LAYOUT_VERSION
 from sparkbeam.checkpoint.task_state import NamespaceState, TaskState
@@ -273,11 +274,12 @@ class CheckpointChain:
         return interval is not None and time.monotonic() - self.last_materialized >= interval
 
     def _needs_fallback(self, next_files: set[str]) -> bool:
-        """Checkpoints exist, but none would share no file with one naming ``next_files``
-        (`retention`)."""
-        return self.store.materialization_interval_s is not None and self.store._needs_fallback(
-            self.work.pipeline_id, next_files, self.abandoned
-        )
+        """Checkpoints exist, but none would share no file with one naming ``next_files``."""
+        if self.store.materialization_interval_s is None:
+            return False
+        pid = self.work.pipeline_id
+        ids = [c for c in self.store._manifest_ids(pid) if c not in self.abandoned]
+        return needs_fallback(ids, self.store._files_of(pid), next_files)
 
     def _compact(self) -> None:
         """Give the next checkpoint a fallback: rewrite the state into files no earlier

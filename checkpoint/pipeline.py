@@ -38,11 +38,9 @@ if TYPE_CHECKING:
 
 
 class PipelineStore:
-    """Keyed state + checkpoints of one pipeline; get it from ``CheckpointStore.pipeline``.
-
-    Lives on the driver and is not thread-safe. Restore before opening staged writers for the
-    pipeline: a restored pipeline keeps the ``max_key_groups`` of its checkpoints.
-    """
+    """Keyed state + checkpoints of one pipeline (``CheckpointStore.pipeline``), on the driver,
+    not thread-safe. Restore before opening staged writers: a restored pipeline keeps the
+    ``max_key_groups`` of its checkpoints."""
 
     def __init__(self, store: CheckpointStore, pipeline_id: str):
         self._store = store
@@ -222,14 +220,10 @@ class PipelineStore:
         fingerprint: str | None = None,
         allow_fingerprint_change: bool = False,
     ) -> CheckpointInfo | None:
-        """Replace the working state with a committed checkpoint's.
-
-        Without ``checkpoint_id``: the latest complete one, falling back past damaged ones with
-        a logged warning naming the file and the reason; None if the pipeline has none. With
-        it: exactly that one, or `CheckpointNotFoundError` / `CheckpointCorruptError`. A
-        fingerprint differing from ``fingerprint`` raises `IncompatibleCheckpointError` unless
-        ``allow_fingerprint_change``. The pipeline adopts the checkpoint's ``max_key_groups``.
-        """
+        """Replace the working state with a committed checkpoint's: ``checkpoint_id``, else the
+        latest usable one (falling back past damaged ones with a warning; None if there is
+        none). Another ``fingerprint`` raises `IncompatibleCheckpointError` unless
+        ``allow_fingerprint_change``. The pipeline adopts the checkpoint's ``max_key_groups``."""
         self._check_open()
         return restore_protocol.restore(
             self._store, self, checkpoint_id, fingerprint, allow_fingerprint_change

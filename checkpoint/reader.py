@@ -70,13 +70,9 @@ def replay(
     *,
     driver_only: bool = False,
 ) -> None:
-    """Apply the state of ``manifest`` (restricted to ``key_groups``) through put/delete:
-    the driver's files (their driver-owned namespaces), then each task-owned namespace
-    (``driver_only``: not those).
-
-    Raises `CheckpointCorruptError` naming the first damaged file; the caller discards what
-    was applied so far.
-    """
+    """Apply the state of ``manifest`` in ``key_groups`` through put/delete: the driver's
+    files, then (unless ``driver_only``) each task-owned namespace. `CheckpointCorruptError`
+    names the first damaged file; the caller discards what was applied so far."""
     driver_put, driver_delete = _driver_owned(put), _driver_owned(delete)
     for entry in manifest.materialization:
         if not may_hold(entry, key_groups):

@@ -52,7 +52,7 @@ from sparkbeam.checkpoint.reader import (
     verify_files,
 )
 from sparkbeam.checkpoint.restore import set_aside_mark, set_aside_problem
-from sparkbeam.checkpoint.retention import needs_fallback, plan_retention, sweep
+from sparkbeam.checkpoint.retention import plan_retention, sweep
 from sparkbeam.checkpoint.staging import StagedWriter
 from sparkbeam.checkpoint.startpoints import Startpoints
 from sparkbeam.checkpoint.state_layout import check_restorable, layout_of
@@ -316,11 +316,6 @@ class CheckpointStore:
                 return None
 
         return files_of
-
-    def _needs_fallback(self, pipeline_id: str, next_files: set[str], abandoned=()) -> bool:
-        """No retained checkpoint would be disjoint from one naming ``next_files``."""
-        ids = [c for c in self._manifest_ids(pipeline_id) if c not in set(abandoned)]
-        return needs_fallback(ids, self._files_of(pipeline_id), next_files)
 
     def _apply_retention(self, pipeline_id: str, live: set[str], abandoned=()) -> None:
         """Delete checkpoints beyond ``retain`` except the fallback (see `retention`), and the
