@@ -170,14 +170,10 @@ class ExecutionPlan:
                 s = self.stage(sid)
                 flags = [f for f, on in (("stateful", s.stateful), ("sdf", s.is_sdf_process)) if on]
                 lines.append(f"  stage {s.id}{' [' + ', '.join(flags) + ']' if flags else ''}")
-                for name in s.transforms:
-                    lines.append(f"      {name}")
-                for _, b in s.inputs:
-                    lines.append(f"    <- {b} ({self.edge(b).kind.value})")
+                lines += [f"      {name}" for name in s.transforms]
+                lines += [f"    <- {b} ({self.edge(b).kind.value})" for _, b in s.inputs]
                 for si in s.side_inputs:
                     lines.append(f"    <~ {si.buffer} (side input {si.tag!r} of {si.transform!r})")
-                for _, b in s.outputs:
-                    lines.append(f"    -> {b} ({self.edge(b).kind.value})")
-                for t in s.timers:
-                    lines.append(f"    timer {t.transform}/{t.family}")
+                lines += [f"    -> {b} ({self.edge(b).kind.value})" for _, b in s.outputs]
+                lines += [f"    timer {t.transform}/{t.family}" for t in s.timers]
         return "\n".join(lines)

@@ -163,11 +163,8 @@ def _timed(fn) -> ScenarioResult:
 
 
 def _failure_message(report: SdfCheckReport) -> str:
-    parts = [f"check_sdf({report.dofn}) failed:"]
-    for s in report.failures():
-        parts.append(f"- {s.name}: {s.message}")
-    parts.append(report.table())
-    return "\n".join(parts)
+    faults = [f"- {s.name}: {s.message}" for s in report.failures()]
+    return "\n".join([f"check_sdf({report.dofn}) failed:", *faults, report.table()])
 
 
 class _Context:
