@@ -156,8 +156,7 @@ class AzureStorage(ObjectStorage):
         return int(props.size), props.last_modified.timestamp()
 
     def explain(self, error: Exception) -> str | None:
-        """An azure-core error as what to set; the store's first request (its lock) meets
-        these first."""
+        """An azure-core error as what to set (the store's first request, its lock's, meets it)."""
         from azure.core.exceptions import (
             ClientAuthenticationError,
             HttpResponseError,

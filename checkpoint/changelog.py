@@ -239,9 +239,8 @@ class ChangelogWriter:
 
 
 class NoChangelog:
-    """The driver's changelog of a store that is never committed nor restored (a run without
-    ``--checkpoint_dir``): it records nothing, so a put then a delete leaves no bytes anywhere.
-    Flushing after a change refuses (`NoChangelogError`): a checkpoint would miss it."""
+    """The driver's changelog of a run without ``--checkpoint_dir``: it keeps no bytes at all;
+    flushing after a change refuses (`NoChangelogError`), as a checkpoint would miss it."""
 
     def __init__(self, what: str) -> None:
         self.what = what  # the pipeline and store, for the error
@@ -322,9 +321,8 @@ def read_records(
     storage: Storage, path: str, entry: FileEntry, key_groups: KeyGroupRange
 ) -> Iterator[Record]:
     """The records of ``key_groups`` in the segment ``entry``, reading only its index and the
-    blocks that may hold them (each checked by its crc32; the file's own checksum needs the
-    whole file). For a segment of other key groups as well, at least `BLOCK_MIN_BYTES`; a
-    smaller or version-1 segment is read whole."""
+    blocks that may hold them (each checked by its crc32, as the file's checksum needs all of
+    it); a segment below `RANGED_READ_MIN_BYTES` or of version 1 is read whole."""
     lo, hi = key_groups.start, key_groups.stop
     size = entry.size
     tail_size = _INDEX_TAIL.size + _FOOTER.size

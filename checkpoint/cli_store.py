@@ -95,9 +95,8 @@ class StoreArgumentError(ValueError):
 
 
 def check_store_url(url: str, must_exist: bool = True) -> None:
-    """Refuse a ``--checkpoint_dir`` that is no readable store, before anything opens it.
-
-    A read-only command must not create a directory, nor print "no checkpoints" for a typo."""
+    """Refuse a ``--checkpoint_dir`` that is no readable store before anything opens it: a
+    read-only command must not create a directory, nor print "no checkpoints" for a typo."""
     hint = "check --checkpoint_dir (the directory or URL the job was run with)"
     if url.startswith("memory://"):
         return

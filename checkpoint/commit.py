@@ -247,8 +247,7 @@ class CheckpointChain:
         )
 
     def _write_manifest(self, manifest: Manifest) -> None:
-        """Step 6, write-once: a checkpoint id is never reused, even by a job that lost the
-        lock."""
+        """Step 6, write-once: a checkpoint id is never reused, even by a job that lost the lock."""
         pid, cid = self.work.pipeline_id, manifest.checkpoint_id
         path = f"{self.work.directory}/{manifest_name(cid)}"
         try:
@@ -282,10 +281,9 @@ class CheckpointChain:
         return needs_fallback(ids, self.store._files_of(pid), next_files)
 
     def _compact(self) -> None:
-        """Give the next checkpoint a fallback: rewrite the state into files no earlier
-        checkpoint names. Small state (a new pipeline's second checkpoint) becomes one
-        changelog segment, about the cost of the segment the commit writes anyway; large
-        state (after restoring a fallback) a materialization."""
+        """Give the next checkpoint a fallback: rewrite the state into files no earlier one
+        names. Small state becomes one segment, about the cost of the one the commit writes
+        anyway; large state (after restoring a fallback) a materialization."""
         if len(self.work.table) > COMPACT_MAX_ENTRIES:
             self.materialize()
             return
@@ -298,8 +296,7 @@ class CheckpointChain:
         self._restart_at((), [entry] if entry is not None else [])
 
     def materialize(self) -> None:
-        """Write a full snapshot of the driver's state now; later checkpoints name it instead
-        of the older changelog."""
+        """A full snapshot of the driver's state now; later checkpoints name it, not the log."""
         materialization = write_materialization(
             self.store.storage,
             self.work.directory,
@@ -310,10 +307,9 @@ class CheckpointChain:
         self.last_materialized = time.monotonic()
 
     def _restart_at(self, materialization: tuple[FileEntry, ...], files: list[FileEntry]) -> None:
-        """The chain starts over at new files that hold the whole driver's state (a
-        materialization, or a compacted segment). Segments flushed since the last commit are
-        covered by them and named by no manifest: they are deleted now rather than left to
-        `clean`; the buffered changes are in the table, hence in the new files."""
+        """The chain starts over at new files holding the whole driver's state. Segments
+        flushed since the last commit, which they cover and no manifest names, are deleted now
+        rather than left to `clean`; the buffered changes are in the table, so in the files."""
         for f in self.files:
             if f.name not in self.committed_files:
                 self.store.storage.delete(f"{self.work.directory}/{f.name}")

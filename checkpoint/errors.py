@@ -23,10 +23,9 @@ class CheckpointCorruptError(ValueError):
 
 
 class TaskStateDamagedError(CheckpointCorruptError):
-    """A task found a file of the checkpoint it reads corrupt or missing (a checksum mismatch,
-    a short read, a missing object, an undecodable block index). One line, so the driver finds
-    it in the task's failure text (`runner.errors`); it then restores the newest checkpoint
-    whose files are all sound (`restore.fall_back`)."""
+    """A task found a file of the checkpoint it reads corrupt or missing. One line, so the
+    driver finds it in the task's failure text (`runner.errors`) and restores the newest
+    checkpoint whose files are all sound (`restore.fall_back`)."""
 
     def __init__(self, path: str, reason: str, pipeline_id: str, checkpoint_id: int) -> None:
         self.pipeline_id = pipeline_id
@@ -104,9 +103,8 @@ class CheckpointNotFoundError(LookupError):
 
 
 class StoreAccessError(OSError):
-    """The store cannot be reached or written: wrong endpoint, no credentials, a missing
-    bucket, a read-only filesystem. The message names the store, where it was looked for and
-    the flag or environment variable to fix."""
+    """The store cannot be reached or written (wrong endpoint, no credentials, no bucket, a
+    read-only filesystem); the message names the store, where it looked and what to set."""
 
 
 class StoreClosedError(RuntimeError):

@@ -43,8 +43,7 @@ class Storage(ABC):
         """The whole file; `FileNotFoundError` if absent."""
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
-        """``length`` bytes of ``path`` from ``offset`` (a backend without ranged reads reads
-        the whole file)."""
+        """``length`` bytes of ``path`` from ``offset`` (by default read from the whole file)."""
         return self.read(path)[offset : offset + length]
 
     @abstractmethod
@@ -60,9 +59,9 @@ class Storage(ABC):
         """Create ``path`` only if it does not exist; False if it does."""
 
     def write_new(self, path: str, data: bytes) -> None:
-        """Write a file whose name is never reused (a manifest), atomically for readers;
-        `FileExistsError` if it exists. Exclusive where the backend has a conditional create
-        (S3, GCS, Azure); elsewhere checked first, and the store's lock keeps writers apart."""
+        """Write a file whose name is never reused (a manifest), atomically; `FileExistsError`
+        if it exists: checked first, as the store's lock keeps writers apart (S3, GCS and Azure
+        override it with their conditional create)."""
         if self.exists(path):
             raise FileExistsError(f"{self.url}/{path} exists; write-once names are never reused.")
         self.write(path, data)
@@ -87,12 +86,10 @@ class Storage(ABC):
 
 
 class LocalStorage(Storage):
-    """A local directory; writes are temp file + fsync + rename + directory fsync.
-
-    `create_exclusive` hard-links a synced temp file to the final name, so a crash cannot leave
-    an empty lock file. `delete` removes the directories it empties (not the root), so
-    per-round directories do not pile up; writers recreate one a concurrent delete removed.
-    """
+    """A local directory; writes are temp file + fsync + rename + directory fsync, and
+    `create_exclusive` hard-links a synced temp file, so a crash cannot leave an empty lock
+    file. `delete` removes the directories it empties (not the root) so per-round ones do not
+    pile up; writers recreate one a concurrent delete removed."""
 
     def __init__(self, root: str):
         super().__init__()
@@ -295,12 +292,9 @@ OBJECT_STORE_SCHEMES = frozenset({"s3", "gs", "azfs"})
 
 
 class FileSystemsStorage(Storage):
-    """Any scheme Beam's ``FileSystems`` reaches (``hdfs://``, ...), Beam imported lazily.
-
-    On object stores (`OBJECT_STORE_SCHEMES`) a write is one upload to the final name;
-    elsewhere it goes to a unique temp name and is renamed. `create_exclusive` checks, then
-    writes: a best effort the store's lock makes safe (`OBJECT_BACKENDS` create conditionally).
-    """
+    """Any scheme Beam's ``FileSystems`` reaches (``hdfs://``, ...), Beam imported lazily. On
+    object stores a write is one upload to the final name, elsewhere a unique temp name
+    renamed. `create_exclusive` checks, then writes: the store's lock makes that safe."""
 
     def __init__(self, url: str):
         super().__init__()
@@ -322,8 +316,7 @@ class FileSystemsStorage(Storage):
         return self.read_range(path, 0, -1)
 
     def read_range(self, path: str, offset: int, length: int) -> bytes:
-        """A seek on Beam's file (an object store's is a ranged GET); ``length`` -1: to the
-        end."""
+        """A seek on Beam's file (an object store's: a ranged GET); ``length`` -1: to the end."""
         full = self._path(path)
         try:
             with self._fs().open(full, compression_type="uncompressed") as f:
@@ -396,9 +389,8 @@ OBJECT_BACKENDS = {
 
 
 def open_storage(url: str | Storage) -> Storage:
-    """The storage for ``url``: local for plain paths/``file://``, memory for ``memory://``,
-    an object store's own backend (`OBJECT_BACKENDS`), `FileSystemsStorage` for every other
-    scheme."""
+    """The storage for ``url``: local for paths and ``file://``, memory for ``memory://``, an
+    object store's own backend (`OBJECT_BACKENDS`), else `FileSystemsStorage`."""
     if isinstance(url, Storage):
         return url
     if url.startswith("memory://"):

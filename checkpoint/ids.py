@@ -32,8 +32,7 @@ class FileEntry:
     kg_start: int = 0
     """First key group covered (0 with ``kg_stop`` 0: not recorded, any may be held)."""
     kg_stop: int = 0
-    """One past the last key group covered. A reader of some key groups skips a file whose
-    range misses them."""
+    """One past the last key group covered: a reader skips a file of none of its key groups."""
 
     def to_json(self) -> dict:
         return dict(vars(self))  # the fields, in order

@@ -47,8 +47,8 @@ def staged_prefix(stage: str, round: int, partition: int, attempt: int) -> str:
 
 
 def background_prefix(stage: str, last_round: int, partition: int, attempt: int) -> str:
-    """Name prefix of a snapshot a task attempt writes in the background, named for the last
-    round that may commit it (swept after it, as any staged file no checkpoint names)."""
+    """Name prefix of a task attempt's background snapshot, for the last round that may commit
+    it: swept after it, as any staged file no checkpoint names."""
     return staged_prefix(stage, last_round, partition, attempt) + "late-"
 
 

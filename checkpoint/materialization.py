@@ -40,8 +40,7 @@ _COMPRESSED = pa.ipc.IpcWriteOptions(compression="zstd")
 def _write(
     storage: Storage, directory: str, name: str, batch: pa.RecordBatch, start: int, stop: int
 ) -> FileEntry:
-    """Write ``batch``, rows of key groups ``[start, stop)``, as the Arrow IPC file
-    ``directory/name``; its entry names it relative to ``directory``."""
+    """Write ``batch``, rows of key groups ``[start, stop)``, as the Arrow file ``name``."""
     sink = io.BytesIO()
     with pa.ipc.new_file(sink, SCHEMA, options=_COMPRESSED) as writer:
         writer.write_batch(batch)
@@ -56,8 +55,7 @@ def write_materialization(
     table: StateTable,
     files: int = DEFAULT_FILES,
 ) -> list[FileEntry]:
-    """Write ``table`` under ``directory/materializations/mat-<random>/``, a file per key-group
-    range; the entries name the files relative to ``directory``."""
+    """Write ``table`` under ``materializations/mat-<random>/``, a file per key-group range."""
     m = table.max_key_groups
     n = max(1, min(files, m))
     ranges = [key_group_range(i, n, m) for i in range(n)]
@@ -87,9 +85,8 @@ def write_snapshot(
     columns: tuple[list[int], list[bytes], list[bytes]],
 ) -> FileEntry:
     """One namespace's rows, ``columns`` of (key group, key, value), of key groups
-    ``[start, stop)`` as one file named ``<prefix>snap-<random>-kg-<start>-<stop>.arrow`` under
-    ``directory`` (a task-owned range's snapshot, `task_state`), its rows sorted by key group;
-    the entry names it relative to ``directory``."""
+    ``[start, stop)``, sorted by key group, as a task-owned range's snapshot file
+    ``<prefix>snap-<random>-kg-<start>-<stop>.arrow`` (`task_state`)."""
     kgs, keys, values = columns
     namespaces = pa.repeat(pa.scalar(namespace, pa.string()), len(kgs))
     batch = pa.record_batch([kgs, namespaces, keys, values], schema=SCHEMA)

@@ -38,9 +38,8 @@ FIRST_CONTACT_PAUSES = (0.5, 1.0, 2.0)
 
 
 def client_for(kind: str, build: Callable[[Any], Any], env: tuple[str, ...] = ()) -> Any:
-    """The ``kind`` client for this process's ``FileSystems`` options (the ones Beam's own
-    filesystems use, `filesystem_options.apply`), built once per options and per value of the
-    environment variables ``env`` it reads, by ``build(options)``."""
+    """The ``kind`` client for the ``FileSystems`` options Beam's own filesystems use here,
+    built by ``build(options)`` once per options and values of the environment ``env``."""
     from apache_beam.io.filesystems import FileSystems
     from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -54,10 +53,8 @@ def client_for(kind: str, build: Callable[[Any], Any], env: tuple[str, ...] = ()
 
 
 def connection_failure(error: BaseException) -> str | None:
-    """Why no connection could be made, if ``error`` (a requests, urllib3, google-api-core or
-    azure-core error, wrapping at any depth) says the request reached no server: "connection
-    refused" (nothing listens there) or "host not found" (no such name); else None. A reset, a
-    timeout or a temporary name-service failure is not one of these."""
+    """Why no server was reached ("connection refused", "host not found"), if ``error`` of any
+    client says so at any depth; else None (a reset, a timeout, a temporary DNS failure)."""
     seen: set[int] = set()
     todo: list[Any] = [error]
     while todo:
@@ -75,9 +72,8 @@ def connection_failure(error: BaseException) -> str | None:
 
 
 def _explained(method):
-    """Raise a backend error of ``method`` as the storage's `StoreAccessError`, if it explains
-    it (`ObjectStorage.explain`); anything else unchanged. At first contact a refused connection
-    is tried again after each of `FIRST_CONTACT_PAUSES`."""
+    """A backend error of ``method`` as `StoreAccessError` if `ObjectStorage.explain` explains
+    it; at first contact a refused connection is tried again after `FIRST_CONTACT_PAUSES`."""
 
     @functools.wraps(method)
     def explained(self, *args, **kwargs):
@@ -114,9 +110,8 @@ def _explained(method):
 
 
 class ObjectStorage(FileSystemsStorage):
-    """``scheme://bucket/prefix``; each call below is one request of the backend (a listing,
-    one per 1000 keys). ``retry=False`` makes the cloud's client fail at the first error
-    (tests)."""
+    """``scheme://bucket/prefix``; each call is one request (a listing, one per 1000 keys).
+    ``retry=False`` makes the cloud's client fail at the first error (tests)."""
 
     service = ""
     """The cloud's name in messages ("S3", "GCS", "Azure Blob")."""

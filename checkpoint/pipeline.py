@@ -117,8 +117,7 @@ class PipelineStore:
         return dict(self._positions)
 
     def apply(self, msg: CommitMessage, segments: list[tuple[str, bytes]]) -> None:
-        """A task attempt's staged changes to driver-owned namespaces (its verified
-        segments), markers and positions (commit step 3)."""
+        """A task attempt's verified segments of driver-owned namespaces, markers and positions."""
         for path, data in segments:
             apply_records(iter_records(data, path), self.table.put, self.table.delete)
         self.mark_positions(msg)

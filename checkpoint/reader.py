@@ -154,9 +154,8 @@ def file_records(
 
 
 def _segment_records(storage, path, entry: FileEntry, groups: KeyGroupRange, cache):
-    """The records of ``groups`` in a segment: a large segment of other key groups as well (a
-    restore at another parallelism) by its blocks of these (`changelog.read_records`), any
-    other whole, through ``cache``."""
+    """The records of ``groups`` in a segment: a large one of other key groups as well by its
+    blocks of these (`changelog.read_records`), any other whole, through ``cache``."""
     inside = groups.start <= entry.kg_start and entry.kg_stop <= groups.stop
     if entry.kg_stop > entry.kg_start and not inside and entry.size >= RANGED_READ_MIN_BYTES:
         return read_records(storage, path, entry, groups)
@@ -167,9 +166,8 @@ def _segment_records(storage, path, entry: FileEntry, groups: KeyGroupRange, cac
 def namespace_files(
     state: NamespaceState, groups: KeyGroupRange, bases: bool = True
 ) -> Iterator[tuple[KeyGroupRange, FileEntry, bool]]:
-    """(the key groups of it to read, file, whether a snapshot) of one task-owned namespace in
-    ``groups``, in the order they apply: per range its base (unless not ``bases``), then its
-    tail. A part of a split snapshot of other key groups is left out."""
+    """(key groups to read, file, whether a snapshot) of one task-owned namespace in ``groups``
+    in the order they apply, leaving out parts of split snapshots of other key groups."""
     for sub, r, tail in state.plan(groups):
         for entry in r.base if bases else ():
             if may_hold(entry, sub):
@@ -186,9 +184,8 @@ def iter_appended(
     key_groups: KeyGroupRange,
     bases: bool = True,
 ) -> Iterator[tuple[bytes, bytes]]:
-    """(key, value) of an append-only task-owned namespace (every key put once, never
-    deleted: a batch stage's output chunks, pushed-back input) in ``key_groups``, streamed a
-    file at a time: per range its base (unless not ``bases``) then its tail."""
+    """(key, value) of an append-only task-owned namespace (every key put once, never deleted)
+    in ``key_groups``, a file at a time: per range its base (unless not ``bases``), its tail."""
     for op, _, key, value, path in namespace_records(
         storage, directory, namespace, state, key_groups, bases
     ):

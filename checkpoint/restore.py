@@ -173,9 +173,8 @@ def sound_checkpoint(
     pipeline_id: str,
     verify: Callable[[int], VerificationResult] | None = None,
 ) -> tuple[CheckpointId | None, list[VerificationResult]]:
-    """The checkpoint a restart uses -- the newest whose files are all sound -- and the
-    results of the damaged ones newer than it, newest first. ``verify``: a checkpoint's
-    result (by default `CheckpointStore.verify`, which reads each file once)."""
+    """The checkpoint a restart uses, the newest whose files are all sound, and the results of
+    the damaged ones newer than it, newest first (``verify``: `CheckpointStore.verify`'s)."""
     check = verify or (lambda cid: store.verify(pipeline_id, cid))
     damaged: list[VerificationResult] = []
     for cid in reversed(store._manifest_ids(pipeline_id)):
@@ -187,12 +186,11 @@ def sound_checkpoint(
 
 
 def fall_back(store: CheckpointStore, pipeline_id: str, cause: str) -> CheckpointId | None:
-    """After a task found a file of a checkpoint of ``pipeline_id`` damaged (``cause``: its
-    error, one line): set aside the checkpoints newer than the sound one (`sound_checkpoint`),
-    logging them at WARNING, cause first; returns the sound one, which the next restore
-    loads. None when the newest is sound (the file was unreadable for a while, not damaged):
-    nothing is set aside. Raises `CheckpointCorruptError` when none is sound (nothing is set
-    aside then: restoring the files from a backup makes the store whole again)."""
+    """After a task found a file of ``pipeline_id`` damaged (``cause``: its one-line error):
+    set aside, with a warning, the checkpoints newer than the sound one, and return that one
+    for the next restore. None when the newest is sound (the file was unreadable for a while).
+    `CheckpointCorruptError` when none is sound, setting nothing aside (a backup of the files
+    makes the store whole again)."""
     sound, damaged = sound_checkpoint(store, pipeline_id)
     if not damaged:
         return None

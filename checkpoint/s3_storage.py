@@ -116,8 +116,7 @@ class S3Storage(ObjectStorage):
         return int(head["ContentLength"]), head["LastModified"].timestamp()
 
     def explain(self, error: Exception) -> str | None:
-        """A botocore error as what to set; the store's first request (its lock) meets these
-        first."""
+        """A botocore error as what to set (the store's first request, its lock's, meets it)."""
         from botocore.exceptions import (
             ClientError,
             EndpointConnectionError,

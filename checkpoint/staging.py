@@ -91,8 +91,7 @@ def check_key(namespace: str, key: bytes, value: bytes | None = None) -> None:
 
 
 class StagedWriter:
-    """Stages one task attempt's changes; see the module docstring. A task on an executor
-    opens one (`open_staged_writer`) with only the store URL, not the lock."""
+    """Stages one task attempt's changes; a task opens one with the store URL, not the lock."""
 
     def __init__(
         self,
@@ -163,10 +162,9 @@ class StagedWriter:
         file_bytes: int = SNAPSHOT_FILE_BYTES, keep: tuple[FileEntry, ...] = (),
         kept_entries: int = 0,
     ) -> None:  # fmt: skip
-        """Write ``items``, all of a task-owned ``namespace`` in key groups ``[start, stop)``
-        as of this attempt's changes, as that range's snapshot (`write_range_snapshot`).
-        ``keep``: committed snapshot files, holding ``kept_entries`` other keys, that stay part
-        of it (an append-only namespace writes only what its range's tail added)."""
+        """`write_range_snapshot` as of this attempt's changes. ``keep``: committed snapshot
+        files, holding ``kept_entries`` other keys, that stay part of it (an append-only
+        namespace writes only what its range's tail added)."""
         self._check_open()
         snap = write_range_snapshot(
             self.storage, pipeline_dir(self.pipeline_id), self._log.name_prefix,
@@ -229,10 +227,9 @@ def write_range_snapshot(
     file_bytes: int = SNAPSHOT_FILE_BYTES,
 ) -> TaskSnapshot:  # fmt: skip
     """Write ``items``, all of a task-owned ``namespace`` in key groups ``[start, stop)``, as
-    that range's snapshot (`task_state`) in files named ``<prefix>snap-...`` under
-    ``directory``: a range larger than `SPLIT_BYTES` in files by key-group sub-range (a restore
-    at another parallelism reads only those of its key groups), each of at most about
-    ``file_bytes``, so a range larger than memory is written a part at a time."""
+    that range's snapshot: past `SPLIT_BYTES` in files by key-group sub-range (a restore at
+    another parallelism reads only its own), each of about ``file_bytes`` at most, so a range
+    larger than memory is written a part at a time."""
     files, entries = [], 0
     for lo, hi, columns in _snapshot_parts(items, max_key_groups, start, stop, file_bytes):
         entry = write_snapshot(storage, directory, prefix, namespace, lo, hi, columns)

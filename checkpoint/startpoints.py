@@ -158,11 +158,8 @@ class Startpoints:
         add: Iterable[Startpoint] = (),
         remove_tokens: Iterable[str] = (),
     ) -> list[Startpoint]:
-        """Batch change in one atomic write: drop ``remove_tokens``, then add/replace ``add``.
-
-        ``add`` keeps each startpoint's own ``created`` (fan-out copies keep the operator's time).
-        Returns the startpoints actually removed.
-        """
+        """In one atomic write, drop ``remove_tokens``, then add or replace ``add`` (with its own
+        ``created``: fan-out copies keep the operator's time); returns the ones removed."""
         tokens = set(remove_tokens)
         new = {s.key: s for s in add}
         items = self._load(pipeline_id)
@@ -209,10 +206,8 @@ class Startpoints:
 
 
 def check_position(kind: StartpointKind | str, position: str | None) -> None:
-    """Refuse, at ``set`` time, a position the built-in offset/timestamp handling cannot use.
-
-    Offsets are non-negative integers and timestamps epoch milliseconds; a source with its
-    own positions sets them through the API (its provider's ``restriction_for_startpoint``)."""
+    """Refuse, at ``set`` time, an offset that is no non-negative integer or a timestamp that is
+    no epoch milliseconds (a source with its own positions sets them through the API)."""
     kind = StartpointKind(kind)
     if position is None:
         return  # a missing position is the record's own check (it names the kind)

@@ -121,11 +121,9 @@ _PREFIX = struct.Struct(">HH")  # key group, namespace length
 
 
 class RocksDBStateTable(StateTable):
-    """A local RocksDB (``rocksdict``) in a private temp directory, removed on `close`.
-
-    Keys are ``kg (u16 BE) | len(namespace) (u16 BE) | namespace | key`` so a key-group range is
-    one ordered scan. The entry count is kept in memory (one extra read per write).
-    """
+    """A local RocksDB (``rocksdict``) in a private temp directory, removed on `close`. Keys are
+    ``kg (u16 BE) | len(namespace) (u16 BE) | namespace | key``: a key-group range is one scan;
+    the entry count is kept in memory (one extra read per write)."""
 
     def __init__(self, max_key_groups: int, directory: str | None = None):
         super().__init__(max_key_groups)

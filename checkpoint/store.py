@@ -196,8 +196,7 @@ class CheckpointStore:
     def staged_writer(
         self, pipeline_id: str, stage: str, round: int, partition: int, attempt: int
     ) -> StagedWriter:
-        """A writer for one task attempt, in the key groups of the pipeline (of the store's
-        default if it is not open); see `sparkbeam.checkpoint.staging`."""
+        """A writer for one task attempt, in the pipeline's key groups (the store's if not open)."""
         live = self._pipelines.get(PipelineId(pipeline_id))
         return StagedWriter(
             self.storage,
@@ -346,8 +345,7 @@ class CheckpointStore:
             )  # fmt: skip
 
     def _sweep(self, pipeline_id: str, rounds_done: dict[str, int], live: set[str]) -> int:
-        """Delete staged files of committed rounds and driver segments that no checkpoint
-        names (see `retention.sweep`); returns how many."""
+        """`retention.sweep` against every checkpoint's files; returns how many it deleted."""
         files_of = self._files_of(pipeline_id)
         ids = self._manifest_ids(pipeline_id)
         referenced = set(live).union(*(files_of(cid) or () for cid in ids))

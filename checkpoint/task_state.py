@@ -198,10 +198,9 @@ class NamespaceState:
         return replace(self, log=kept) if len(kept) != len(self.log) else self
 
     def without_empty_bases(self, checkpoint: int) -> NamespaceState:
-        """Ranges that hold nothing (no entry, base files of no record, no tail) without their
-        files, as of ``checkpoint``: a range with no file is as empty and shares none with a
-        retained checkpoint. A finished stage (an SDF's drained residuals) has no task left to
-        write a snapshot when the commit asks for one to give the fallback."""
+        """Ranges that hold nothing without their files, as of ``checkpoint``: as empty, and
+        sharing none with a retained checkpoint, when a finished stage (an SDF's drained
+        residuals) has no task left to write the snapshot a fallback asks for."""
         ranges = list(self.ranges)
         for i, r in enumerate(ranges):
             empty = r.base and r.entries == 0 and all(f.records == 0 for f in r.base)
