@@ -28,8 +28,7 @@ _ENDPOINT_FLAGS = (
 
 
 def azure_client():
-    """Beam's ``BlobServiceClient`` for this process's ``FileSystems`` options, or None when
-    they name no account (no connection string, no endpoint)."""
+    """Beam's ``BlobServiceClient`` for the ``FileSystems`` options; None if they name none."""
 
     def build(options):
         from apache_beam.io.azure import blobstorageio
@@ -51,8 +50,7 @@ def _code(error: Exception) -> str | None:
 
 
 def _foreign(error: Exception) -> bool:
-    """An HTTP error without ``x-ms-request-id``, which Azure Storage puts on every answer:
-    another service answered (a wrong port or host)."""
+    """An HTTP error without Azure Storage's ``x-ms-request-id``: another service answered."""
     response = getattr(error, "response", None)
     headers = getattr(response, "headers", None)
     return headers is not None and "x-ms-request-id" not in headers

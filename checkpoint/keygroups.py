@@ -89,9 +89,8 @@ def key_group_range(subtask: int, parallelism: int, max_key_groups: int) -> KeyG
 def key_in_groups(
     prefix: bytes, suffixes: Iterator[bytes], groups: KeyGroupRange, max_key_groups: int
 ) -> bytes:
-    """``prefix`` + the first of ``suffixes`` whose key is in ``groups``: a key that a task
-    chooses so that it stays in the task's own key groups (about ``max_key_groups /
-    len(groups)`` hashes, the parallelism)."""
+    """``prefix`` + the first of ``suffixes`` whose key is in ``groups``, the task's own key
+    groups (about as many hashes as the parallelism)."""
     hashed = hashlib.blake2b(prefix, digest_size=8)
     for suffix in suffixes:
         h = hashed.copy()

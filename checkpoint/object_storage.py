@@ -158,16 +158,13 @@ class ObjectStorage(FileSystemsStorage):
 
     @abstractmethod
     def explain(self, error: Exception) -> str | None:
-        """What a client error means and what to set (the end of a `StoreAccessError`), or None
-        for an error that is not about reaching the store."""
+        """What a client error means and what to set, or None if not about reaching the store."""
 
     quick_first_contact = False
-    """The backend asks its client for no retries of a refused connection at `first_contact`
-    (its `_calls`): the client's would take minutes (GCS, Azure; boto3's take seconds)."""
+    """No client retries of a refused connection at `first_contact` (GCS's, Azure's: minutes)."""
 
     def first_contact(self) -> bool:
-        """True until the endpoint answers a request of this process: till then a refused
-        connection means a wrong endpoint more likely than a transient fault."""
+        """Until the endpoint answers here, a refused connection likely means a wrong endpoint."""
         return self.quick_first_contact and self.retry and self.endpoint() not in _ANSWERED
 
     def answered(self) -> None:

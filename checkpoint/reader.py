@@ -198,8 +198,7 @@ def iter_appended(
 
 
 def may_hold(entry: FileEntry, key_groups: KeyGroupRange | None) -> bool:
-    """Whether a file (a changelog segment, a snapshot) may hold records of ``key_groups``
-    (None: all of them); a file that did not record its range may hold any."""
+    """Whether a file may hold records of ``key_groups`` (None: all; no recorded range: any)."""
     return (
         key_groups is None
         or entry.kg_stop <= entry.kg_start

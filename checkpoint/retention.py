@@ -66,9 +66,8 @@ def needs_fallback(ids: list[int], files_of: FilesOf, next_files: set[str]) -> b
 def sweep(
     storage: Storage, directory: str, rounds_done: Mapping[str, int], referenced: set[str]
 ) -> list[str]:
-    """Delete what ``referenced`` (names relative to the pipeline ``directory``, of every
-    checkpoint and the live chain) does not hold: staged files of rounds up to
-    ``rounds_done[stage]``, and driver changelog segments. Returns the deleted paths."""
+    """Delete, and return, the staged files of rounds up to ``rounds_done[stage]`` and the driver
+    segments that no checkpoint nor the live chain names (``referenced``, in ``directory``)."""
     deleted = []
     for path in storage.list(f"{directory}/staged") + storage.list(f"{directory}/changelog"):
         name = path[len(directory) + 1 :]

@@ -99,8 +99,7 @@ def input_marker(stage: str) -> str:
 
 
 def side_data_marker(buffer: str) -> str:
-    """Completed-work marker: data arrived for the streaming side input ``buffer`` (it stays
-    ready once its windows expired)."""
+    """Completed-work marker: data arrived for streaming side input ``buffer`` (ready for good)."""
     return f"{buffer}:side-data"
 
 

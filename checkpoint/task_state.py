@@ -139,8 +139,7 @@ class NamespaceState:
         return [r.start for r in self.ranges]
 
     def _span(self, start: int, stop: int) -> tuple[int, int]:
-        """Indices ``[i, j)`` of the ranges that overlap ``[start, stop)`` (ranges are sorted,
-        disjoint and cover every key group)."""
+        """Indices ``[i, j)`` of the (sorted, disjoint, covering) ranges in ``[start, stop)``."""
         starts = self._starts
         return max(0, bisect.bisect_right(starts, start) - 1), bisect.bisect_left(starts, stop)
 
@@ -175,9 +174,8 @@ class NamespaceState:
         self, start: int, stop: int, base: tuple[FileEntry, ...], entries: int, checkpoint: int,
         since: int | None = None,
     ) -> NamespaceState:  # fmt: skip
-        """A snapshot of ``[start, stop)`` committed by ``checkpoint``, as of everything
-        appended so far, or of the log up to sequence number ``since`` (a task wrote it in the
-        background after an earlier round); ignored if a range there already has a later base."""
+        """A snapshot of ``[start, stop)`` committed by ``checkpoint``, as of the whole log or
+        (a background one) up to ``since``; ignored if a range there has a later base."""
         if since is None:
             since = self.next_seq - 1
         elif any(r.since >= since for r in self._overlapping(start, stop)):
