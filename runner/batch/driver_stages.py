@@ -51,10 +51,8 @@ class DriverStages:
             if edge.kind == EdgeKind.IMPULSE:
                 chunks = [ENCODED_IMPULSE_VALUE]
             elif edge.kind == EdgeKind.RESHUFFLE:
-                read_coder = edge.read_coder or edge.write_coder
-                chunks = list(
-                    grouping.reencode(self.chunks[buffer], plan_key, edge.write_coder, read_coder)
-                )
+                coders = edge.write_coder, edge.read_coder or edge.write_coder
+                chunks = grouping.reencode(self.chunks[buffer], plan_key, *coders)
             else:
                 chunks = self.chunks[buffer]
             rows.extend((transform, chunk) for chunk in chunks)

@@ -113,10 +113,9 @@ class PlanExecutor:
             self._cleanup()
 
     def _fall_back(self, e: DamagedStateError) -> bool:
-        """A task found a file of the restored checkpoint (or of a later round's) damaged: set
-        aside the damaged checkpoints (`restore.fall_back`) and build the run again from the
-        sound ones. False when every pipeline's newest checkpoint is sound (the file was
-        unreadable for a while): the run fails, as on any failed batch round."""
+        """A task found a checkpoint's file damaged: set the damaged checkpoints aside
+        (`restore.fall_back`) and build the run again from the sound ones. False when every
+        newest checkpoint is sound (the file was unreadable for a while): the run fails."""
         if not self.ctx.durable:
             return False
         cause = f"{e.cause} -- batch stage {e.stage}"
@@ -329,10 +328,9 @@ class PlanExecutor:
             self.ctx.metrics.add(stage.id, infos)
 
     def _reports(self):
-        """The reports of every lazy stage nobody carries (with those they carry). A stage an
-        earlier job ran is read from its cache: those reads are cheap, so they share a few
-        tasks (a Spark task per cached partition cost more than the read: 92 tiny stages made
-        147 tasks)."""
+        """The reports of every lazy stage nobody carries (with those they carry). Cached
+        stages an earlier job ran share a few tasks: a task per cached partition cost more
+        than the read (92 tiny stages made 147 tasks)."""
         fresh, cached = [], []
         for stage, rdd in self._lazy:
             if stage.id in self.edges.carriers.carrier:

@@ -47,10 +47,8 @@ class StageRdds:
         self, stage: StagePlan, input_rdd, side_bc, round_no: int, cache: bool = True,
         clock_ms: float | None = None,
     ):  # fmt: skip
-        """The (lazy) RDD of one run of the stage over ``input_rdd`` (None: no input),
-        persisted if ``cache`` (its output is read more than once). An SDF stage with a store
-        runs one task per subtask, which keeps its residuals and feeds those due by
-        ``clock_ms`` (``task.residual_state``)."""
+        """The lazy RDD of one run over ``input_rdd``, persisted if ``cache``; a durable SDF
+        stage runs a task per subtask, which keeps its residuals (``task.residual_state``)."""
         if self.ctx.durable and stage.is_sdf_process:
             spec = self.residual_round(stage, round_no, clock_ms)
             body = self.task_body(stage, side_bc, round_no, spec)
@@ -99,10 +97,8 @@ class StageRdds:
         )  # fmt: skip
 
     def restored_outputs(self, stage: StagePlan, round_no: int):
-        """The (persisted) output chunks of a resumed stage's committed rounds: one task per
-        subtask reads its key groups' from the store (`reading_outputs`), now, while
-        the restored checkpoint is the store's latest (a later commit's retention may delete
-        the files it names)."""
+        """The persisted output chunks of a resumed stage's committed rounds, read now: a later
+        commit's retention may delete the files the restored checkpoint names."""
         spec = self.residual_round(stage, round_no, None)
         label = f"{self.labels[stage.id]} (restored output)"
         subtasks = self.ctx.plane.as_subtasks(None, self.ctx.parallelism)

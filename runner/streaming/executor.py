@@ -112,10 +112,8 @@ class StreamingExecutor:
 
     def start(self) -> None:
         for loop in self.loops:
-            thread = threading.Thread(
-                target=self._run_loop, args=(loop,), name=f"sparkbeam-{loop.pipeline.id}"
-            )
-            thread.daemon = True
+            name = f"sparkbeam-{loop.pipeline.id}"
+            thread = threading.Thread(target=self._run_loop, args=(loop,), name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 

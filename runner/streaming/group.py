@@ -203,13 +203,9 @@ def _fire_timers(driver, state, watermark, now: float) -> list:
 
 def _close_expired(state, watermark, allowed_lateness, accumulating: bool) -> list:
     """Forget the windows the watermark passed by more than the allowed lateness; a last pane
-    for each that still holds elements no pane has carried.
-
-    Beam's Python driver forgets those elements (a window whose trigger never fired before the
-    window expired, e.g. ``Repeatedly(AfterProcessingTime(...))`` when the input ends); the Beam
-    model fires them as the final pane. Accumulating windows that already fired are left alone:
-    their buffer holds what earlier panes carried.
-    """
+    for each that still holds elements no pane has carried, which Beam's Python driver forgets
+    (e.g. ``Repeatedly(AfterProcessingTime(...))`` when the input ends) and the Beam model fires.
+    Accumulating windows that already fired keep what earlier panes carried: no pane."""
     tag = trigger.MergeableStateAdapter.WINDOW_IDS.tag
     window_ids = state.global_state.get(tag)
     if not window_ids:

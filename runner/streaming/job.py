@@ -46,10 +46,8 @@ def start_streaming(
     drain_plan=None,
     fs_options: str = "{}",
 ) -> StreamingResult:
-    """Start every pipeline's round loop on the (opened, locked) store.
-
-    ``drain_plan``: a callable returning the plan with SDF truncation, used on drain.
-    ``fs_options``: the encoded filesystem options every loop thread's jobs carry."""
+    """Start every pipeline's round loop on the (opened, locked) store; ``drain_plan``: a
+    callable returning the plan with SDF truncation."""
     spark_options = options.view_as(SparkRunnerOptions)
     streaming = options.view_as(SparkStreamingOptions)
     ctx = RunContext.create(

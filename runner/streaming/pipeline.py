@@ -1,19 +1,16 @@
 """A streaming pipeline's part of a round: restore, one Spark job over its live stages, metadata.
 
-``PipelineRounds`` is the streaming ``RoundJob`` of ``sparkbeam.runner.rounds.loop.RoundLoop``
-(which feeds, absorbs, commits and waits). Each round's watermarks are fixed from what the
-previous round left (``watermarks``); only stages some data can reach run
-(``round.live_stages``), built as one Spark job by ``round.RoundBuilder``; the round's
-``RoundMetadata`` carries GroupByKey holds and keys, stateful stages' keys and timers, and
-whether the pipeline is done. On restore, rounds after the restored checkpoint unpublish their
-sink files; after each commit the round's sink files are published.
-
-Leaves to others: the loop and the commit (``rounds.loop``), the run's threads, signals and
-drain request (``executor``).
+``PipelineRounds`` is the streaming ``RoundJob`` of ``rounds.loop.RoundLoop`` (which feeds,
+absorbs, commits and waits): it fixes each round's watermarks (``watermarks``), runs the stages
+data can reach (``round.live_stages``) as one job (``round.RoundBuilder``), and records what the
+round left and whether the pipeline is done (``RoundMetadata``). It publishes each committed
+round's sink files, and on restore unpublishes those of later rounds. The run's threads,
+signals and drain request are ``executor``'s.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -318,15 +315,14 @@ class PipelineRounds:
 
     def _watermarks(self) -> watermarks.RoundWatermarks:
         sources = self.test_stream.watermarks(self.draining) if self.test_stream else None
+        compute = functools.partial(watermarks.compute, self.plan, self.stages)
         if self.draining:  # every window and event-time timer fires
-            return watermarks.compute(self.plan, self.stages, False, {}, {}, sources)
+            return compute(False, {}, {}, sources)
         holds = {
             **{s: info.get("hold") for s, info in self.stateful.items()},
             **{s: k.watermark_hold_micros() for s, k in self.residuals.items()},
         }
-        marks = watermarks.compute(
-            self.plan, self.stages, not self.impulse_done, holds, self.group_holds, sources
-        )
+        marks = compute(not self.impulse_done, holds, self.group_holds, sources)
         # A stage that holds (or may hold) its main input back until its side inputs are
         # ready holds its output watermark at -inf meanwhile (streaming_pushback).
         waiting = {
@@ -338,6 +334,4 @@ class PipelineRounds:
         if not waiting:
             return marks
         holds.update({s: watermarks.MIN for s in waiting})
-        return watermarks.compute(
-            self.plan, self.stages, not self.impulse_done, holds, self.group_holds, sources
-        )
+        return compute(not self.impulse_done, holds, self.group_holds, sources)

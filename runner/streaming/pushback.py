@@ -53,9 +53,8 @@ def _row(transform: str, data: bytes) -> tuple[str, bytes]:
 def hold_rows(
     spec: StateRound, stage_id: str, subtask: int, rows: Iterable, writer=None
 ) -> Iterator:
-    """Task side: keep the data rows in this subtask's key groups for the round's
-    checkpoint (staged by ``writer``, by default this Spark task's); carried reports pass
-    on."""
+    """Task side: keep the data rows in this subtask's key groups for the round's checkpoint
+    (staged by ``writer``, by default this Spark task's); carried reports pass on."""
     commit_stage = f"hold:{stage_id}"
     if writer is None:
         writer = staged_writer_for_task(spec, commit_stage)

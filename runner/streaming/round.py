@@ -37,9 +37,7 @@ from sparkbeam.translation.plan import BufferId, EdgeKind
 
 @dataclass(frozen=True)
 class RoundInputs:
-    """What one round of one pipeline is built from: the loop's state when the round starts.
-
-    Made by ``pipeline.PipelineRounds.round_inputs``; the builder reads nothing else of it."""
+    """What one round of one pipeline is built from: the loop's state when the round starts."""
 
     ctx: RunContext  # the run's data plane, plan, store url and settings
     pipeline: str
@@ -92,8 +90,7 @@ class RoundBuilder:
     def __init__(self, inputs: RoundInputs) -> None:
         self.inp, self.ctx, self.plan = inputs, inputs.ctx, inputs.ctx.plan
         self.plane, self.marks, self.due = inputs.ctx.plane, inputs.marks, inputs.due
-        self.par = inputs.parallelism
-        self.stages = inputs.stages
+        self.par, self.stages = inputs.parallelism, inputs.stages
         self.persisted: list = []
         self.broadcasts: list = []
         self.side_inputs_read: set[BufferId] = set()
@@ -195,10 +192,9 @@ class RoundBuilder:
     # --- edges -----------------------------------------------------------------------
 
     def source(self, buffer: BufferId, consumer: str | None, transform: str | None = None):
-        """What ``consumer``'s input ``transform`` reads from ``buffer``: data chunks, plus the
+        """What ``consumer``'s input ``transform`` reads from ``buffer``: data chunks and the
         reports it carries (``consumer=None``: a side input, data only); None when nothing can
-        be read this round (an Impulse done, a buffer no live stage writes): a round's inputs
-        leave those out rather than union empty datasets (each costs the driver Spark calls)."""
+        be read this round, so no empty dataset costs the driver Spark calls."""
         edge = self.plan.edge(buffer)
         if edge.kind == EdgeKind.IMPULSE:
             if self.inp.impulse_done:

@@ -105,9 +105,8 @@ class StreamingSideInputs:
         return {si.buffer: self._with_horizon(si.buffer) for si in stage.side_inputs}
 
     def horizons(self, marks: watermarks.RoundWatermarks) -> dict[str, int | None]:
-        """Per side input, the end (micros) by which its windows expired: the lowest input
-        watermark of its readers minus its retention (`_retention`; None: nothing yet). It does not
-        go back, nor move at a watermark of +inf (a drain, or the end: nothing is gained)."""
+        """Per side input, the end (micros) by which its windows expired (None: nothing yet):
+        its readers' lowest input watermark minus its retention, never back, not at +inf."""
         out: dict[str, int | None] = {}
         for buffer, readers in self.readers.items():
             low = min(marks.stage_input.get(s, watermarks.MIN) for s in readers)
@@ -187,10 +186,9 @@ class StreamingSideInputs:
 
 
 def _retention(plan, stages) -> dict[str, int]:
-    """buffer -> how long (micros) past a window's end its side-input data may still be read:
-    the largest allowed lateness of the side input's own windowing and of the main input of
-    each transform that reads it (a late main element, within its lateness, reads its
-    window's side input, as on Beam's own runners)."""
+    """buffer -> how long (micros) past a window's end its data may still be read: the largest
+    allowed lateness of the side input and of its readers' main inputs (a late main element
+    reads its window's side input, as on Beam's own runners)."""
     out: dict[str, int] = {}
     if not any(stage.side_inputs for stage in stages):
         return out

@@ -217,12 +217,9 @@ def run_stateful(body: TaskBody, spec: StatefulRound, index: int, pairs):
 
 
 def keyed_rows(components, plan_key: str, stage, transform: str, index: int, items):
-    """(key bytes exactly as the SDK encodes them for state and timers, (transform, element))
-    per element; carried reports pass as pairs.
-
-    Through the stage's own descriptor coders, not the runner's wire coders, which may stand in
-    for a key coder the runner does not know (a length-prefixed pickled key arrives as bytes).
-    """
+    """(key bytes as the SDK encodes them for state and timers, (transform, element)) per
+    element; carried reports pass as pairs. The key goes through the stage's own descriptor
+    coders: a runner wire coder may stand in for a key coder the runner does not know."""
     register_plan(plan_key, components.value)
 
     def keyed(blobs):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import struct
 
+from apache_beam.coders.coders import IntervalWindowCoder
 from apache_beam.transforms.window import BoundedWindow, GlobalWindow, IntervalWindow
 from apache_beam.utils import timestamp
 
@@ -55,8 +56,6 @@ class _StandardWindows:
     """Beam's interval and global window coders behind one encode/decode."""
 
     def __init__(self) -> None:
-        from apache_beam.coders.coders import IntervalWindowCoder
-
         self.interval = IntervalWindowCoder()
 
     def encode(self, w) -> bytes:
