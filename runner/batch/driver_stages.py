@@ -77,9 +77,8 @@ class DriverStages:
 
 
 def side_input_feeders(plan: ExecutionPlan) -> frozenset[str]:
-    """The stages that may run on the driver: those leading to a side input through such
-    stages only, whose kind and inputs allow it (whether their inputs' writers ran there is
-    known only when they are built)."""
+    """The stages whose kind and inputs let them run on the driver, leading to a side input
+    through such stages only (whether their inputs' writers ran there is known once built)."""
 
     def allowed(stage: StagePlan) -> bool:
         return (

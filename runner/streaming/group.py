@@ -148,7 +148,7 @@ class _KeysOfOneTask:
             return
         if new != blob:
             self.range.put(key, new)
-        _, real_ms, key_hold = read_header(new)
+        _, real_ms, key_hold = state_layout.read_group_header(new)
         self._keep(1, key_hold, real_ms)
 
     def _keep(self, keys: int, hold: int, real_ms: float) -> None:
@@ -263,9 +263,6 @@ def dump_state(state, allowed_lateness, codec=None) -> bytes | None:
         state.get_earliest_hold().micros,
         (codec or trigger_state_codec(None)).encode(plain),
     )
-
-
-read_header = state_layout.read_group_header
 
 
 def load_state(blob: bytes | None, codec=None):

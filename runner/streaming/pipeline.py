@@ -230,31 +230,24 @@ class PipelineRounds:
         for rec in ledger.groups:
             holds[rec.buffer] = min(holds.get(rec.buffer, watermarks.MAX), rec.hold_micros)
             keys[rec.buffer] += rec.keys
-        stateful: dict[str, dict] = {
-            s.id: {"keys": 0, "timers": 0, "hold": watermarks.MAX}
-            for s in self.stages
-            if s.stateful
-        }
+        ran = {r.stage for r in ledger.keyed}
+        stateful: dict[str, dict] = {}
+        for s in (s for s in self.stages if s.stateful):
+            last = self.stateful.get(s.id, {})  # of a stage not run this round: unchanged
+            left = {"watermark": marks.stage_input[s.id]} if s.id in ran else last
+            stateful[s.id] = {"keys": 0, "timers": 0, "hold": watermarks.MAX, **left}
         for rec in ledger.keyed:
             info = stateful[rec.stage]
             info["keys"] += rec.keys
             info["timers"] += rec.timers
             info["hold"] = min(info["hold"], rec.hold_micros)
-        ran = {r.stage for r in ledger.keyed}
-        for stage_id, info in stateful.items():
-            if stage_id not in ran:  # not run this round: nothing changed
-                info.update(self.stateful.get(stage_id, {}))
-            else:
-                info["watermark"] = marks.stage_input[stage_id]
         timers = [r.next_processing_ms for r in (*ledger.groups, *ledger.keyed)]
         timers.append(feed.next_fire_ms(self.residuals))
         next_timer_ms = min((t for t in timers if t is not None), default=None)
         pending = feed.pending(self.residuals)
         timers_left = sum(info["timers"] for info in stateful.values())
-        holding = [
-            m for st, m in zip(ledger.commit_stages, ledger.commits, strict=True)
-            if st.startswith("hold:")
-        ]  # fmt: skip
+        commits = zip(ledger.commit_stages, ledger.commits, strict=True)
+        holding = [m for stage, m in commits if stage.startswith("hold:")]
         pushback_left = bool(self.pushed_back & held) or any(m.files for m in holding)
         finished = pending == 0 and not any(keys.values()) and not timers_left and not pushback_left
         if self.test_stream is not None:

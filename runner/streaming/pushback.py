@@ -31,8 +31,7 @@ def ready(stage, side_values: dict, marks: watermarks.RoundWatermarks) -> bool:
 
 
 def pending(state, stages) -> set[str]:
-    """The ``stages`` (those with side inputs) with rows pushed back in the pipeline's
-    checkpoint: their namespaces' handles, no row read."""
+    """The ``stages`` with rows pushed back in the checkpoint (by their handles: no row read)."""
     owned = state.task_owned()
     return {s.id for s in stages if s.side_inputs and namespace(s.id) in owned}
 

@@ -158,12 +158,9 @@ class StreamingSideInputs:
         if buffer not in self.triggered:
             keep = functools.partial(keeping_side_input, spec, keeping, report=True)
             return plane.as_subtasks(new, spec.parallelism).mapPartitionsWithIndex(keep)
-        ctx, coder = self.ctx, self.coders[buffer]
-        keyed = new.mapPartitions(
-            functools.partial(window_keyed, ctx.plan_key, ctx.components, coder)
-        )
+        key = functools.partial(window_keyed, keeping.plan_key, keeping.components, keeping.coder)
         keep = functools.partial(keeping_view_reporting, spec, keeping)
-        shuffled = keyed.partitionBy(spec.parallelism, builder.partitioner)
+        shuffled = new.mapPartitions(key).partitionBy(spec.parallelism, builder.partitioner)
         return shuffled.mapPartitionsWithIndex(keep)
 
     def _expired(self, buffer: str) -> bool:

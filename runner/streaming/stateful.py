@@ -62,8 +62,7 @@ class KeyedState:
         state_in: Mapping[bytes, bytes] | None = None,
         timers_in: Mapping[bytes, bytes] | None = None,
     ) -> None:
-        """Read the state and timers of ``subtask``'s key groups (or take ``state_in`` and
-        ``timers_in``, already read)."""
+        """Read ``subtask``'s state and timers (or take ``state_in`` and ``timers_in``, read)."""
         self.spec = spec
         self.stage_id = stage_id
         self.key_impl = key_impl  # timers carry the decoded key: encoded as state requests do

@@ -12,11 +12,11 @@ from apache_beam.transforms.core import Windowing
 from apache_beam.utils.timestamp import Duration, Timestamp
 from apache_beam.utils.windowed_value import WindowedValue
 
+from sparkbeam.checkpoint.state_layout import read_group_header
 from sparkbeam.runner.streaming.group import (
     TriggerPanes,
     dump_state,
     load_state,
-    read_header,
 )
 from sparkbeam.runner.streaming.on_time_panes import OnTimePanes
 
@@ -36,7 +36,7 @@ def test_header_names_the_window_end_timer_and_the_hold():
     state = trigger.InMemoryUnmergedState()
     list(_driver().process_elements(state, [_element(3)], Timestamp(0), Timestamp(0)))
     blob = dump_state(state, Duration(0))
-    wake, real_ms, hold = read_header(blob)
+    wake, real_ms, hold = read_group_header(blob)
     assert wake == Timestamp(10).micros  # the default trigger's timer at the window end
     assert real_ms == math.inf
     assert hold <= Timestamp(10).micros
