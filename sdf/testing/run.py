@@ -21,7 +21,6 @@ import shutil
 import subprocess
 import sys
 import time
-import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +28,7 @@ import apache_beam as beam
 from apache_beam.runners.sdf_utils import RestrictionTrackerView
 from apache_beam.utils.timestamp import Duration
 
+from sparkbeam.checkpoint.filesystem import LocalStorage
 from sparkbeam.runner.processes import kill_process_group
 from sparkbeam.sdf.testing.static import is_offset_like, restriction_provider
 
@@ -159,19 +159,14 @@ def make_probe(dofn, force_checkpoint: bool = False, delay_s: float = 0.0, pace_
 
 
 class _WriteEvents(beam.DoFn):
-    """Write all events (one group) to ``out_dir/events.jsonl``: temp file, then rename."""
+    """Write all events (one group) to ``out_dir/events.jsonl``, atomically."""
 
     def __init__(self, out_dir: str) -> None:
         self.out_dir = out_dir
 
     def process(self, kv):
-        os.makedirs(self.out_dir, exist_ok=True)
-        tmp = os.path.join(self.out_dir, f".{OUT_FILE}.{uuid.uuid4().hex}")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(e) + "\n" for e in kv[1])
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(self.out_dir, OUT_FILE))
+        lines = "".join(json.dumps(e) + "\n" for e in kv[1])
+        LocalStorage(self.out_dir).write(OUT_FILE, lines.encode("utf-8"))
 
 
 def run_direct(dofn, elements) -> list[Event] | None:
