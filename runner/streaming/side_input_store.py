@@ -6,14 +6,12 @@ without a trigger, a triggered one's latest firing per window, shuffled to the w
 (``task.side_input_view``). The driver collects only commit messages (handles), and passes
 each reading stage the checkpoint's files and the round's.
 
-A window's data is dropped once no reader can need it: by the expiry horizon, the lowest input
-watermark of its readers minus the largest allowed lateness of the side input and of its
-readers' main inputs, passed to readers and keeping tasks with the files. The horizon never
-goes back and does not move at +inf (a drain: elements may still come). A side input once given
-data stays ready (``state_layout.side_data_marker``). Keeping tasks report the latest end they
-keep (``SideInputHeld``); a round that brings a side input nothing runs its keeping tasks
-without data (``task.side_input_expiry``) only once the horizon passed that end, or once after
-a restore (the ends are not in the checkpoint).
+Readers and keeping tasks leave out the windows that ended by the expiry horizon passed with
+the files (``horizons``); a side input once given data stays ready all the same
+(``state_layout.side_data_marker``). Keeping tasks report the latest end they keep
+(``SideInputHeld``); a round that brings a side input nothing runs its keeping tasks without
+data (``task.side_input_expiry``) only once the horizon passed that end, or once after a
+restore (the ends are not in the checkpoint).
 """
 
 from __future__ import annotations
@@ -106,7 +104,8 @@ class StreamingSideInputs:
 
     def horizons(self, marks: watermarks.RoundWatermarks) -> dict[str, int | None]:
         """Per side input, the end (micros) by which its windows expired (None: nothing yet):
-        its readers' lowest input watermark minus its retention, never back, not at +inf."""
+        its readers' lowest input watermark minus its retention; it never goes back, nor moves
+        at +inf (a drain, or the end: nothing is gained)."""
         out: dict[str, int | None] = {}
         for buffer, readers in self.readers.items():
             low = min(marks.stage_input.get(s, watermarks.MIN) for s in readers)
