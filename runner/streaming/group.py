@@ -218,8 +218,8 @@ def _close_expired(state, watermark, allowed_lateness, accumulating: bool) -> li
             continue
         values = adapter.get_state(window, driver.ELEMENTS)
         index = adapter.get_state(window, driver.INDEX)
-        tombstone = adapter.get_state(window, driver.TOMBSTONE)
-        if values and not tombstone and not (accumulating and index):
+        closing = values and not (accumulating and index)
+        if closing and not adapter.get_state(window, driver.TOMBSTONE):
             nonspeculative = adapter.get_state(window, driver.NONSPECULATIVE_INDEX)
             timing = (
                 windowed_value.PaneInfoTiming.ON_TIME
