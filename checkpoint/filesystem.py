@@ -122,17 +122,7 @@ class LocalStorage(Storage):
             except FileNotFoundError:  # a concurrent delete removed the empty directory
                 if attempt == _DIR_RETRIES - 1:
                     raise
-        try:
-            try:
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(fd, view) :]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except BaseException:
-            _unlink(tmp)
-            raise
+        _write_all(fd, data, tmp)
         return tmp
 
     def _write(self, path: str, data: bytes) -> None:
@@ -168,11 +158,7 @@ class LocalStorage(Storage):
             fd = os.open(final, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:
             return False
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        _write_all(fd, data, final)
         self.bytes_written += len(data)
         return True
 
@@ -219,6 +205,22 @@ def _unlink(path: str) -> None:
         os.remove(path)
     except FileNotFoundError:
         pass
+
+
+def _write_all(fd: int, data: bytes, path: str) -> None:
+    """All of ``data`` (``os.write`` may take part of it), synced, then closed; on any failure
+    ``path`` is removed: a half-written file must not stay under its name."""
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except BaseException:
+        _unlink(path)
+        raise
 
 
 def _fsync_dir(directory: str) -> None:

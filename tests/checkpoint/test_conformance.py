@@ -79,3 +79,31 @@ def test_local_storage_leaves_no_temp_files(tmp_path):
     for i in range(5):
         s.write("d/f", b"%d" % i)
     assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["f"]
+
+
+def test_exclusive_create_without_hard_links_writes_every_byte(tmp_path, monkeypatch):
+    """Where the filesystem has no hard links, an exclusive create writes the file in place:
+    all of it, though ``os.write`` may take part of the data per call (a signal, a full pipe
+    buffer, over 2 GB); a failed write leaves no half file under the name."""
+    import errno
+    import os
+
+    def no_links(src, dst):
+        raise OSError(errno.EPERM, "no hard links here")
+
+    real_write = os.write
+    monkeypatch.setattr(os, "link", no_links)
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data[:1000])))
+    s = LocalStorage(str(tmp_path))
+    data = bytes(range(256)) * 40
+    assert s.create_exclusive("d/f", data) is True
+    assert s.read("d/f") == data
+    assert s.create_exclusive("d/f", b"other") is False
+
+    def failing(fd, data):
+        raise OSError(errno.ENOSPC, "disk full")
+
+    monkeypatch.setattr(os, "write", failing)
+    with pytest.raises(OSError, match="disk full"):
+        s.create_exclusive("d/g", data)
+    assert sorted(p.name for p in (tmp_path / "d").iterdir()) == ["f"]
