@@ -42,10 +42,7 @@ class EdgeBuilder:
         self.plan_key = plan_key
         self.components = components  # a broadcast of the serialized Components
         self.parallelism = parallelism
-        # Who owns a key: its key group's subtask, the function state restores use too.
-        self.partition = functools.partial(
-            grouping.partition_for_key, parallelism=parallelism, max_key_groups=max_key_groups
-        )
+        self.partition = grouping.partitioner(parallelism, max_key_groups)
         self.writers: dict[BufferId, list] = defaultdict(list)  # buffer -> (stage, records)
         self.carriers = Carriers({}, {})  # nobody carries until the executor plans it
 
@@ -56,7 +53,7 @@ class EdgeBuilder:
     def stage_input(self, stage: StagePlan):
         """The union of a stage's inputs, tagged with their data-input transform."""
         inputs = [
-            self._input(stage, transform, buffer).map(functools.partial(_tag, transform))
+            self._input(stage, transform, buffer).map(functools.partial(tag_input, transform))
             for transform, buffer in stage.inputs
         ]
         return self.plane.union(inputs)
@@ -72,14 +69,8 @@ class EdgeBuilder:
         return rdd
 
     def _keyed_by(self, rdd, coder: str):
-        """(encoded key, element) pairs, each in its key group's partition (the reports ride
-        as `ReportKey` pairs): a GroupByKey's and a stateful stage's input."""
-        key, comps = self.plan_key, self.components
-        return rdd.mapPartitionsWithIndex(
-            lambda i, items: carrying_pairs(
-                items, ReportKey(i), lambda blobs: _keyed(comps.value, key, coder, blobs)
-            )
-        ).partitionBy(self.parallelism, self.partition)
+        comps, key = self.components, self.plan_key
+        return keyed_by(rdd, comps, key, coder, self.parallelism, self.partition)
 
     def read(self, buffer: BufferId, consumer: str | None = None, transform: str | None = None):
         """What ``consumer``'s input ``transform`` reads from ``buffer``: the data, plus the
@@ -151,14 +142,23 @@ def reshuffled(source, edge, components, plan_key: str, parallelism: int):
     )
 
 
-def _tag(transform: str, item):
+def tag_input(transform: str, item):
     """A data chunk as (its data-input transform, chunk); a carried report as it is."""
     return (transform, item) if isinstance(item, bytes) else item
 
 
-def _keyed(components: bytes, plan_key: str, coder: str, blobs):
-    register_plan(plan_key, components)
-    return grouping.keyed_elements(blobs, plan_key, coder)
+def keyed_by(rdd, components, plan_key: str, coder: str, parallelism: int, partition):
+    """(encoded key, element) pairs, each in its key group's partition (``partition``, from
+    ``grouping.partitioner``; the reports ride as `ReportKey` pairs): a GroupByKey's and a
+    stateful stage's input, batch and streaming. ``components``: the broadcast Components."""
+
+    def keyed(blobs):
+        register_plan(plan_key, components.value)
+        return grouping.keyed_elements(blobs, plan_key, coder)
+
+    return rdd.mapPartitionsWithIndex(
+        lambda i, items: carrying_pairs(items, ReportKey(i), keyed)
+    ).partitionBy(parallelism, partition)
 
 
 def _grouped(components: bytes, plan_key: str, edge, pairs):

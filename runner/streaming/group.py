@@ -142,12 +142,9 @@ class _KeysOfOneTask:
                     self.out,
                     True,
                 )
+        self.range.update(key, blob, new)
         if new is None:
-            if blob is not None:
-                self.range.delete(key)
             return
-        if new != blob:
-            self.range.put(key, new)
         _, real_ms, key_hold = state_layout.read_group_header(new)
         self._keep(1, key_hold, real_ms)
 

@@ -17,9 +17,9 @@ from typing import Any
 
 from apache_beam.runners.common import ENCODED_IMPULSE_VALUE
 
-from sparkbeam.runner.rounds.carry import carrying_pairs, plan_carriers, select
+from sparkbeam.runner.rounds.carry import plan_carriers, select
 from sparkbeam.runner.rounds.context import RunContext
-from sparkbeam.runner.rounds.edges import _keyed, _tag, reshuffled
+from sparkbeam.runner.rounds.edges import keyed_by, reshuffled, tag_input
 from sparkbeam.runner.rounds.task_body import TaskBody
 from sparkbeam.runner.spark.labels import stage_label
 from sparkbeam.runner.streaming import group as streaming_group
@@ -29,7 +29,7 @@ from sparkbeam.runner.streaming.pushback import hold_rows, ready, take
 from sparkbeam.runner.streaming.stateful import StatefulRound, keyed_rows, run_stateful
 from sparkbeam.runner.task import grouping
 from sparkbeam.runner.task.bundle_executor import StageTask
-from sparkbeam.runner.task.records import ReportKey, is_report
+from sparkbeam.runner.task.records import is_report
 from sparkbeam.runner.task.residual_state import ResidualRound, residual_limit
 from sparkbeam.runner.task.staged_state import StateRound
 from sparkbeam.translation.plan import BufferId, EdgeKind
@@ -104,12 +104,7 @@ class RoundBuilder:
         side = {si.buffer for s in self.stages for si in s.side_inputs}
         self._cache_all = bool(side)  # a side input is read by its own job: keep everything
         self.carriers = plan_carriers(self.stages, lambda *_: True, lambda b: int(b in side))
-        # A keyed shuffle's partition is the subtask that owns the key's key group.
-        self.partitioner = functools.partial(
-            grouping.partition_for_key,
-            parallelism=self.par,
-            max_key_groups=inputs.state.max_key_groups,
-        )
+        self.partitioner = grouping.partitioner(self.par, inputs.state.max_key_groups)
 
     # --- the round -----------------------------------------------------------------
 
@@ -145,7 +140,7 @@ class RoundBuilder:
             run = functools.partial(run_stateful, body, spec)
             return self._keyed_input(stage).mapPartitionsWithIndex(run)
         inputs = [
-            source.map(functools.partial(_tag, transform))
+            source.map(functools.partial(tag_input, transform))
             for transform, buffer in stage.inputs
             if (source := self.source(buffer, stage.id, transform)) is not None
         ]
@@ -233,20 +228,16 @@ class RoundBuilder:
             clock_micros=inp.clock_micros,
         )
         writers = self._written(edge.id, lambda s: self.carriers.into(s) == edge.id)
-        key, comps = self.ctx.plan_key, self.ctx.components
-        grouped = (
-            self.plane.union(writers)
-            .mapPartitionsWithIndex(
-                lambda i, items: carrying_pairs(
-                    items,
-                    ReportKey(i),
-                    lambda blobs: _keyed(comps.value, key, edge.write_coder, blobs),
-                )
-            )
-            .partitionBy(self.par, self.partitioner)
-            .mapPartitionsWithIndex(
-                lambda i, pairs: streaming_group.group_round(task, comps.value, i, pairs)
-            )
+        comps = self.ctx.components
+        grouped = keyed_by(
+            self.plane.union(writers),
+            comps,
+            self.ctx.plan_key,
+            edge.write_coder,
+            self.par,
+            self.partitioner,
+        ).mapPartitionsWithIndex(
+            lambda i, pairs: streaming_group.group_round(task, comps.value, i, pairs)
         )
         if len(self._readers.get(edge.id, [])) > 1 or self._cache_all:
             grouped = self.plane.persist(grouped, f"{edge.id} (round {inp.round_no})")

@@ -141,15 +141,10 @@ class KeyedState:
 
     def _change(self, task_range: TaskRange, after: dict[bytes, bytes], changed) -> None:
         """Put or delete each ``changed`` key whose value differs from the one stored."""
-        stored = task_range.stored
         for key in changed:
-            blob, old = after.get(key), stored.get(key)
-            if blob is None and old is not None:
-                task_range.delete(key)
-            elif blob is not None:
+            if (blob := after.get(key)) is not None:
                 self._check_owned(key)
-                if old != blob:
-                    task_range.put(key, blob)
+            task_range.update(key, task_range.stored.get(key), blob)
 
     def _keys_held(self, with_state: int) -> int:
         """Keys with state or timers after the round: those with state (counted) and those

@@ -7,6 +7,7 @@ fn, trigger and timestamp combiner behaves as in Beam's FnApiRunner.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -26,6 +27,13 @@ def partition_for_key(key, parallelism: int, max_key_groups: int) -> int:
     if is_report_key(key):
         return key.spread % parallelism
     return subtask_for_key_group(key_group(key, max_key_groups), parallelism, max_key_groups)
+
+
+def partitioner(parallelism: int, max_key_groups: int):
+    """``partition_for_key`` for a shuffle into ``parallelism`` subtasks (picklable)."""
+    return functools.partial(
+        partition_for_key, parallelism=parallelism, max_key_groups=max_key_groups
+    )
 
 
 def split_elements(blob: bytes, coder_impl) -> Iterator[tuple[Any, bytes]]:

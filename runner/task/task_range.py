@@ -85,6 +85,14 @@ class TaskRange:
         else:
             self.changes.pop(key, None)  # put and deleted in this round: nothing to stage
 
+    def update(self, key: bytes, old: bytes | None, new: bytes | None) -> None:
+        """``key`` from ``old`` to ``new`` (None: absent), staging only a change."""
+        if new is None:
+            if old is not None:
+                self.delete(key)
+        elif new != old:
+            self.put(key, new)
+
     def new_key(self, prefix: bytes) -> bytes:
         """``prefix`` + 0x00 + an id unique to this attempt whose key group is in the range (it
         stays with this subtask, and follows its key group when the parallelism changes)."""
