@@ -156,35 +156,11 @@ def _is_child(pid: int) -> bool:
     return int(raw[raw.rfind(")") + 2 :].split()[1]) == os.getpid()
 
 
-def _stat(raw: str) -> tuple[str, list[str]]:
-    """A ``/proc/<p>/stat`` line's process name and the fields after it."""
-    return raw[raw.index("(") + 1 : raw.rindex(")")], raw[raw.rindex(")") + 1 :].split()
-
-
-def zygote_name(driver: int) -> str:
-    """The process name of a zygote forked from ``driver`` and of what it forks."""
-    from sparkbeam.runner.spark.zygote import NAME
-
-    return f"{NAME}{driver}"[:15]
-
-
-def is_zygote_child(pid: int | str) -> bool:
-    """Whether ``pid`` is (forked from) a zygote a driver forked from itself."""
-    from sparkbeam.runner.spark.zygote import NAME
-
-    try:
-        with open(f"/proc/{pid}/comm") as f:
-            return f.read().startswith(NAME)
-    except OSError:
-        return False
-
-
 def process_tree(pid: int) -> dict[int, list[str]]:
     """The ``/proc/<p>/stat`` fields after the command name (``[11]`` utime, ``[12]`` stime,
     ``[21]`` rss pages) of ``pid``, its live descendants, and the Python worker processes it
-    started: the zygote (``runner/spark/zygote.py``, named with the driver's pid in its command
-    line, or in its process name when forked from the driver) detaches from the driver, and the
-    worker daemon and its workers are forked from it."""
+    started: the zygote (``runner/spark/zygote.py``, named with the driver's pid) detaches from
+    the driver, and the worker daemon and its workers are forked from it."""
     stats: dict[int, list[str]] = {}
     children: dict[int, list[int]] = {}
     roots = [pid]
@@ -192,16 +168,14 @@ def process_tree(pid: int) -> dict[int, list[str]]:
         if entry.name.isdigit():
             try:
                 with open(f"/proc/{entry.name}/stat") as f:
-                    name, fields = _stat(f.read())
+                    fields = f.read().rsplit(")", 1)[1].split()
                 with open(f"/proc/{entry.name}/cmdline", "rb") as f:
                     argv = f.read().split(b"\0")
             except OSError:
                 continue
             stats[int(entry.name)] = fields
             children.setdefault(int(fields[1]), []).append(int(entry.name))
-            if name == zygote_name(pid) or (
-                b"sparkbeam.runner.spark.zygote" in argv and str(pid).encode() in argv
-            ):
+            if b"sparkbeam.runner.spark.zygote" in argv and str(pid).encode() in argv:
                 roots.append(int(entry.name))
     tree: dict[int, list[str]] = {}
     todo = roots

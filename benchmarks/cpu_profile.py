@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = str(Path(__file__).resolve().parents[1])
 sys.path.insert(0, REPO)
 
-from benchmarks._harness import is_zygote_child, process_tree  # noqa: E402
+from benchmarks._harness import process_tree  # noqa: E402
 
 PY_SPY = os.path.join(os.path.dirname(sys.executable), "py-spy")
 PACKAGES = ("runner/", "sdf/", "checkpoint/", "translation/", "sparkbeam/")
@@ -166,7 +166,7 @@ def zygote_of(driver: int) -> int:
     """The zygote that forks the driver's Python workers (it detaches from the driver)."""
     for pid in process_tree(driver):
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            if b"sparkbeam.runner.spark.zygote" in f.read() or is_zygote_child(pid):
+            if b"sparkbeam.runner.spark.zygote" in f.read():
                 return pid
     raise RuntimeError("no Python worker zygote: did the warm-up run start Spark's workers?")
 

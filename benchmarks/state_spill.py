@@ -60,8 +60,7 @@ def _workers_peak_mb() -> float:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 command = f.read()
-            forked = _harness.is_zygote_child(pid)  # a zygote forked from its driver
-            if not forked and not any(w in command for w in _WORKER_COMMANDS):
+            if not any(w in command for w in _WORKER_COMMANDS):
                 continue
             with open(f"/proc/{pid}/status") as f:
                 for line in f:

@@ -8,13 +8,6 @@ its standard streams, arguments, environment, ``sys.path`` and working directory
 forked child takes them over and serves, warm. The launched process stays as the JVM's handle:
 it forwards SIGTERM and exits when the child does.
 
-On Linux a driver that runs one thread forks the zygote from itself: it has Beam and pyspark
-imported already, so the zygote costs ~0.2 CPU-s, not a new interpreter's 3-4 (on 2 cores that
-competed with the JVM's start). The fork keeps none of the driver's files (a store's lock would
-outlive a killed driver), signal handlers or logging, and never runs its exit handlers; it is
-named ``NAME`` + the driver's pid (``/proc/<pid>/comm``), as are the daemon and workers it forks.
-Otherwise (threads, another OS) the zygote is a new interpreter (``-m`` this module).
-
 One fork per zygote; an unasked one exits with its driver or after ``IDLE_S``. Whatever goes
 wrong on the way, the launched daemon imports and serves itself.
 """
@@ -28,124 +21,44 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
+from typing import cast
 
 ENV = "SPARKBEAM_DAEMON_ZYGOTE"
 IDLE_S = 120.0
 HAND_OVER_TIMEOUT_S = 60.0  # the zygote may still be importing when the daemon asks
-NAME = "sbzygote"  # + the driver's pid: a forked zygote's (and its daemon's) process name
-FORKED = False  # True in a zygote forked from its driver, and in what it forks
 
 
 # --- driver side -----------------------------------------------------------------------------
 
 
-class Zygote:
-    """A started zygote: its pid and socket path, and its ``Popen`` if it is a new interpreter
-    (a forked one is reaped by a thread of the driver)."""
-
-    def __init__(self, pid: int, path: str, proc: subprocess.Popen | None = None) -> None:
-        self.pid, self.path, self.proc = pid, path, proc
-        self.status: int | None = None
-        self._reaper = None
-        if proc is None:
-            self._reaper = threading.Thread(target=self._reap, name="sparkbeam-zygote", daemon=True)
-            self._reaper.start()
-
-    def _reap(self) -> None:
-        self.status = os.waitstatus_to_exitcode(os.waitpid(self.pid, 0)[1])
-
-    def wait(self, timeout: float | None = None) -> int | None:
-        """Its exit code once it exited; None if it still runs after ``timeout`` seconds."""
-        if self.proc is not None:
-            try:
-                return self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                return None
-        assert self._reaper is not None
-        self._reaper.join(timeout)
-        return self.status
-
-
-def spawn() -> Zygote | None:
+def spawn() -> subprocess.Popen | None:
     """Start a zygote for the JVM about to be launched and point ``ENV`` at it."""
     directory = tempfile.mkdtemp(prefix="sparkbeam-zygote-")  # 0700: only this user connects
     path = os.path.join(directory, "socket")
     try:
-        zygote = _fork(path) if _may_fork() else _start(path)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, path, str(os.getpid())],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
     except OSError:
         os.rmdir(directory)
         return None
     os.environ[ENV] = path
-    return zygote
+    return proc
 
 
-def _may_fork() -> bool:
-    return sys.platform == "linux" and threading.active_count() == 1
-
-
-def _start(path: str) -> Zygote:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", __name__, path, str(os.getpid())],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return Zygote(proc.pid, path, proc=proc)
-
-
-def _fork(path: str) -> Zygote:
-    driver = os.getpid()
-    pid = os.fork()
-    if pid == 0:
-        code = 1
-        try:
-            _forget_driver(driver)
-            _main([path, str(driver)])
-            code = 0
-        finally:
-            os._exit(code)
-    return Zygote(pid, path)
-
-
-def _forget_driver(driver: int) -> None:
-    """In a zygote forked from the driver: what a new interpreter would not have. Every
-    inherited descriptor becomes /dev/null (closing would let a stale file object close a
-    reused number), default signal handlers, no logging handlers."""
-    global FORKED
-    FORKED = True
-    import ctypes
-    import logging
-
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in [int(name) for name in os.listdir("/proc/self/fd")]:
-        if fd != null:
-            os.dup2(null, fd, inheritable=fd <= 2)  # the listing's own closed one too
-    os.close(null)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGCHLD):
-        signal.signal(signum, signal.SIG_DFL)
-    logging.root.handlers.clear()
-    logging.root.setLevel(logging.WARNING)
-    for logger in logging.Logger.manager.loggerDict.values():
-        if isinstance(logger, logging.Logger):
-            logger.handlers.clear()
-            logger.setLevel(logging.NOTSET)
-            logger.propagate, logger.disabled = True, False
-    ctypes.CDLL(None).prctl(15, f"{NAME}{driver}".encode()[:15])  # PR_SET_NAME
-
-
-def abandon(zygote: Zygote) -> None:
+def abandon(proc: subprocess.Popen) -> None:
     """The JVM did not start: stop the zygote no daemon will ask, and remove its socket."""
+    proc.terminate()
     try:
-        os.kill(zygote.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    if zygote.wait(5) is None:
-        os.kill(zygote.pid, signal.SIGKILL)
-        zygote.wait()
-    _remove(zygote.path)
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    _remove(str(cast(list, proc.args)[3]))  # the socket path, as spawn() passed it
 
 
 def _remove(path: str) -> None:

@@ -10,7 +10,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.spark.session import get_or_create_session
-from tests.runner.warm_app import zygotes
+from tests.runner.warm_app import children
 
 if __name__ == "__main__":
     options = PipelineOptions(["--spark_master_url=local[1]"]).view_as(SparkRunnerOptions)
@@ -18,5 +18,5 @@ if __name__ == "__main__":
         get_or_create_session(options)
     except SparkSessionError as e:
         print("ERROR", str(e).splitlines()[0])
-    print("ZYGOTES", len(zygotes(os.getpid())))
+    print("ZYGOTES", len(children(os.getpid(), b"sparkbeam.runner.spark.zygote")))
     print("ZYGOTE_ENV", os.environ.get("SPARKBEAM_DAEMON_ZYGOTE"))

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -184,21 +183,21 @@ def test_a_daemon_of_another_python_is_not_forked_from_the_zygote(monkeypatch):
     from sparkbeam.runner.spark import zygote
 
     monkeypatch.delenv(zygote.ENV, raising=False)
-    started = zygote.spawn()
+    proc = zygote.spawn()
     try:
-        assert started is not None and os.environ.get(zygote.ENV)
+        assert proc is not None and os.environ.get(zygote.ENV)
         for _ in range(200):  # it binds at once (a JVM takes seconds to ask)
             if os.path.exists(os.environ[zygote.ENV]):
                 break
             time.sleep(0.05)
         monkeypatch.setattr(zygote, "_interpreter", lambda: ["/another/python", "", [3, 99]])
         assert zygote.hand_over() is False
-        assert started.wait(timeout=60) == 0
+        assert proc.wait(timeout=60) == 0
         assert not os.path.exists(os.path.dirname(os.environ[zygote.ENV]))  # cleaned up
     finally:
         zygote.launched()
-        if started is not None and started.wait(0) is None:
-            os.kill(started.pid, signal.SIGKILL)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
 
 
 def test_a_daemon_with_no_zygote_to_ask_serves_itself(monkeypatch, tmp_path):

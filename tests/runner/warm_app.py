@@ -38,38 +38,27 @@ def _daemons_under(root: int) -> list[int]:
 
 
 def _daemon(_):
-    """In a task: the module the worker's parent (the daemon) was started as (the zygote's, if
-    it is a fork of the zygote, which may be a fork of the driver), and how much of the heap it
-    froze before forking."""
+    """In a task: the module the worker's parent (the daemon) was started as, and how much of
+    the heap it froze before forking."""
     import gc
-
-    from sparkbeam.runner.spark import zygote
 
     with open(f"/proc/{os.getppid()}/cmdline", "rb") as f:
         argv = f.read().split(b"\x00")
-    module = zygote.__name__ if zygote.FORKED else argv[argv.index(b"-m") + 1].decode()
-    yield module, gc.get_freeze_count()
+    yield argv[argv.index(b"-m") + 1].decode(), gc.get_freeze_count()
 
 
-def zygotes(parent: int) -> list[int]:
-    """PIDs of ``parent``'s zygotes: children that run ``sparkbeam.runner.spark.zygote``, or
-    are named as forked from ``parent`` (``zygote.NAME``)."""
-    from sparkbeam.runner.spark.zygote import NAME
-
+def children(parent: int, marker: bytes) -> list[int]:
+    """PIDs of ``parent``'s children whose command line contains ``marker``."""
     found = []
     for pid in (int(p) for p in os.listdir("/proc") if p.isdigit()):
         try:
             with open(f"/proc/{pid}/stat") as f:
-                raw = f.read()
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                argv = f.read().split(b"\x00")
+                if ppid == parent and marker in f.read():
+                    found.append(pid)
         except OSError:
             continue
-        name, ppid = raw[raw.index("(") + 1 : raw.rindex(")")], int(raw.split(")")[-1].split()[1])
-        if ppid == parent and (
-            name == f"{NAME}{parent}"[:15] or b"sparkbeam.runner.spark.zygote" in argv
-        ):
-            found.append(pid)
     return found
 
 
@@ -87,7 +76,7 @@ if __name__ == "__main__":
     ((module, frozen),) = session.sparkContext.parallelize([0], 1).mapPartitions(_daemon).collect()
     print("DAEMON_MODULE", module)  # which code forked the task's worker
     print("WORKER_FROZEN", frozen > 100_000)
-    print("ZYGOTES_LEFT", len(zygotes(os.getpid())))
+    print("ZYGOTES_LEFT", len(children(os.getpid(), b"-m\x00sparkbeam.runner.spark.zygote")))
     from pyspark.sql import SparkSession
 
     print("SQL_SESSION_BUILT", SparkSession._instantiatedSession is not None)
