@@ -326,6 +326,7 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
         finally:
             zygote.launched()
         session_conf.quiet_jvm(sc)  # a failed warm-up stays quiet too
+        session_conf.remove_accumulator_socket_at_exit(sc)
         if session_conf.is_local_master(master):  # the Python daemon starts while the driver plans
             warm_workers.start(sc)
         session = context_session.for_context(sc)  # the SQL session only when needed

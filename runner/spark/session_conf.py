@@ -8,6 +8,7 @@ Rounds run in one declared FAIR pool (``POOL``), so Spark never warns of an unco
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import logging
@@ -103,6 +104,22 @@ def worker_socket_conf() -> dict[str, str]:
     if not hasattr(socket, "AF_UNIX") or version < (4, 1):
         return {}
     return {"spark.python.unix.domain.socket.enabled": "true"}
+
+
+def remove_accumulator_socket_at_exit(sc) -> None:
+    """PySpark removes its accumulator server's Unix socket file only in ``SparkContext.stop``,
+    which a driver that exits with its session open (kept for the next run) never calls: one
+    file a run in the JVM's temp directory. Remove it at exit, stopped or not."""
+    path = getattr(getattr(sc, "_accumulatorServer", None), "server_address", None)
+    if isinstance(path, str):  # a socket path, not a TCP (host, port)
+        atexit.register(_remove_quietly, path)
+
+
+def _remove_quietly(path: str) -> None:
+    try:
+        os.remove(path)
+    except OSError:
+        pass  # stopped: PySpark removed it
 
 
 @functools.cache

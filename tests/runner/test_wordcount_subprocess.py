@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -54,12 +56,19 @@ def direct_counts(corpus, tmp_path_factory) -> Counter:
     return _wordcount("DirectRunner", corpus, tmp_path_factory.mktemp("direct") / "out")
 
 
-def test_wordcount_matches_direct_runner(corpus, direct_counts, tmp_path):
+def test_wordcount_matches_direct_runner(corpus, direct_counts, tmp_path, request):
+    # Where the JVM and PySpark put their Unix domain sockets (a short path: at most 107 bytes).
+    sockets = Path(tempfile.mkdtemp(prefix="sb-sockets-"))
+    request.addfinalizer(lambda: shutil.rmtree(sockets, ignore_errors=True))
     counts = _wordcount(
-        "SparkCheckpointRunner", corpus, tmp_path / "out", "--spark_master_url=local[2]"
-    )
+        "SparkCheckpointRunner", corpus, tmp_path / "out", "--spark_master_url=local[2]",
+        f"--spark_conf=spark.python.unix.domain.socket.dir={sockets}",
+    )  # fmt: skip
     assert counts == direct_counts
     assert counts["the"] == 3 * 40  # sanity: the corpus really was counted
+    # A driver that exits without stopping Spark left PySpark's accumulator socket behind,
+    # one file in the temp directory per run.
+    assert not list(sockets.iterdir())
 
 
 ALIASES = [
