@@ -36,7 +36,10 @@ class StoreMachine(RuleBasedStateMachine):
         self.round = 0
 
     def _open(self):
-        # break_lock: the previous store object is abandoned, as after a crash.
+        # break_lock: the previous store object is abandoned, as after a crash, which also
+        # loses its working copy (a RocksDB one in a temp directory, else left behind).
+        if hasattr(self, "st"):
+            self.st.table.close()
         self.store = open_store(
             self.storage,
             max_key_groups=MAX_KG,
