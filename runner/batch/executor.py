@@ -21,7 +21,7 @@ from sparkbeam.runner.batch.stage_rdd import StageRdds
 from sparkbeam.runner.batch.stage_rounds import StageRounds
 from sparkbeam.runner.errors import DamagedStateError, run_guarded
 from sparkbeam.runner.rounds.carry import plan_carriers
-from sparkbeam.runner.rounds.compatibility import run_again
+from sparkbeam.runner.rounds.compatibility import restore_latest
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.edges import EdgeBuilder
 from sparkbeam.runner.rounds.ledger import RoundLedger
@@ -151,17 +151,12 @@ class PlanExecutor:
     def _restore(self) -> None:
         """Load each pipeline's latest checkpoint, unless its job had finished."""
         for pipeline in self.plan.pipelines:
-            probe = self.store.pipeline(pipeline.id)
-            info = self.ctx.guard.restore(probe, self.store)  # refuses incompatible changes
-            if info is None:
-                continue
-            meta = self.store.load_manifest(pipeline.id, info.checkpoint_id).metadata
-            self._restored_metadata[pipeline.id] = meta
-            if run_again(self.store, pipeline.id, info.checkpoint_id, meta, self.ctx.fresh):
-                probe.close()
-                continue  # a finished batch job, --fresh: run again from scratch
-            self._pipeline_states[pipeline.id] = probe
-            progress.batch_resumed(pipeline.id, info.checkpoint_id)
+            latest = restore_latest(self.ctx, pipeline.id)
+            if latest.metadata is not None:  # a finished job's too: its startpoint tokens
+                self._restored_metadata[pipeline.id] = latest.metadata
+            if latest.info is not None:  # else no checkpoint, or --fresh after a finished job
+                self._pipeline_states[pipeline.id] = latest.state
+                progress.batch_resumed(pipeline.id, latest.info.checkpoint_id)
 
     def _open_startpoints(self) -> None:
         """Before any stage runs: fan each pipeline's startpoints out from its checkpoint."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, NamedTuple
 
 from sparkbeam.checkpoint.errors import StateLayoutError
 from sparkbeam.checkpoint.state_layout import FINISHED, check_restorable
@@ -111,6 +111,29 @@ def refuse_before_start(store, pipeline_ids: Iterable[str], fresh: bool) -> None
             run_again(store, pid, cid, metadata, fresh, quiet=True)
             where = f"Checkpoint {cid} of pipeline {pid!r} in store {store.url!r}"
             check_restorable(metadata, where)
+
+
+class Latest(NamedTuple):
+    """A pipeline's state as a run opens it (`restore_latest`)."""
+
+    state: Any  # its open PipelineStore: the checkpoint restored, else empty
+    info: Any  # the CheckpointInfo restored; None: no checkpoint, or a finished job runs again
+    metadata: dict | None  # the latest checkpoint's manifest metadata; None: no checkpoint
+
+
+def restore_latest(ctx, pipeline_id: str) -> Latest:
+    """Open ``pipeline_id``'s state and restore its latest checkpoint (``ctx.guard`` refuses
+    one the plan cannot continue); a finished job's (`run_again`) gives way to empty state."""
+    store = ctx.store
+    state = store.pipeline(pipeline_id)
+    info = ctx.guard.restore(state, store)
+    if info is None:
+        return Latest(state, None, None)
+    metadata = store.load_manifest(pipeline_id, info.checkpoint_id).metadata
+    if run_again(store, pipeline_id, info.checkpoint_id, metadata, ctx.fresh):
+        state.close()
+        return Latest(store.pipeline(pipeline_id), None, metadata)
+    return Latest(state, info, metadata)
 
 
 def run_again(store, pipeline_id: str, checkpoint_id: int, metadata, fresh: bool, quiet=False):

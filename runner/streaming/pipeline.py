@@ -20,7 +20,7 @@ from sparkbeam.checkpoint.pipeline import PipelineStore
 from sparkbeam.runner import progress
 from sparkbeam.runner.errors import run_guarded
 from sparkbeam.runner.rounds import feed, sink_files
-from sparkbeam.runner.rounds.compatibility import run_again
+from sparkbeam.runner.rounds.compatibility import restore_latest
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.ledger import RoundLedger, RoundMetadata
 from sparkbeam.runner.rounds.loop import Opened, RoundLoop
@@ -89,15 +89,9 @@ class PipelineRounds:
         ctx = self.ctx
         if self.state is not None:
             self.state.close()  # drop uncommitted changes of a failed round
-        self.state = ctx.store.pipeline(self.pipeline.id)
-        info = ctx.guard.restore(self.state, ctx.store)  # refuses incompatible changes
-        meta = {}
-        if info is not None:
-            meta = ctx.store.load_manifest(self.pipeline.id, info.checkpoint_id).metadata
-            if run_again(ctx.store, self.pipeline.id, info.checkpoint_id, meta, ctx.fresh):
-                self.state.close()
-                self.state = ctx.store.pipeline(self.pipeline.id)
-                info, meta = None, {k: v for k, v in meta.items() if k == CONSUMED_METADATA_KEY}
+        self.state, info, meta = restore_latest(ctx, self.pipeline.id)
+        if info is None:  # no checkpoint, or --fresh after a finished job: only its tokens
+            meta = {k: v for k, v in (meta or {}).items() if k == CONSUMED_METADATA_KEY}
         self.parallelism = keyed_parallelism(
             self.pipeline.id, ctx.parallelism, self.state.max_key_groups
         )
