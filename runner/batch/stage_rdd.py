@@ -67,15 +67,10 @@ class StageRdds:
         """What the stage's tasks need to keep its residuals this round."""
         ctx = self.ctx
         state = ctx.store.pipeline(stage.pipeline)
-        checkpoint = state.last_checkpoint_id
+        last = state.last_checkpoint_id
+        checkpoint = None if last is None else int(last)
         return ResidualRound(
-            pipeline=stage.pipeline,
-            url=ctx.url,
-            checkpoint_id=None if checkpoint is None else int(checkpoint),
-            round_no=round_no,
-            parallelism=ctx.parallelism,
-            max_key_groups=state.max_key_groups,
-            memory_bytes=ctx.state_memory_bytes,
+            **ctx.state_fields(stage.pipeline, state, checkpoint, round_no, ctx.parallelism),
             clock_ms=time.time() * 1000.0 if clock_ms is None else clock_ms,
             limit=residual_limit(ctx.parallelism),
         )

@@ -99,3 +99,18 @@ class RunContext:
     def durable(self) -> bool:
         """Whether rounds commit checkpoints (else they advance in memory)."""
         return bool(self.url)
+
+    def state_fields(
+        self, pipeline: str, state, checkpoint_id: int | None, round_no: int, parallelism: int
+    ) -> dict[str, Any]:
+        """The `StateRound` fields by which a round's tasks read and stage their task-owned
+        state (``state``: the pipeline's open PipelineStore), for batch and streaming alike."""
+        return dict(
+            pipeline=pipeline,
+            url=self.url,
+            checkpoint_id=checkpoint_id,
+            round_no=round_no,
+            parallelism=parallelism,
+            max_key_groups=state.max_key_groups,
+            memory_bytes=self.state_memory_bytes,
+        )

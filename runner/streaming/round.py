@@ -171,14 +171,8 @@ class RoundBuilder:
     def _state_fields(self) -> dict:
         """What every task of this round needs to read and stage its task-owned state."""
         inp = self.inp
-        return dict(
-            pipeline=inp.pipeline,
-            url=self.ctx.url,
-            checkpoint_id=inp.checkpoint_id,
-            round_no=inp.round_no,
-            parallelism=self.par,
-            max_key_groups=inp.state.max_key_groups,
-            memory_bytes=self.ctx.state_memory_bytes,
+        return self.ctx.state_fields(
+            inp.pipeline, inp.state, inp.checkpoint_id, inp.round_no, self.par
         )
 
     def state_round(self) -> StateRound:
