@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sparkbeam.runner.errors import SparkSessionError
+from sparkbeam.runner.errors import SparkSessionError, first_line
 from sparkbeam.runner.options import DEFAULT_MASTER, SparkRunnerOptions
 from sparkbeam.runner.spark import context_session, session_conf, warm_workers, zygote
 
@@ -106,7 +106,7 @@ def connect_session(url: str, conf: dict[str, str] | None = None, code: Sequence
                 _LOG.info("Spark Connect server %s runs Spark %s", url, version)
         except Exception as e:  # noqa: BLE001 - gRPC errors are long and opaque
             raise SparkSessionError(
-                f"The Spark Connect server at {url!r} does not answer ({_first_line(e)}); "
+                f"The Spark Connect server at {url!r} does not answer ({first_line(e)}); "
                 "check the server, or start a local one with `sparkbeam serve`."
             ) from None
         _CONNECT_SESSIONS[target] = session
@@ -192,11 +192,6 @@ def _connect_conf(options: SparkRunnerOptions) -> dict[str, str]:
         conf["spark.sql.shuffle.partitions"] = str(options.shuffle_parallelism())
     conf.update(options.spark_conf_pairs())
     return conf
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
 
 
 def is_connect(spark) -> bool:
@@ -333,7 +328,7 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
     except Exception as e:  # noqa: BLE001 - py4j/JVM startup errors are opaque
         _LOG.debug("Spark start-up failed", exc_info=True)
         raise SparkSessionError(
-            f"Could not start Spark with master {where!r}: {_first_line(e).rstrip('.')}. "
+            f"Could not start Spark with master {where!r}: {first_line(e).rstrip('.')}. "
             "Check that Java 17+ is on PATH and the master is reachable."
         ) from None
     return session
@@ -344,7 +339,7 @@ def live_active_session():
     try:
         return _active()
     except Exception as e:  # noqa: BLE001 - py4j desync shows as Py4JError, KeyError, ...
-        reason = _first_line(e)
+        reason = first_line(e)
     _LOG.warning("The Spark session's py4j link is broken (%s); reconnecting", reason)
     _reset_thread_connection()
     try:

@@ -20,7 +20,7 @@ import sys
 import threading
 import time
 
-from sparkbeam.runner.errors import StageFailedError
+from sparkbeam.runner.errors import StageFailedError, first_line
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.loop import RoundLoop
 from sparkbeam.runner.streaming.pipeline import PipelineRounds
@@ -157,7 +157,4 @@ class StreamingExecutor:
 def _cause(e: BaseException) -> str:
     """One line, the cause first: a task's Python exception, not the JVM's frames (the whole
     error reaches the caller of ``wait``)."""
-    if isinstance(e, StageFailedError):
-        return e.cause
-    text = str(e).strip()
-    return f"{type(e).__name__}: {text.splitlines()[0]}" if text else type(e).__name__
+    return e.cause if isinstance(e, StageFailedError) else first_line(e, named=True)
