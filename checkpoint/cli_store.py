@@ -48,13 +48,19 @@ def run_store_command(
     try:
         return func(args)
     except StoreArgumentError as e:
-        print(f"sparkbeam {command}: error: {e}", file=sys.stderr)
-        return 2
+        return _error(str(e), command)
     except errors as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        return _error(str(e))
     except Exception as e:
         return unreachable(args, e)
+
+
+def _error(message: str, command: str | None = None) -> int:
+    """What every store command prints of a failure: one line on stderr (in argparse's style
+    for bad input, ``command`` given), exit code 2."""
+    prefix = "" if command is None else f"sparkbeam {command}: "
+    print(f"{prefix}error: {message}", file=sys.stderr)
+    return 2
 
 
 _CLIENT_MODULES = ("botocore", "boto3", "google", "azure", "requests", "urllib3", "apache_beam.io")
@@ -75,19 +81,15 @@ def unreachable(args: argparse.Namespace, error: Exception) -> int:
     """One line for a store the filesystem client cannot reach, naming the flags of its
     scheme; other errors propagate."""
     if isinstance(error, StoreAccessError):  # already says what to set
-        print(f"error: cannot reach the checkpoint store: {error}", file=sys.stderr)
-        return 2
+        return _error(f"cannot reach the checkpoint store: {error}")
     if not type(error).__module__.startswith(_CLIENT_MODULES):
         raise error
     first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
     scheme = args.checkpoint_dir.split("://", 1)[0]
     flags = _FLAGS_BY_SCHEME.get(scheme, "the filesystem flags of its scheme")
-    print(
-        f"error: cannot reach the checkpoint store {args.checkpoint_dir!r}: {first}. Check "
-        f"{flags}.",
-        file=sys.stderr,
+    return _error(
+        f"cannot reach the checkpoint store {args.checkpoint_dir!r}: {first}. Check {flags}."
     )
-    return 2
 
 
 class StoreArgumentError(ValueError):
