@@ -17,13 +17,12 @@ from dataclasses import dataclass, field
 
 from apache_beam.coders.coder_impl import create_InputStream
 from apache_beam.metrics import monitoring_infos
-from apache_beam.portability import common_urns
 from apache_beam.portability.api import beam_fn_api_pb2
 
 from sparkbeam.runner.task.grouping import split_elements
+from sparkbeam.translation.phases import SDF_PROCESS_URN
 
 NAMESPACE = "sparkbeam"  # metrics namespace of the split counters
-_PROCESS_SIZED_URN = common_urns.sdf_components.PROCESS_SIZED_ELEMENTS_AND_RESTRICTIONS.urn
 
 # Retry soon when the bundle is not registered yet (the request raced its start).
 _RETRY_S = 0.005
@@ -209,7 +208,7 @@ class SplitCounts:
         """Counters ``sparkbeam:runner_splits``, ``..._residuals``, ``..._unread_elements``."""
         if not self.splits:
             return []
-        sdf = [tid for tid, t in descriptor.transforms.items() if t.spec.urn == _PROCESS_SIZED_URN]
+        sdf = [tid for tid, t in descriptor.transforms.items() if t.spec.urn == SDF_PROCESS_URN]
         label = sdf[0] if sdf else None
         return [
             monitoring_infos.int64_user_counter(NAMESPACE, name, value, ptransform=label)
