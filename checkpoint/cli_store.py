@@ -48,16 +48,16 @@ def run_store_command(
     try:
         return func(args)
     except StoreArgumentError as e:
-        return _error(str(e), command)
+        return cli_error(str(e), command)
     except errors as e:
-        return _error(str(e))
+        return cli_error(str(e))
     except Exception as e:
         return unreachable(args, e)
 
 
-def _error(message: str, command: str | None = None) -> int:
-    """What every store command prints of a failure: one line on stderr (in argparse's style
-    for bad input, ``command`` given), exit code 2."""
+def cli_error(message: str, command: str | None = None) -> int:
+    """What every ``sparkbeam`` command prints of a failure: one line on stderr (in argparse's
+    style for bad input, ``command`` given), exit code 2."""
     prefix = "" if command is None else f"sparkbeam {command}: "
     print(f"{prefix}error: {message}", file=sys.stderr)
     return 2
@@ -81,13 +81,13 @@ def unreachable(args: argparse.Namespace, error: Exception) -> int:
     """One line for a store the filesystem client cannot reach, naming the flags of its
     scheme; other errors propagate."""
     if isinstance(error, StoreAccessError):  # already says what to set
-        return _error(f"cannot reach the checkpoint store: {error}")
+        return cli_error(f"cannot reach the checkpoint store: {error}")
     if not type(error).__module__.startswith(_CLIENT_MODULES):
         raise error
     first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
     scheme = args.checkpoint_dir.split("://", 1)[0]
     flags = _FLAGS_BY_SCHEME.get(scheme, "the filesystem flags of its scheme")
-    return _error(
+    return cli_error(
         f"cannot reach the checkpoint store {args.checkpoint_dir!r}: {first}. Check {flags}."
     )
 

@@ -41,6 +41,7 @@ from apache_beam.runners.runner import (  # noqa: E402 - after the quiet import
 
 from sparkbeam.checkpoint import cli as checkpoint_cli  # noqa: E402
 from sparkbeam.checkpoint import cli_store, startpoints_cli  # noqa: E402
+from sparkbeam.checkpoint.cli_store import cli_error  # noqa: E402
 from sparkbeam.sdf.testing import cli as sdf_check_cli  # noqa: E402
 from sparkbeam.translation import translate  # noqa: E402
 
@@ -62,7 +63,7 @@ def _plan(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.script):
         what = "a directory" if os.path.isdir(args.script) else "not found"
         return cli_error(
-            "plan", f"script {args.script!r} is {what}: give the path of a Beam pipeline script."
+            f"script {args.script!r} is {what}: give the path of a Beam pipeline script.", "plan"
         )
     # By its import path: under `python -m` this module is __main__, which runpy replaces.
     runner = "--runner=sparkbeam.runner.cli.PlanPrinter"
@@ -73,12 +74,6 @@ def _plan(args: argparse.Namespace) -> int:
     except SystemExit as e:
         return int(e.code or 0)
     return 0
-
-
-def cli_error(command: str, message: str) -> int:
-    """Bad input: one line on stderr in argparse's style, exit code 2."""
-    print(f"sparkbeam {command}: error: {message}", file=sys.stderr)
-    return 2
 
 
 def _drain(args: argparse.Namespace) -> int:
@@ -125,15 +120,15 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         conf = dict(key_value_pairs("--conf", args.conf))
     except ValueError as e:  # its PipelineOptionsError, one line
-        return cli_error("serve", str(e))
+        return cli_error(str(e), "serve")
     if args.max_cores is not None:
         if args.max_cores < 1:
-            return cli_error("serve", f"--max_cores {args.max_cores} must be at least 1.")
+            return cli_error(f"--max_cores {args.max_cores} must be at least 1.", "serve")
         conf["spark.cores.max"] = str(args.max_cores)
     try:
         server = connect_server.start_server(args.master, args.port, args.log_dir, extra_conf=conf)
     except connect_server.ConnectServerError as e:
-        return cli_error("serve", str(e))
+        return cli_error(str(e), "serve")
     except KeyboardInterrupt:
         return 130
     print(
@@ -144,7 +139,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     try:
         code = server.proc.wait()
-        return cli_error("serve", f"the server exited with code {code}; see {server.log_path}")
+        return cli_error(f"the server exited with code {code}; see {server.log_path}", "serve")
     except KeyboardInterrupt:
         print("Stopping the Spark Connect server.", flush=True)
         return 0

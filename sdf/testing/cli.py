@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from sparkbeam.checkpoint.cli_store import cli_error
+
 
 def add_subcommands(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add ``sdf-check`` to an existing subparsers object."""
@@ -58,12 +60,6 @@ def load_elements(text: str) -> list:
     return value
 
 
-def _error(message: str) -> int:
-    """One line on stderr in argparse's style; exit code 2 (bad input)."""
-    print(f"sparkbeam sdf-check: error: {message}", file=sys.stderr)
-    return 2
-
-
 def check_dofn_ref(ref: str) -> str | None:
     """What is wrong with a ``module:attr`` reference, in one line (None: it loads)."""
     from sparkbeam.sdf.testing.run import load_dofn
@@ -91,13 +87,14 @@ def run(args: argparse.Namespace) -> int:
         elements = load_elements(args.elements)
     except (ValueError, OSError) as e:
         first = " ".join(str(e).split())
-        return _error(
+        return cli_error(
             f"bad --elements {args.elements!r}: {first}. Give a JSON list, e.g. "
-            "--elements '[1, 2]', or the path of a file holding one."
+            "--elements '[1, 2]', or the path of a file holding one.",
+            "sdf-check",
         )
     problem = check_dofn_ref(args.dofn)
     if problem is not None:
-        return _error(problem)
+        return cli_error(problem, "sdf-check")
     report = check_sdf(
         args.dofn,
         elements,
