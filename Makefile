@@ -14,8 +14,10 @@ STAMP  := $(VENV)/.installed
 PYTEST_ARGS ?=
 # Three pytest workers (each with its own Spark session), on 2 cores too: many tests wait on a
 # driver subprocess or a resume delay, and with two workers the cores were idle about a third
-# of the suite (fresh clone here: 34.3 min whole with two, 28.2 with three). The cluster tests
-# share one standalone cluster, hence one worker; the Connect tests one server.
+# of the suite (fresh clone here: 34.3 min whole with two, 28.2 with three). Four are slower
+# (35.5 min against 34.0 with three on one machine, session 52: vmstat showed the cores 0% idle
+# throughout). The cluster tests share one standalone cluster, hence one worker; the Connect
+# tests one server.
 XDIST ?= -n 3 --dist loadgroup
 
 # Azurite, the Azure Blob Storage emulator of the tests, from npm (tests/azurite pins it and every
