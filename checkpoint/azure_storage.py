@@ -20,6 +20,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 
+from sparkbeam.checkpoint.errors import first_line
 from sparkbeam.checkpoint.object_storage import ObjectStorage, client_for, connection_failure
 
 _ENDPOINT_FLAGS = (
@@ -181,7 +182,7 @@ class AzureStorage(ObjectStorage):
                 f"x-ms-request-id): another service listens there; fix {_ENDPOINT_FLAGS}"
             )
         if isinstance(error, ClientAuthenticationError) and status is None:
-            first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            first = first_line(error)
             return (
                 f"has no usable Azure credentials ({first[:200]}); pass --azure_connection_string "
                 "with the account key, or give DefaultAzureCredential an identity "

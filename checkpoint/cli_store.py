@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from sparkbeam.checkpoint import filesystem_options
-from sparkbeam.checkpoint.errors import StoreAccessError
+from sparkbeam.checkpoint.errors import StoreAccessError, first_line
 from sparkbeam.checkpoint.store import CheckpointStore, open_store
 
 
@@ -84,7 +84,7 @@ def unreachable(args: argparse.Namespace, error: Exception) -> int:
         return cli_error(f"cannot reach the checkpoint store: {error}")
     if not type(error).__module__.startswith(_CLIENT_MODULES):
         raise error
-    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+    first = first_line(error)[:300]
     scheme = args.checkpoint_dir.split("://", 1)[0]
     flags = _FLAGS_BY_SCHEME.get(scheme, "the filesystem flags of its scheme")
     return cli_error(

@@ -2,7 +2,8 @@
 
 Owns: one small class per failure an operator can act on, each subclassing a builtin so callers
 may catch the broad kind. Messages name the file, pipeline or store with ``!r`` and end with what
-to do. Leaves to others: deciding when to raise (the modules that detect the problem).
+to do; `first_line`, how sparkbeam names any exception in one line (the runner's messages too).
+Leaves to others: deciding when to raise (the modules that detect the problem).
 """
 
 from __future__ import annotations
@@ -143,3 +144,13 @@ class NoChangelogError(ValueError):
             "--checkpoint_dir), so a checkpoint would miss its changes; open the store with "
             "open_store(url), or run with --checkpoint_dir, to commit checkpoints."
         )
+
+
+def first_line(e: BaseException, named: bool = False) -> str:
+    """The first line of ``e``'s text (after its type name if ``named``), else its type name:
+    a log line or message names the cause, not the pages a JVM error runs on for."""
+    text = str(e).strip()
+    if not text:
+        return type(e).__name__
+    line = text.splitlines()[0]
+    return f"{type(e).__name__}: {line}" if named else line

@@ -194,16 +194,6 @@ def _with_frames(error: StartpointFailedError, traceback_text: str) -> Startpoin
     return StartpointFailedError(error.summary, error.token, "\n".join(frames))
 
 
-def first_line(e: BaseException, named: bool = False) -> str:
-    """The first line of ``e``'s text (after its type name if ``named``), else its type name:
-    a log line or message names the cause, not the pages a JVM error runs on for."""
-    text = str(e).strip()
-    if not text:
-        return type(e).__name__
-    line = text.splitlines()[0]
-    return f"{type(e).__name__}: {line}" if named else line
-
-
 def user_traceback(text: str) -> str:
     """The Python worker's traceback from a Spark failure, without JVM frames."""
     marker = "UserCodeError: "

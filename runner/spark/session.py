@@ -25,7 +25,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from sparkbeam.runner.errors import SparkSessionError, first_line
+from sparkbeam.checkpoint.errors import first_line
+from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import DEFAULT_MASTER, SparkRunnerOptions
 from sparkbeam.runner.spark import context_session, session_conf, warm_workers, zygote
 

@@ -20,7 +20,8 @@ import sys
 import threading
 import time
 
-from sparkbeam.runner.errors import StageFailedError, first_line
+from sparkbeam.checkpoint.errors import first_line
+from sparkbeam.runner.errors import StageFailedError
 from sparkbeam.runner.rounds.context import RunContext
 from sparkbeam.runner.rounds.loop import RoundLoop
 from sparkbeam.runner.streaming.pipeline import PipelineRounds
