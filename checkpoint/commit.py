@@ -17,11 +17,11 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from sparkbeam.checkpoint.changelog import ChangelogWriter, Op, read_segment
-from sparkbeam.checkpoint.errors import CheckpointConflictError
+from sparkbeam.checkpoint.errors import CheckpointConflictError, CheckpointCorruptError
 from sparkbeam.checkpoint.ids import CheckpointId, FileEntry
 from sparkbeam.checkpoint.manifest import Manifest, encode_manifest, manifest_name
 from sparkbeam.checkpoint.materialization import write_materialization
-from sparkbeam.checkpoint.retention import needs_fallback
+from sparkbeam.checkpoint.retention import FALLBACK_MAX_INTERVALS, needs_fallback
 from sparkbeam.checkpoint.staging import CommitMessage, CommitStatus
 from sparkbeam.checkpoint.state_layout import LAYOUT_KEY, LAYOUT_VERSION
 from sparkbeam.checkpoint.task_state import NamespaceState, TaskState
@@ -273,12 +273,23 @@ class CheckpointChain:
         return interval is not None and time.monotonic() - self.last_materialized >= interval
 
     def _needs_fallback(self, next_files: set[str]) -> bool:
-        """Checkpoints exist, but none would share no file with one naming ``next_files``."""
-        if self.store.materialization_interval_s is None:
+        """Checkpoints exist, but none young enough (`retention.FALLBACK_MAX_INTERVALS`) would
+        share no file with one naming ``next_files``."""
+        interval = self.store.materialization_interval_s
+        if interval is None:
             return False
         pid = self.work.pipeline_id
         ids = [c for c in self.store._manifest_ids(pid) if c not in self.abandoned]
-        return needs_fallback(ids, self.store._files_of(pid), next_files)
+        oldest = time.time() - FALLBACK_MAX_INTERVALS * interval
+        young = [c for c in ids if self._created(c) >= oldest]
+        return needs_fallback(ids, self.store._files_of(pid), next_files, young)
+
+    def _created(self, cid: int) -> float:
+        """When checkpoint ``cid`` was committed (0: its manifest is unreadable)."""
+        try:
+            return self.store.load_manifest(self.work.pipeline_id, cid).created
+        except CheckpointCorruptError:
+            return 0.0
 
     def _compact(self) -> None:
         """Give the next checkpoint a fallback: rewrite the state into files no earlier one

@@ -8,7 +8,11 @@ Owns the rules, as plain functions over checkpoint ids and the file names each n
   unusable; with it, any single damaged file leaves the newest or the fallback restorable.
 - `needs_fallback`: a commit rewrites the state into new files (`commit.CheckpointChain`) when
   no retained checkpoint would be disjoint from it, so the guarantee does not wait for the
-  materialization interval.
+  materialization interval; and when the only disjoint one is older than the fallback's age
+  bound (`FALLBACK_MAX_INTERVALS` materialization intervals): a range that never changes
+  again (a key range without traffic) would otherwise pin the checkpoint before its last
+  snapshot as the fallback for the rest of the job -- a restore to it replaying days of input
+  that a Kafka topic may no longer hold, and its files kept all that time.
 - Checkpoints newer than the one a restore fell back to are *abandoned*: the next commit drops
   them.
 - `sweep`: staged files of rounds a stage already committed and driver changelog segments that
@@ -28,6 +32,10 @@ from sparkbeam.checkpoint.layout import staged_round
 
 FilesOf = Callable[[int], "frozenset[str] | None"]
 """The file names a checkpoint names, or None if its manifest is unreadable."""
+
+FALLBACK_MAX_INTERVALS = 3
+"""A fallback older than this many materialization intervals is refreshed (a restore to it
+replays at most about that much input)."""
 
 
 def fallback(ids: list[int], files_of: FilesOf) -> int | None:
@@ -57,10 +65,14 @@ def plan_retention(
     return sorted(keep), [cid for cid in ids if cid not in keep]
 
 
-def needs_fallback(ids: list[int], files_of: FilesOf, next_files: set[str]) -> bool:
-    """True if checkpoints exist but none would share no file with the next one."""
-    readable = [f for f in map(files_of, ids) if f is not None]
-    return bool(readable) and not any(f.isdisjoint(next_files) for f in readable)
+def needs_fallback(
+    ids: list[int], files_of: FilesOf, next_files: set[str], young: Iterable[int] | None = None
+) -> bool:
+    """True if checkpoints exist but none would share no file with the next one; given
+    ``young`` (the ids within the age bound), none of those."""
+    readable = {cid: f for cid in ids if (f := files_of(cid)) is not None}
+    pool = set(readable) if young is None else set(readable).intersection(young)
+    return bool(readable) and not any(readable[cid].isdisjoint(next_files) for cid in pool)
 
 
 def sweep(

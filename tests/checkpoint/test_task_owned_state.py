@@ -269,3 +269,46 @@ def test_an_empty_range_of_a_finished_stage_does_not_hold_the_fallback_back(tmp_
     )
     assert _read(store, cid, 0, 2) == {} and _read(store, cid, 1, 3) == {}
     store.close()
+
+
+def test_the_fallback_is_refreshed_when_a_range_never_changes_again(tmp_path, monkeypatch):
+    """A range without traffic keeps its snapshot file for ever; the checkpoint before that
+    snapshot was then the only one sharing no file with the newest, kept as the fallback for
+    the rest of the job (a restore to it replaying all the input since). The fallback is
+    refreshed once older than `retention.FALLBACK_MAX_INTERVALS` materialization intervals."""
+    from types import SimpleNamespace
+
+    from sparkbeam.checkpoint import commit, retention
+
+    clock = [1_000.0]
+    monkeypatch.setattr(
+        commit, "time", SimpleNamespace(time=lambda: clock[0], monotonic=lambda: 0.0)
+    )
+    interval, step = 60.0, 20.0
+    keys = _keys_by_subtask(2)
+    state: dict[bytes, bytes] = {}
+    store = open_store(str(tmp_path), materialization_interval_s=interval)
+    store.pipeline("p").put(state_layout.SINK_PENDING, b"r", b"\x01driver")
+    cid = _round(store, 0, state, {s: {k: _value(0) for k in keys[s][:5]} for s in (0, 1)}, 2)
+    for rnd in range(1, 40):  # only subtask 0's keys change; each task answers a request
+        clock[0] += step
+        chains = store.load_manifest("p", cid).task_state.namespaces[NS]
+        asked = {
+            s for s in (0, 1) if chains.snapshot_due(key_group_range(s, 2, 128)) is Due.REQUESTED
+        }
+        cid = _round(store, rnd, state, {0: {keys[0][rnd % 9]: _value(rnd)}, 1: {}}, 2, asked)
+    kept = [store.load_manifest("p", c.checkpoint_id) for c in store.list_checkpoints("p")]
+    newest = kept[-1]
+    names = lambda m: {f.name for f in m.files} | {f.name for f in m.task_state.files()}  # noqa: E731
+    fallbacks = [m for m in kept[:-1] if names(m).isdisjoint(names(newest))]
+    assert fallbacks, "no retained checkpoint shares no file with the newest"
+    age = newest.created - max(m.created for m in fallbacks)
+    assert age <= retention.FALLBACK_MAX_INTERVALS * interval + 3 * step, (
+        f"the fallback is {age:.0f} s older than the newest checkpoint "
+        f"({[m.checkpoint_id for m in kept]})"
+    )
+    for sub in range(2):
+        assert _read(store, cid, sub, 2) == {
+            k: v for k, v in state.items() if key_group(k, 128) in key_group_range(sub, 2, 128)
+        }
+    store.close()
