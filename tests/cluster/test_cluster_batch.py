@@ -72,7 +72,9 @@ def test_wordcount_on_cluster_equals_direct_runner(cluster, tmp_path):
 
 
 def test_spark_submit_runs_on_submits_master(cluster, tmp_path):
-    """(b) Under spark-submit the job runs on spark-submit's master (no --spark_master_url)."""
+    """(b) Under spark-submit the job runs on spark-submit's master (no --spark_master_url):
+    a GroupByKey, a side input and user state, in the workers' executors and their own Python
+    workers."""
     name, out = _app_name("submit"), tmp_path / "out" / "sums"
     cmd = spark_submit(
         cluster.url, name, APPS / "keyed_sums.py",
@@ -81,7 +83,8 @@ def test_spark_submit_runs_on_submits_master(cluster, tmp_path):
     driver = run_driver(cmd, tmp_path, tmp_path / "logs", "submit")
     assert driver.proc.returncode == 0, driver.tail()
     _assert_ran_on(cluster, name)
-    want = sorted(f"{k} {sum(x for x in range(100) if x % 5 == k)}" for k in range(5))
+    sums = {k: sum(x + 1000 for x in range(100) if x % 5 == k) for k in range(5)}
+    want = sorted(f"{kind} {k} {total}" for kind in ("sum", "state") for k, total in sums.items())
     assert _lines(out) == want
 
 
