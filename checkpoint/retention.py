@@ -66,12 +66,12 @@ def plan_retention(
 
 
 def needs_fallback(
-    ids: list[int], files_of: FilesOf, next_files: set[str], young: Iterable[int] | None = None
+    ids: list[int], files_of: FilesOf, next_files: set[str], young: Iterable[int]
 ) -> bool:
-    """True if checkpoints exist but none would share no file with the next one; given
-    ``young`` (the ids within the age bound), none of those."""
+    """True if checkpoints exist but none of the ``young`` ones (within the age bound) would
+    share no file with the next one."""
     readable = {cid: f for cid in ids if (f := files_of(cid)) is not None}
-    pool = set(readable) if young is None else set(readable).intersection(young)
+    pool = set(readable).intersection(young)
     return bool(readable) and not any(readable[cid].isdisjoint(next_files) for cid in pool)
 
 
