@@ -36,7 +36,7 @@ NEWEST_STAMP := $(NEWEST_VENV)/.installed-pyspark-$(NEWEST_SPARK)
 SMOKE_TESTS  := \
   tests/runner/test_wordcount_subprocess.py::test_wordcount_matches_direct_runner \
   'tests/sdf/test_runner_splits.py::test_split_residuals_are_processed_in_a_later_round_and_nothing_is_lost[checkpoint-dir]' \
-  'tests/streaming/test_recovery.py::test_killed_driver_resumes_with_no_loss_and_no_duplicates[after-commit:4-2-2]'
+  tests/streaming/test_recovery.py::test_killed_driver_resumes_with_no_loss_and_no_duplicates
 
 .PHONY: demo test test-fast test-newest-spark lint bench java-check install clean
 

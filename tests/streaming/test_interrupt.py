@@ -58,23 +58,22 @@ def _wait(proc, done, what: str, timeout_s: float, step: float = 0.2) -> None:
         time.sleep(step)
 
 
-@pytest.mark.parametrize("signals", [1, 2], ids=["graceful", "twice"])
-def test_sigint_stops_resumably_and_the_rerun_is_exact(tmp_path, signals):
-    proc = _start(tmp_path)
-    _wait_for_checkpoint(tmp_path, proc)
-    _wait_for_running_round(tmp_path, proc)
-    for _ in range(signals):
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.3)
-    _, err = proc.communicate(timeout=300)
-    assert "KeyboardInterrupt" not in err, err[-3000:]
-    assert err.count("stopping after the running round commits") == 1, err[-3000:]
-    if signals == 1:
-        assert proc.returncode == 0, err[-3000:]
-    else:
-        assert proc.returncode == 128 + signal.SIGINT, err[-3000:]
-        assert "stopping now" in err
-    assert _visible_lines(tmp_path) != _expected()  # it really stopped early
+def test_sigint_stops_resumably_twice_stops_at_once_and_the_rerun_is_exact(tmp_path):
+    """One Ctrl-C: the running round commits and the job exits 0. Run again, two Ctrl-Cs:
+    it exits at once (130). The third run resumes what both stopped runs committed."""
+    for signals, returncode in ((1, 0), (2, 128 + signal.SIGINT)):
+        proc = _start(tmp_path)
+        _wait_for_checkpoint(tmp_path, proc)
+        _wait_for_running_round(tmp_path, proc)
+        for _ in range(signals):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+        _, err = proc.communicate(timeout=300)
+        assert "KeyboardInterrupt" not in err, err[-3000:]
+        assert err.count("stopping after the running round commits") == 1, err[-3000:]
+        assert proc.returncode == returncode, err[-3000:]
+        assert ("stopping now" in err) == (signals == 2), err[-3000:]
+        assert _visible_lines(tmp_path) != _expected()  # it really stopped early
     resumed = _run(tmp_path, 2)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _visible_lines(tmp_path) == _expected()
