@@ -3,7 +3,7 @@
 ``python -m tests.io.kafka.kafka_pipeline --bootstrap H:P --topic T --records N --output DIR``
 plus runner flags: reads ``N`` records of ``T`` (all partitions, from the oldest) in batches
 of 7 per partition per call, and writes ``"<partition> <offset> <value>"`` lines through the
-exactly-once sink, or, with ``--output-topic``, produces them (keyed by partition) to that
+exactly-once sink; with ``--output-topic`` it also produces them (keyed by partition) to that
 topic with ``WriteToKafka``.
 """
 
@@ -48,8 +48,7 @@ def main(argv=None) -> None:
                 | beam.Map(lambda line: (line.split()[0], line))
                 | WriteToKafka(producer, args.output_topic, STRING, STRING)
             )
-        else:
-            _ = lines | WriteToFilesOnCheckpoint(os.path.join(args.output, "out"))
+        _ = lines | WriteToFilesOnCheckpoint(os.path.join(args.output, "out"))
 
 
 def visible(out_dir: str) -> Counter:
