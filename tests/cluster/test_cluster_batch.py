@@ -7,9 +7,7 @@ master's JSON that its application really ran on this master, then checks the ou
 
 from __future__ import annotations
 
-import json
 import random
-import shutil
 import uuid
 from pathlib import Path
 
@@ -86,34 +84,3 @@ def test_spark_submit_runs_on_submits_master(cluster, tmp_path):
     sums = {k: sum(x + 1000 for x in range(100) if x % 5 == k) for k in range(5)}
     want = sorted(f"{kind} {k} {total}" for kind in ("sum", "state") for k, total in sums.items())
     assert _lines(out) == want
-
-
-def test_user_module_is_shipped_to_executors(cluster, tmp_path):
-    """(c) A DoFn from a module next to the main script runs on executors that lack it.
-
-    The workers' directories and PYTHONPATH do not hold the module, so the executors can only
-    import it from what sparkbeam ships (Spark's files for the app), never from the script's
-    own directory: each output line records the module file the executor loaded.
-    """
-    app_dir = tmp_path / "app"
-    app_dir.mkdir()
-    for name in ("shipped_app.py", "cluster_user_fns.py"):
-        shutil.copy(APPS / name, app_dir / name)
-    name, out = _app_name("shipped"), tmp_path / "out" / "squares"
-    cmd = [
-        *python_driver(app_dir / "shipped_app.py"),
-        "--output", str(out), "--count", "40", "--runner=SparkCheckpointRunner",
-        f"--spark_master_url={cluster.url}", f"--spark_app_name={name}", *QUIET_CONF,
-    ]  # fmt: skip
-    driver = run_driver(cmd, tmp_path, tmp_path / "logs", "shipped")
-    assert driver.proc.returncode == 0, driver.tail()
-    _assert_ran_on(cluster, name)
-    rows = [json.loads(line) for line in _lines(out)]
-    assert sorted((r["x"], r["square"]) for r in rows) == [(x, x * x) for x in range(40)]
-    cluster_dir = str(cluster.base_dir)
-    for r in rows:
-        assert r["cwd"].startswith(cluster_dir), f"not run by a cluster executor: {r}"
-        assert not r["module"].startswith(str(app_dir)), (
-            f"the executor imported {r['module']} from the driver's script directory "
-            "(the driver's sys.path leaked to the executors), not from shipped files"
-        )

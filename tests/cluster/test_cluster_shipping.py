@@ -1,8 +1,11 @@
-"""A user's package reaches executors that lack it, through the flags that ship it, on the shared
-standalone cluster (issue 11.3); without such a flag the error says how to ship it.
+"""A user's code reaches executors that lack it, on the shared standalone cluster (issue 11.3):
+a package through the flag that ships it, a package next to the main script by itself; without
+such a flag the error says how to ship it.
 
 The pipeline is ``tests/runner/user_code``'s, run from a folder and a PYTHONPATH that lack the
-user's modules. (A module next to the main script: ``test_cluster_batch``.)
+user's modules. The workers' directories and PYTHONPATH do not hold them either, so the
+executors can only import them from what sparkbeam ships (Spark's files for the app), never
+from the script's own directory: each output line records the module files the executor loaded.
 """
 
 from __future__ import annotations
@@ -30,6 +33,15 @@ def test_setup_file_package_runs_on_executors(cluster, tmp_path):
     assert sorted((r["x"], r["y"]) for r in rows) == [(x, 11 * x) for x in range(10)]
     assert all("tinydofns-" in r["module_file"] for r in rows), rows[0]
     assert all(r["leaked"] == [] for r in rows), rows[0]  # the driver's sys.path did not leak
+    # The package next to the main script (mylib), shipped without a flag.
+    assert sorted((r["x"], r["z"]) for r in rows) == [(x, 7 * x) for x in range(10)]
+    app_dir, cluster_dir = str(tmp_path / "app"), str(cluster.base_dir)
+    for r in rows:
+        assert r["cwd"].startswith(cluster_dir), f"not run by a cluster executor: {r}"
+        assert not r["own_file"].startswith(app_dir), (
+            f"the executor imported {r['own_file']} from the driver's script directory "
+            "(the driver's sys.path leaked to the executors), not from shipped files"
+        )
 
 
 def test_module_missing_on_executors_says_how_to_ship_it(cluster, tmp_path):

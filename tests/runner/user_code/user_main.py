@@ -1,12 +1,21 @@
-"""A user's main script: its DoFn comes from the user's own module (see __init__.py)."""
+"""A user's main script: its DoFn comes from the user's own module (see __init__.py), and
+every row passes through ``mylib.scale``, the package next to this script, whatever
+``--dofn_module`` names."""
 
 import argparse
 import importlib
 import json
+import os
 import sys
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions
+from mylib import scale
+
+
+def with_own_module(row: dict) -> dict:
+    """The row, plus where the executor found the package next to the main script."""
+    return {**row, "z": scale.scale(row["x"]), "own_file": scale.__file__, "cwd": os.getcwd()}
 
 
 def main(argv: list[str]) -> None:
@@ -26,6 +35,7 @@ def main(argv: list[str]) -> None:
             | beam.Create(list(range(10)))
             | beam.Reshuffle()
             | beam.ParDo(module.Probe(driver_only))
+            | beam.Map(with_own_module)
             | beam.Map(json.dumps)
             | beam.io.WriteToText(args.output, shard_name_template="")
         )
