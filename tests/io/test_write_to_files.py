@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import gzip
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -125,38 +122,3 @@ def test_unwritable_directory_names_the_staged_file(tmp_path):
     with pytest.raises(Exception, match=r"could not write staged file .*Check that the output"):
         with beam.Pipeline("DirectRunner") as p:
             p | beam.Create(["x"]) | WriteToFilesOnCheckpoint(str(blocker / "out"))
-
-
-@pytest.mark.spark
-@pytest.mark.slow
-def test_killed_batch_job_with_checkpoint_dir_writes_each_element_once(tmp_path):
-    from sparkbeam.sdf.testing.run import committed_rounds
-
-    root = HERE.parents[1]
-    out, ckpt = tmp_path / "out", tmp_path / "ckpt"
-    out.mkdir()
-    cmd = [
-        sys.executable,
-        str(HERE / "resumable_sink_pipeline.py"),
-        str(out / "out"),
-        f"--checkpoint_dir={ckpt}",
-    ]
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline, killed = time.time() + 300, False
-    while time.time() < deadline and proc.poll() is None:
-        rounds = committed_rounds(str(ckpt))
-        if any(m.get("pending_residuals", 0) > 0 and m.get("round", 0) >= 1 for m in rounds):
-            os.kill(proc.pid, signal.SIGKILL)  # rounds 0 and 1 are committed, files staged
-            killed = True
-            break
-        time.sleep(0.05)
-    proc.wait(timeout=60)
-    assert killed, "the job finished before a round with pending residuals"
-    assert _lines(out) == Counter() and _staged(out)  # staged, nothing visible yet
-
-    rerun = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    assert rerun.returncode == 0, rerun.stderr[-4000:]
-    sizes = {"a": 12, "b": 9, "c": 15}
-    assert _lines(out) == Counter(f"{n},{i}" for n, size in sizes.items() for i in range(size))
-    assert _staged(out) == []

@@ -4,7 +4,9 @@ In the style of bytewax's recovery tests: SIGKILL the driver at a chosen point
 (after the first committed round with pending residuals), run the same
 command again with the same --checkpoint_dir, and assert the exact output —
 no lost and no duplicated positions — and that the rerun resumed from the
-checkpoint instead of starting over.
+checkpoint instead of starting over. The same lines also go through
+``WriteToFilesOnCheckpoint`` fused into the SDF's stage: staged, none visible, at the kill;
+each once after the rerun.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkbeam.runner.rounds.sink_files import STAGING_DIR
 from sparkbeam.sdf.testing.run import committed_rounds
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -49,9 +52,9 @@ def test_killed_batch_job_resumes_pending_residuals_exactly_once(tmp_path):
     """The killed run's store has 4 key groups; the rerun's flags would give a new one 128:
     the restored pipeline keeps 4, and so do the SDF stage's staged outputs (else the commit
     refuses them)."""
-    ckpt, out = tmp_path / "ckpt", tmp_path / "out.txt"
+    ckpt, out, sink = tmp_path / "ckpt", tmp_path / "out.txt", tmp_path / "sink"
     proc = subprocess.Popen(
-        _cmd(out, ckpt, "--max_key_groups=4"),
+        _cmd(out, ckpt, "--max_key_groups=4", f"--sink_prefix={sink / 'out'}"),
         env=_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -70,6 +73,7 @@ def test_killed_batch_job_resumes_pending_residuals_exactly_once(tmp_path):
         proc.stderr.read().decode()[-2000:] if proc.stderr else ""
     )
     assert not out.exists(), "the sink must not have run before the kill"
+    assert _sink_lines(sink) == [] and _staged(sink)  # staged, nothing visible yet
     assert _outputs_kept_by_tasks(ckpt)
 
     # Operators see the pending residuals and the next timer of the killed job.
@@ -82,15 +86,27 @@ def test_killed_batch_job_resumes_pending_residuals_exactly_once(tmp_path):
     metadata = json.loads(shown.stdout)["metadata"]
     assert metadata["pending_residuals"] > 0 and metadata["next_timer_ms"] > 0
 
-    rerun = subprocess.run(_cmd(out, ckpt), env=_env(), capture_output=True, text=True, timeout=600)
+    rerun = subprocess.run(
+        _cmd(out, ckpt, f"--sink_prefix={sink / 'out'}"),
+        env=_env(), capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
     assert rerun.returncode == 0, rerun.stderr[-4000:]
     assert sorted(out.read_text().split()) == EXPECTED
+    assert _sink_lines(sink) == EXPECTED and _staged(sink) == []
     final = _committed_rounds(ckpt)
     resumed_rounds = [m["round"] for m in final if "round" in m]
     # The rerun continued the round numbering: it did not redo round 0.
     assert resumed_rounds and max(resumed_rounds) > killed_at
     assert any(m.get("finished") for m in final)
     assert _key_groups(ckpt) == {4}
+
+
+def _sink_lines(sink: Path) -> list[str]:
+    return sorted(line for f in sink.glob("out-*") for line in f.read_text().split())
+
+
+def _staged(sink: Path) -> list[str]:
+    return [str(p) for p in (sink / STAGING_DIR).glob("*")]
 
 
 def _outputs_kept_by_tasks(ckpt: Path) -> bool:
