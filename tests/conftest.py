@@ -49,11 +49,14 @@ def pytest_report_header(config):
     return f"JVM class-data archive: {getattr(config, '_jvm_cds', 'not used')}"
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     """Keep the tests that ask for their module's own module-scoped fixture on one xdist worker
     (``--dist loadgroup``): such a fixture (a killed-and-resumed job, a spark-submit run) runs
-    once per worker that runs one of its tests. Groups set before (cluster, connect) stay.
+    once per worker that runs one of its tests. Groups set before (cluster, connect: their
+    folders' tryfirst hooks run before this one) stay. Tryfirst: xdist reads the marks into the
+    node ids in its own hook, so a mark added after it does nothing (as trylast, every such
+    fixture ran once per worker: two spark-submit runs of ``test_session`` instead of one).
 
     A Beam test sparkbeam deliberately answers otherwise (its module's ``DIFFERENCES``: name ->
     reason) runs as ``xfail(strict=True)``: it must keep failing, so a change of behaviour

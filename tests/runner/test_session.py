@@ -145,6 +145,15 @@ def warm_app():
 
 
 @pytest.mark.spark
+def test_the_tests_of_a_module_fixture_share_one_xdist_worker(request, warm_app):
+    """``tests/conftest.py`` groups them (``--dist loadgroup``); when its mark came after xdist
+    read the marks, each worker ran ``warm_app`` (and ``submitted``) once more."""
+    if not request.config.getvalue("loadgroup"):
+        return  # not under xdist's loadgroup: one process runs everything anyway
+    assert request.node.nodeid.endswith("@tests/runner/test_session.py"), request.node.nodeid
+
+
+@pytest.mark.spark
 def test_a_local_run_builds_the_sql_session_only_when_asked(warm_app):
     """``SparkSession(sc)`` costs ~2 s on a cold JVM and the RDD plane never needs it: a run
     gets its SparkContext behind a stand-in (``context_session``), which builds the session, on
