@@ -17,16 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.cluster.standalone import spark_home
-from tests.conftest import TEST_JVM_OPTIONS
 from tests.servers import server_env, stop_process_group
 
 DRIVER_TIMEOUT_S = 420.0
-# Flags every driver on the test cluster takes: no UI ports to collide on, small shuffles, and
-# the tests' JVM options for its executors (the driver's come from the environment).
+# Flags every driver on the test cluster takes: no UI ports to collide on, small shuffles. (The
+# tests' JVM options reach the driver through the environment, its executors through their
+# worker's: `tests.cluster.standalone`.)
 QUIET_CONF = [
     "--spark_conf=spark.ui.enabled=false",
     "--spark_conf=spark.default.parallelism=2",
-    f"--spark_conf=spark.executor.extraJavaOptions={TEST_JVM_OPTIONS}",
 ]
 
 

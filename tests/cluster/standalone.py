@@ -21,6 +21,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.conftest import TEST_JVM_OPTIONS
 from tests.servers import free_port, leftover_processes, server_env, stop_process_group
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
@@ -120,7 +121,11 @@ class StandaloneCluster:
             "--cores", "1", "--memory", "1g", "--host", "127.0.0.1",
             "--webui-port", str(free_port()), "--work-dir", str(work),
         ]  # fmt: skip
-        proc = _spawn(cmd, spark_env(self.base_dir, name), work, self.base_dir / f"{name}.log")
+        env = spark_env(self.base_dir, name)
+        # Its executors inherit it, whatever launched the app (spark-submit, a Python driver,
+        # a Connect server): the tests' JVM options (35 -> 17 CPU-s for one small app's two).
+        env["JAVA_TOOL_OPTIONS"] = TEST_JVM_OPTIONS
+        proc = _spawn(cmd, env, work, self.base_dir / f"{name}.log")
         while len(self.workers) <= index:
             self.workers.append(None)
         self.workers[index] = proc

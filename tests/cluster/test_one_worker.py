@@ -9,7 +9,7 @@ from __future__ import annotations
 
 
 def test_this_folder_runs_in_the_cluster_group(request):
-    if not request.config.getvalue("loadgroup"):
+    if not getattr(request.config.option, "loadgroup", False):
         return  # not under xdist's loadgroup: one process runs everything anyway
     assert request.node.nodeid.endswith("@cluster"), (
         f"{request.node.nodeid} carries no xdist group: --dist loadgroup does not group on "

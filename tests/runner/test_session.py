@@ -148,7 +148,7 @@ def warm_app():
 def test_the_tests_of_a_module_fixture_share_one_xdist_worker(request, warm_app):
     """``tests/conftest.py`` groups them (``--dist loadgroup``); when its mark came after xdist
     read the marks, each worker ran ``warm_app`` (and ``submitted``) once more."""
-    if not request.config.getvalue("loadgroup"):
+    if not getattr(request.config.option, "loadgroup", False):
         return  # not under xdist's loadgroup: one process runs everything anyway
     assert request.node.nodeid.endswith("@tests/runner/test_session.py"), request.node.nodeid
 
