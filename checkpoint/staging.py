@@ -25,7 +25,6 @@ from sparkbeam.checkpoint.layout import pipeline_dir, staged_prefix
 from sparkbeam.checkpoint.materialization import write_snapshot
 from sparkbeam.checkpoint.task_state import TaskSnapshot
 
-SNAPSHOT_FILE_BYTES = 64 << 20  # a task-owned range's snapshot is written in files of this size
 SPLIT_BYTES = 8 << 20  # a range's snapshot larger than this is split by key-group sub-range,
 SPLITS = 8  # into at most this many (a restore at 2x the parallelism reads no other half)
 
@@ -159,10 +158,10 @@ class StagedWriter:
 
     def snapshot(
         self, namespace: str, start: int, stop: int, items: Iterable[tuple[bytes, bytes]],
-        file_bytes: int = SNAPSHOT_FILE_BYTES, keep: tuple[FileEntry, ...] = (),
-        kept_entries: int = 0,
+        file_bytes: int, keep: tuple[FileEntry, ...] = (), kept_entries: int = 0,
     ) -> None:  # fmt: skip
-        """`write_range_snapshot` as of this attempt's changes. ``keep``: committed snapshot
+        """`write_range_snapshot` as of this attempt's changes (files of at most ``file_bytes``:
+        the task's budget decides, `StateRound.snapshot_file_bytes`). ``keep``: committed snapshot
         files, holding ``kept_entries`` other keys, that stay part of it (an append-only
         namespace writes only what its range's tail added)."""
         self._check_open()
@@ -223,8 +222,7 @@ open_staged_writer = StagedWriter
 
 def write_range_snapshot(
     storage: Storage, directory: str, prefix: str, max_key_groups: int, namespace: str,
-    start: int, stop: int, items: Iterable[tuple[bytes, bytes]],
-    file_bytes: int = SNAPSHOT_FILE_BYTES,
+    start: int, stop: int, items: Iterable[tuple[bytes, bytes]], file_bytes: int,
 ) -> TaskSnapshot:  # fmt: skip
     """Write ``items``, all of a task-owned ``namespace`` in key groups ``[start, stop)``, as
     that range's snapshot: past `SPLIT_BYTES` in files by key-group sub-range (a restore at

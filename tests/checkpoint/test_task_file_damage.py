@@ -57,7 +57,7 @@ def _round(store, n: int, snap: bool) -> int:
                     mine[key] = _value(n, key)
                     writer.put(ns, key, mine[key])
             if snap:
-                writer.snapshot(ns, groups.start, groups.stop, sorted(mine.items()))
+                writer.snapshot(ns, groups.start, groups.stop, sorted(mine.items()), 1 << 20)
             else:
                 writer.count(ns, groups.start, groups.stop, len(mine))
         messages.append(writer.finish())

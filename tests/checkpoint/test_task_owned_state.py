@@ -72,7 +72,7 @@ def _round(store, round_no: int, state: dict, changes_by_sub: dict, parallelism:
                 state[key] = value
         mine = {k: v for k, v in state.items() if key_group(k, 128) in groups}
         if sub in snap:
-            writer.snapshot(NS, groups.start, groups.stop, mine.items())
+            writer.snapshot(NS, groups.start, groups.stop, mine.items(), 1 << 20)
         else:
             writer.count(NS, groups.start, groups.stop, len(mine))
         messages.append(writer.finish())

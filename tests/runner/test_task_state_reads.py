@@ -84,7 +84,7 @@ def test_a_new_snapshot_of_the_range_means_a_whole_read(tmp_path, replays):
     assert _read(root, first, 0, 1) == {b"a": _value(1)}
     writer = open_staged_writer(root, "p", "gbk:x", 1, 0, 0)
     writer.put(NS, b"b", _value(2))
-    writer.snapshot(NS, 0, 128, {b"a": _value(1), b"b": _value(2)}.items())
+    writer.snapshot(NS, 0, 128, {b"a": _value(1), b"b": _value(2)}.items(), 1 << 20)
     second = store.pipeline("p").checkpoint(
         fingerprint="f", parallelism=1, commit_messages=[writer.finish()]
     )
