@@ -47,3 +47,12 @@ class FileEntry:
             kg_start=int(d.get("kg_start", 0)),
             kg_stop=int(d.get("kg_stop", 0)),
         )
+
+    def to_row(self) -> list:
+        """The compact form of a manifest's long lists (a task-owned log): no field names."""
+        return [self.name, self.size, self.checksum, self.records, self.kg_start, self.kg_stop]
+
+    @classmethod
+    def from_row(cls, v: list) -> FileEntry:
+        name, size, crc, records, start, stop = v
+        return cls(str(name), int(size), str(crc), int(records), int(start), int(stop))

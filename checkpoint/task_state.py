@@ -88,15 +88,6 @@ def _file_range(entry: FileEntry, max_key_groups: int) -> tuple[int, int]:
     return entry.kg_start, entry.kg_stop
 
 
-def _compact(f: FileEntry) -> list:
-    return [f.name, f.size, f.checksum, f.records, f.kg_start, f.kg_stop]
-
-
-def _entry(v: list) -> FileEntry:
-    name, size, crc, records, start, stop = v
-    return FileEntry(str(name), int(size), str(crc), int(records), int(start), int(stop))
-
-
 @dataclass(frozen=True)
 class NamespaceState:
     """The handles of one task-owned namespace; see the module docstring."""
@@ -247,7 +238,7 @@ class NamespaceState:
     def to_json(self) -> dict:
         return {
             "ranges": [r.to_json() for r in self.ranges],
-            "log": [[seq, *_compact(f)] for seq, f in self.log],
+            "log": [[seq, *f.to_row()] for seq, f in self.log],
             "next_seq": self.next_seq,
             "rebase_below": self.rebase_below,
         }
@@ -256,7 +247,7 @@ class NamespaceState:
     def from_json(cls, d: dict) -> NamespaceState:
         return cls(
             tuple(RangeState.from_json(r) for r in d["ranges"]),
-            tuple((int(e[0]), _entry(e[1:])) for e in d["log"]),
+            tuple((int(e[0]), FileEntry.from_row(e[1:])) for e in d["log"]),
             int(d["next_seq"]),
             int(d.get("rebase_below", -1)),
         )
