@@ -4,7 +4,8 @@ Cuts the partition into bundles (an ordinary stage's pulls rows until it has flu
 or read ``STREAMED_BUNDLE_BYTES``; an SDF stage's are cut at ``BUNDLE_BYTES``, whole for its
 splitter), feeds side inputs, collects outputs and metrics, fires timers (batch: after all
 input, in timestamp order) and re-feeds residuals due within the task's budget. What splits
-(``bundle_splits``) leave goes to the driver as zero-delay residuals. The stage's SDK worker
+(``bundle_splits``) leave are zero-delay residuals, kept with the others: in the task's own
+state with a store (``residual_state``), on the driver without one. The stage's SDK worker
 is ``stage_worker``'s.
 """
 
