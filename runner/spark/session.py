@@ -248,6 +248,13 @@ def submitted_conf() -> dict[str, str] | None:
     return dict(SparkConf().getAll())
 
 
+def _jvm_running() -> bool:
+    """Whether this process has a JVM already (its own, or spark-submit's)."""
+    from pyspark import SparkContext
+
+    return SparkContext._gateway is not None or _under_spark_submit()
+
+
 def _under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
@@ -301,6 +308,7 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
     if app_name is not None:
         settings["spark.app.name"] = app_name
     defaults = session_conf.default_conf(options.shuffle_parallelism())
+    defaults.update(session_conf.local_jvm_conf(master, _jvm_running()))
     settings.update({k: v for k, v in defaults.items() if k not in submitted})
     settings.update(user_conf)
     where = master or submitted.get("spark.master", "?")

@@ -82,6 +82,22 @@ def default_conf(parallelism: int | None) -> dict[str, str]:
     }
 
 
+# The JVM of a local master schedules rounds and moves bytes to and from the Python workers,
+# which do the work. Its optimizing compiler (C2) spent 12.6 of the JVM's 24 CPU-s over a
+# minute of a 15,000 records/s streaming job on 2 cores, compiling code that runs for
+# milliseconds a round; with C1 alone the JVM used 42% less CPU and word count ran as fast
+# (benchmarks/RESULTS.md, "The local JVM"). A user's spark.driver.extraJavaOptions replaces it.
+LOCAL_JVM_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def local_jvm_conf(master: str | None, jvm_running: bool) -> dict[str, str]:
+    """The driver JVM's options when this process is about to start it for a local master
+    (none when a JVM runs already, or the executors run elsewhere: theirs are not ours)."""
+    if jvm_running or not is_local_master(master):
+        return {}
+    return {"spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS}
+
+
 # A streaming job runs a Spark job or more a round, forever. Spark's UI keeps the last 1,000
 # jobs, 1,000 stages and 100,000 tasks: the driver's JVM grows until it holds that many (20
 # minutes or more of rounds); these keep the last few minutes. The cleaner's periodic GC frees

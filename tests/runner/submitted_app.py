@@ -31,3 +31,4 @@ if __name__ == "__main__":
         sc = SparkContext._active_spark_context
         print(f"MASTER={sc.master}")
         print(f"APP_NAME={sc.appName}")
+        print(f"DRIVER_JAVA_OPTIONS={sc.getConf().get('spark.driver.extraJavaOptions')}")

@@ -18,6 +18,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import SparkRunnerOptions
 from sparkbeam.runner.spark.session import get_or_create_session, probe_master
+from sparkbeam.runner.spark.session_conf import LOCAL_JVM_OPTIONS
 from tests.conftest import TEST_MASTER
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -55,6 +56,9 @@ def test_spark_submit_master_and_name_are_used(submitted):
     assert "RAN=ok" not in submitted
     assert "MASTER=local[2]" in submitted  # not sparkbeam's default local[*]
     assert "APP_NAME=submitted-by-test" in submitted  # not the job name or 'sparkbeam'
+    # spark-submit started the JVM: sparkbeam's options for a JVM it starts are not claimed
+    (options,) = set(re.findall(r"^DRIVER_JAVA_OPTIONS=(.*)$", submitted, re.M))
+    assert LOCAL_JVM_OPTIONS not in options.split(), options  # Spark's own may be there
 
 
 @pytest.mark.slow
@@ -136,9 +140,11 @@ def test_only_local_masters_get_a_warm_up_job():
 def warm_app():
     """``warm_app.py`` on ``local[1]``, once. In a subprocess: the shared test session is not
     built by sparkbeam."""
+    env = _env()  # without the tests' compiler option: the one the JVM gets is sparkbeam's
+    env["SPARK_SUBMIT_OPTS"] = env.get("SPARK_SUBMIT_OPTS", "").replace(LOCAL_JVM_OPTIONS, "")
     done = subprocess.run(
         [sys.executable, os.path.join(HERE, "warm_app.py"), "local[1]"],
-        env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=600,
+        env=env, cwd=ROOT, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return done
@@ -151,6 +157,27 @@ def test_the_tests_of_a_module_fixture_share_one_xdist_worker(request, warm_app)
     if not getattr(request.config.option, "loadgroup", False):
         return  # not under xdist's loadgroup: one process runs everything anyway
     assert request.node.nodeid.endswith("@tests/runner/test_session.py"), request.node.nodeid
+
+
+@pytest.mark.spark
+def test_a_jvm_sparkbeam_starts_for_a_local_master_compiles_with_c1_only(warm_app):
+    """The local JVM coordinates; the Python workers do the work. Its optimizing compiler cost
+    about half its CPU in a streaming job on 2 cores (``session_conf.LOCAL_JVM_OPTIONS``)."""
+    options = re.search(r"^DRIVER_JAVA_OPTIONS (.*)$", warm_app.stdout, re.M).group(1)
+    assert LOCAL_JVM_OPTIONS in options.split(), options  # with Spark's own
+    jvm_args = re.search(r"^JVM_ARGS (.*)$", warm_app.stdout, re.M).group(1).split()
+    assert LOCAL_JVM_OPTIONS in jvm_args, jvm_args
+
+
+def test_only_a_jvm_this_process_starts_for_a_local_master_gets_sparkbeams_options():
+    from sparkbeam.runner.spark.session_conf import local_jvm_conf
+
+    assert local_jvm_conf("local[2]", jvm_running=False) == {
+        "spark.driver.extraJavaOptions": LOCAL_JVM_OPTIONS
+    }
+    assert local_jvm_conf("local[2]", jvm_running=True) == {}  # spark-submit's, or running
+    assert local_jvm_conf("spark://127.0.0.1:7077", jvm_running=False) == {}
+    assert local_jvm_conf(None, jvm_running=False) == {}
 
 
 @pytest.mark.spark

@@ -79,6 +79,10 @@ if __name__ == "__main__":
     print("ZYGOTES_LEFT", len(children(os.getpid(), b"-m\x00sparkbeam.runner.spark.zygote")))
     from pyspark.sql import SparkSession
 
+    sc = session.sparkContext
+    print("DRIVER_JAVA_OPTIONS", sc.getConf().get("spark.driver.extraJavaOptions"))
+    runtime = sc._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    print("JVM_ARGS", " ".join(runtime.getInputArguments()))
     print("SQL_SESSION_BUILT", SparkSession._instantiatedSession is not None)
     print("SAME_STAND_IN", get_or_create_session(options) is session)
     print("SQL_CONF", session.conf.get("spark.sql.shuffle.partitions"))  # builds it
