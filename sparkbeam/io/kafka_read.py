@@ -4,8 +4,9 @@ Owns: the transform (Beam's ``apache_beam.io.kafka.ReadFromKafka`` argument name
 apply) and the read loop: poll one partition in batches, claim each batch at once, and defer
 the remainder once caught up (librdkafka's partition-EOF event, or ``Hold.reached_end``), once
 it has read the backlog it began with while more came (``Hold.more_since_start``), or after
-``max_poll_s``. A caught-up partition waits ``idle_resume_delay_s`` (``max_idle_resume_delay_s``
-once its reads have found nothing that long), ending on a multiple of the delay on the wall
+``max_poll_s``. A caught-up partition reads on in the next round if its call took a batch or
+more, else waits ``idle_resume_delay_s`` (``max_idle_resume_delay_s`` once its reads have found
+nothing that long), ending on a multiple of the delay on the wall
 clock so that an idle topic's partitions poll in the same round. Offsets live in the
 checkpoint (the SDF residual), never in the consumer group. Leaves to others: which
 partitions and where they start (``kafka_listing``), restrictions, watermarks and startpoints
@@ -62,8 +63,9 @@ class ReadFromKafka(beam.PTransform):
     topics; ``dynamic_read_poll_interval_seconds`` lists the partitions again at that interval
     while an unbounded read runs, and reads each new one from where a Kafka consumer would start
     it. sparkbeam's own knobs: ``idle_resume_delay_s`` (how long a caught-up partition waits
-    before it polls again) and ``max_idle_resume_delay_s`` (how long it waits once its polls
-    have found nothing for that long; by default 4x it), ``max_poll_s`` and ``batch_size`` (a
+    before it polls again, unless its read took ``batch_size`` records or more) and
+    ``max_idle_resume_delay_s`` (how long it waits once its polls have found nothing for that
+    long; by default 4x it), ``max_poll_s`` and ``batch_size`` (a
     call reads batches of ``batch_size`` records for at most ``max_poll_s``, then hands its
     remainder back to the runner, which checkpoints it); ``max_fetch_wait_ms`` (500: the
     longest a partition's fetch wait grows to, from the consumer config's
@@ -253,7 +255,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         pace = self.pacing.pace_of(restriction, time.time())
         hold = Hold(topic, partition, restriction.start, self._consumers.get(pace.wait_ms))
         deadline = time.monotonic() + self.max_poll_s
-        last = None
+        last, taken = None, 0
         try:
             while True:
                 slice_s, polled_at = self.pacing.slice_s(pace), time.time()
@@ -275,7 +277,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                 ours = self._claim(batch, tracker)
                 if ours:
                     yield self.records.windowed_batch(batch[:ours], Timestamp.now(), watermark)
-                    last = batch[ours - 1].offset()
+                    last, taken = batch[ours - 1].offset(), taken + ours
                     hold.position = last + 1
                     progressed(pace)
                 if ours < len(batch) or _past(until_ms):
@@ -289,7 +291,7 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
                     if _past(self.stop_read_time) or _past(until_ms):
                         tracker.try_claim(UNBOUNDED)
                         return
-                    self._rest(tracker, last is not None, idle_since)
+                    self._rest(tracker, taken, idle_since)
                     return
                 more = ours and hold.more_since_start(self.batch_size)
                 if more or time.monotonic() >= deadline:
@@ -326,12 +328,19 @@ class _ReadPartitions(KafkaRestrictionProvider, beam.DoFn):
         tracker.defer_remainder(Duration(seconds=self.idle_resume_delay_s))
         return True
 
-    def _rest(self, tracker, found: bool, idle_since: float | None) -> None:
-        """Defer a caught-up partition: ``idle_resume_delay_s`` away, or, once its reads have
-        found nothing for ``max_idle_resume_delay_s`` (the streak that ``idle_since`` began,
-        carried to the residual), that long; on the delay's wall-clock grid."""
+    def _rest(self, tracker, taken: int, idle_since: float | None) -> None:
+        """Defer a caught-up partition: to the next round if this call took ``batch_size``
+        records or more (a busy partition: waiting the resume delay there held each record up
+        to that long, and a window's end as long), else ``idle_resume_delay_s`` away, or, once
+        its reads have found nothing for ``max_idle_resume_delay_s`` (the streak that
+        ``idle_since`` began, carried to the residual), that long; on the delay's wall-clock
+        grid."""
         now = time.time()
-        if found:
+        if taken >= self.batch_size:
+            mark_idle_since(tracker, None)
+            tracker.defer_remainder()
+            return
+        if taken:
             idle_since = None  # records: the quiet streak ends
         elif idle_since is None:
             idle_since = now  # nothing: a streak begins
