@@ -41,7 +41,8 @@ def preload() -> None:
 
     if _stock_worker is None:
         _stock_worker = daemon.worker
-    daemon.gc = PacedCollections()  # the loop's only use of gc is that collection
+    # The loop's only use of gc is that collection; the rest of gc passes through.
+    daemon.gc = PacedCollections()  # type: ignore[assignment]
     zip_caches.install()
     gc.collect()
     gc.freeze()
