@@ -6,8 +6,8 @@ the remainder once caught up (librdkafka's partition-EOF event, or ``Hold.reache
 it has read the backlog it began with while more came (``Hold.more_since_start``), or after
 ``max_poll_s``. A caught-up partition reads on in the next round if its call took a batch or
 more, else waits ``idle_resume_delay_s`` (``max_idle_resume_delay_s`` once its reads have found
-nothing that long), ending on a multiple of the delay on the wall
-clock so that an idle topic's partitions poll in the same round. Offsets live in the
+nothing that long), ending on a multiple of the delay on the wall clock so that an idle
+topic's partitions poll in the same round. Offsets live in the
 checkpoint (the SDF residual), never in the consumer group. Leaves to others: which
 partitions and where they start (``kafka_listing``), restrictions, watermarks and startpoints
 (``kafka_restrictions``), fetch waits and stalls (``kafka_pace``), records (``kafka_records``),
@@ -65,9 +65,9 @@ class ReadFromKafka(beam.PTransform):
     it. sparkbeam's own knobs: ``idle_resume_delay_s`` (how long a caught-up partition waits
     before it polls again, unless its read took ``batch_size`` records or more) and
     ``max_idle_resume_delay_s`` (how long it waits once its polls have found nothing for that
-    long; by default 4x it), ``max_poll_s`` and ``batch_size`` (a
-    call reads batches of ``batch_size`` records for at most ``max_poll_s``, then hands its
-    remainder back to the runner, which checkpoints it); ``max_fetch_wait_ms`` (500: the
+    long; by default 4x it), ``max_poll_s`` and ``batch_size`` (a call reads batches of
+    ``batch_size`` records for at most ``max_poll_s``, then hands its remainder back to the
+    runner, which checkpoints it); ``max_fetch_wait_ms`` (500: the
     longest a partition's fetch wait grows to, from the consumer config's
     ``fetch.wait.max.ms``, 5 by default, while the partition lags and the broker answers
     nothing within the wait) and ``stall_warning_s`` (60: how long a lagging partition goes
