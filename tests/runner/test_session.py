@@ -287,3 +287,25 @@ def test_spark_conf_pyspark_python_is_the_workers_python(tmp_path):
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "sparkbeam.runner.spark.daemon" in used.read_text()  # the JVM started it
+
+
+def test_the_session_resolves_each_jvm_class_name_once(spark, monkeypatch):
+    """PySpark looks classes up by simple name for every RDD it builds; each lookup the JVM
+    answers walks every jar for the names it misses. After the first, none goes to the JVM."""
+    from pyspark import SparkContext
+
+    get_or_create_session(PipelineOptions([]).view_as(SparkRunnerOptions))
+    sc = spark.sparkContext
+    assert sc._jvm is SparkContext._jvm
+    sc.parallelize([1, 2], 2).map(lambda x: (x, x)).partitionBy(2).collect()
+    client = sc._jvm._gateway_client
+    sent = []
+    send = client.send_command
+    monkeypatch.setattr(
+        client,
+        "send_command",
+        lambda command, *a, **k: (sent.append(command), send(command, *a, **k))[1],
+    )
+    assert sc.parallelize([1, 2], 2).map(lambda x: (x, x)).partitionBy(2).count() == 2
+    lookups = [c for c in sent if c.startswith("r\nu\n")]  # py4j's "unknown member" reflection
+    assert sent and not lookups, lookups
