@@ -28,13 +28,8 @@ from typing import Any
 from sparkbeam.checkpoint.errors import first_line
 from sparkbeam.runner.errors import SparkSessionError
 from sparkbeam.runner.options import DEFAULT_MASTER, SparkRunnerOptions
-from sparkbeam.runner.spark import (
-    class_lookups,
-    context_session,
-    session_conf,
-    warm_workers,
-    zygote,
-)
+from sparkbeam.runner.spark import context_session, session_conf, warm_workers, zygote
+from sparkbeam.runner.spark.class_lookups import remember_class_lookups
 
 _LOG = logging.getLogger(__name__)
 
@@ -73,7 +68,7 @@ def get_or_create_session(
         source = "spark-submit" if _under_spark_submit() else "the active SparkSession"
         _check_same_master(explicit, active.sparkContext.master, source)
         session_conf.quiet_jvm(active.sparkContext)
-        class_lookups.remember_class_lookups(active.sparkContext)
+        remember_class_lookups(active.sparkContext)
         return active
     submitted = submitted_conf()
     if submitted is not None:
@@ -337,7 +332,7 @@ def _build(options: SparkRunnerOptions, master, app_name, submitted: dict[str, s
         finally:
             zygote.launched()
         session_conf.quiet_jvm(sc)  # a failed warm-up stays quiet too
-        class_lookups.remember_class_lookups(sc)
+        remember_class_lookups(sc)
         session_conf.remove_accumulator_socket_at_exit(sc)
         if session_conf.is_local_master(master):  # the Python daemon starts while the driver plans
             warm_workers.start(sc)
