@@ -208,6 +208,9 @@ def _main(argv: list[str]) -> None:
         _serve(path, parent)
     finally:
         _remove(path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # nothing to finalize: a Beam-laden interpreter's shutdown only costs time
 
 
 if __name__ == "__main__":

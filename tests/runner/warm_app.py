@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import threading
+import time
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
@@ -76,7 +77,11 @@ if __name__ == "__main__":
     ((module, frozen),) = session.sparkContext.parallelize([0], 1).mapPartitions(_daemon).collect()
     print("DAEMON_MODULE", module)  # which code forked the task's worker
     print("WORKER_FROZEN", frozen > 100_000)
-    print("ZYGOTES_LEFT", len(children(os.getpid(), b"-m\x00sparkbeam.runner.spark.zygote")))
+    zygote = b"-m\x00sparkbeam.runner.spark.zygote"
+    deadline = time.monotonic() + 10  # it exits after it forked, without being waited for
+    while children(os.getpid(), zygote) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    print("ZYGOTES_LEFT", len(children(os.getpid(), zygote)))
     from pyspark.sql import SparkSession
 
     sc = session.sparkContext
