@@ -1,14 +1,15 @@
 """PySpark names JVM classes by simple name (``sc._jvm.PythonRDD``) for each RDD it builds, and
 py4j resolves the name in the JVM every time: in the default package, then under each of
 PySpark's wildcard imports, the class loader searching every jar (about 290) for each miss. The
-view installed here remembers what a name resolved to (a class or package does not change in a
-JVM's life); a name that resolves to nothing is asked again, as a jar added later may bring it."""
+view installed here remembers the class a name resolved to (it does not change in a JVM's life).
+Anything else is asked again: py4j takes an unknown name for a package, and a jar added later
+(``addJar``) may make it a class."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from py4j.java_gateway import JVMView
+from py4j.java_gateway import JavaClass, JVMView
 
 
 class RememberingJVMView(JVMView):
@@ -19,9 +20,12 @@ class RememberingJVMView(JVMView):
 
     def __getattr__(self, name: str) -> Any:
         resolved = self.__dict__["_sparkbeam_resolved"]
-        if name not in resolved:
-            resolved[name] = JVMView.__getattr__(self, name)
-        return resolved[name]
+        if name in resolved:
+            return resolved[name]
+        found = JVMView.__getattr__(self, name)
+        if isinstance(found, JavaClass):
+            resolved[name] = found
+        return found
 
 
 def remember_class_lookups(sc: Any) -> None:
