@@ -298,14 +298,7 @@ def test_the_session_resolves_each_jvm_class_name_once(spark, monkeypatch):
     sc = spark.sparkContext
     assert sc._jvm is SparkContext._jvm
     sc.parallelize([1, 2], 2).map(lambda x: (x, x)).partitionBy(2).collect()
-    client = sc._jvm._gateway_client
-    sent = []
-    send = client.send_command
-    monkeypatch.setattr(
-        client,
-        "send_command",
-        lambda command, *a, **k: (sent.append(command), send(command, *a, **k))[1],
-    )
+    sent = _commands_sent(sc._jvm._gateway_client, monkeypatch)
     assert sc.parallelize([1, 2], 2).map(lambda x: (x, x)).partitionBy(2).count() == 2
     lookups = [c for c in sent if c.startswith("r\nu\n")]  # py4j's "unknown member" reflection
     assert sent and not lookups, lookups
@@ -315,14 +308,19 @@ def test_a_name_that_is_no_class_is_asked_again(spark, monkeypatch):
     """py4j takes an unknown name for a package; a jar added later may make it a class."""
     get_or_create_session(PipelineOptions([]).view_as(SparkRunnerOptions))
     jvm = spark.sparkContext._jvm
-    client = jvm._gateway_client
-    sent = []
+    sent = _commands_sent(jvm._gateway_client, monkeypatch)
+    for _ in range(2):
+        jvm.SparkbeamNoSuchClass  # noqa: B018 - the lookup is the point
+    assert len([c for c in sent if "SparkbeamNoSuchClass" in c]) == 2
+
+
+def _commands_sent(client, monkeypatch) -> list[str]:
+    """The py4j commands ``client`` sends from now on (sent as before)."""
+    sent: list[str] = []
     send = client.send_command
     monkeypatch.setattr(
         client,
         "send_command",
         lambda command, *a, **k: (sent.append(command), send(command, *a, **k))[1],
     )
-    for _ in range(2):
-        jvm.SparkbeamNoSuchClass  # noqa: B018 - the lookup is the point
-    assert len([c for c in sent if "SparkbeamNoSuchClass" in c]) == 2
+    return sent
